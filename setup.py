@@ -1,0 +1,47 @@
+"""Build of torch_fl: the C++ core is compiled against the installed torch.
+
+Install with `pip install --no-build-isolation -e .` (or without -e): the core
+must be built against the torch that will run it, so the build uses the torch
+already installed rather than one pip would fetch into an isolated build.
+"""
+
+import os
+import sys
+
+from setuptools import setup
+
+try:
+    import torch
+    from torch.utils.cpp_extension import BuildExtension, CppExtension
+except ImportError:  # pragma: no cover - exercised only on a broken setup
+    sys.exit(
+        "torch_fl builds its C++ core against the installed PyTorch, and none was found.\n"
+        "Install torch first, then build without isolation:\n"
+        "    pip install torch\n"
+        "    pip install --no-build-isolation -e ."
+    )
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CSRC = os.path.join("torch_fl", "csrc")
+
+
+def write_build_info():
+    """Record the torch the core was compiled against; import checks it."""
+    path = os.path.join(HERE, "torch_fl", "_build_info.py")
+    text = f'"""Written by setup.py at build time."""\n\nTORCH_VERSION = "{torch.__version__}"\n'
+    with open(path, "w") as f:
+        f.write(text)
+
+
+write_build_info()
+
+setup(
+    ext_modules=[
+        CppExtension(
+            name="torch_fl._C",
+            sources=sorted(os.path.join(CSRC, f) for f in os.listdir(os.path.join(HERE, CSRC)) if f.endswith(".cpp")),
+            extra_compile_args=["-O2", "-Wno-unused-parameter"],
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+)

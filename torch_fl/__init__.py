@@ -1,0 +1,35 @@
+"""torch_fl: the `flagos` PyTorch device with per-operator routing.
+
+`import torch_fl` registers the device; tensors then live on "flagos" /
+"flagos:N" and `torch.flagos` holds the device API (shaped like torch.cuda).
+"""
+
+from torch_fl._loader import DEVICE_NAME, FlagosInitError, initialize
+
+_C = initialize()
+
+from torch_fl import flagos  # noqa: E402  (needs the device registered)
+
+__version__ = "0.1.0"
+
+
+def backing() -> str:
+    """The native device type behind flagos: "cuda" or "cpu" (host memory)."""
+    return _C._backing()
+
+
+def as_native(tensor):
+    """View a flagos tensor as a tensor of its backing device (zero copy, same bytes)."""
+    return _C.as_native(tensor)
+
+
+def as_flagos(tensor, index: int = -1):
+    """View a backing-device tensor as a flagos tensor (zero copy, same bytes).
+
+    On a CUDA backing the flagos index is the tensor's CUDA index; on host
+    backing, `index` picks the virtual device (default: the current one).
+    """
+    return _C.as_flagos(tensor, index)
+
+
+__all__ = ["DEVICE_NAME", "FlagosInitError", "as_flagos", "as_native", "backing", "flagos"]

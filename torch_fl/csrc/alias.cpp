@@ -1,0 +1,158 @@
+// Zero-copy aliasing between flagos tensors and tensors of the backing device.
+//
+// An alias is a second StorageImpl over the same bytes, tagged with the other
+// device. Its DataPtr context points at the storage it aliases and its
+// deleter says how: borrowed (no reference, valid during one kernel call),
+// owning (holds a reference to the flagos storage) or owning-native (a flagos
+// storage holding a reference to a native one). The deleter identifies an
+// alias, so a kernel result that views an input maps back to the original
+// storage and views keep one storage.
+#include "flagos.h"
+
+#include <c10/core/StorageImpl.h>
+
+namespace torch_fl {
+
+namespace {
+
+void borrowed_deleter(void*) {}
+
+void owning_flagos_deleter(void* ctx) {
+  c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx));
+}
+
+void owning_native_deleter(void* ctx) {
+  c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx));
+}
+
+c10::intrusive_ptr<c10::StorageImpl> reclaim(void* ctx) {
+  return c10::intrusive_ptr<c10::StorageImpl>::unsafe_reclaim_from_nonowning(static_cast<c10::StorageImpl*>(ctx));
+}
+
+// A tensor over `storage` with the geometry and view bits of `like`.
+at::Tensor tensor_over(c10::intrusive_ptr<c10::StorageImpl> storage, c10::DispatchKey key, const at::Tensor& like) {
+  auto t = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(std::move(storage)), c10::DispatchKeySet(key),
+                                                    like.dtype());
+  auto* impl = t.unsafeGetTensorImpl();
+  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  if (C10_UNLIKELY(like.is_conj())) {
+    impl->_set_conj(true);
+  }
+  if (C10_UNLIKELY(like.is_neg())) {
+    impl->_set_neg(true);
+  }
+  return t;
+}
+
+c10::DispatchKey flagos_key() {
+  return c10::DispatchKey::PrivateUse1;
+}
+
+}  // namespace
+
+at::Tensor native_alias(const at::Tensor& flagos, bool owning) {
+  c10::StorageImpl* src = flagos.storage().unsafeGetStorageImpl();
+  const Backing& b = g_backing;
+  const c10::Device device(b.type, b.host ? -1 : flagos.device().index());
+  const c10::DataPtr& data = src->data_ptr();
+  // A flagos storage that itself wraps a native one: hand back the original.
+  if (C10_UNLIKELY(data.get_deleter() == &owning_native_deleter)) {
+    return tensor_over(reclaim(data.get_context()), b.key, flagos);
+  }
+  void* ptr = src->mutable_data();
+  c10::DataPtr alias_data;
+  if (owning) {
+    c10::raw::intrusive_ptr::incref(src);
+    alias_data = c10::DataPtr(ptr, src, &owning_flagos_deleter, device);
+  } else {
+    alias_data = c10::DataPtr(ptr, src, &borrowed_deleter, device);
+  }
+  auto storage = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), src->nbytes(),
+                                                       std::move(alias_data), b.allocator, src->resizable());
+  return tensor_over(std::move(storage), b.key, flagos);
+}
+
+namespace {
+
+// The flagos storage behind a native storage if it is one of our aliases.
+c10::intrusive_ptr<c10::StorageImpl> aliased_flagos_storage(c10::StorageImpl* native) {
+  const c10::DataPtr& data = native->data_ptr();
+  auto deleter = data.get_deleter();
+  if (deleter == &borrowed_deleter || deleter == &owning_flagos_deleter) {
+    return reclaim(data.get_context());
+  }
+  return {};
+}
+
+c10::intrusive_ptr<c10::StorageImpl> wrap_native_storage(c10::StorageImpl* native, c10::DeviceIndex index,
+                                                         bool may_steal) {
+  const c10::Device device(kFlagos, index);
+  const size_t nbytes = native->nbytes();
+  c10::DataPtr data;
+  if (may_steal && c10::raw::intrusive_ptr::use_count(native) == 1) {
+    // Sole owner: take the memory over, keeping the backing allocator's
+    // deleter (the CUDA caching allocator then still knows the block).
+    data = native->set_data_ptr(c10::DataPtr(nullptr, native->device()));
+    native->set_nbytes(0);
+    if (g_backing.host) {
+      data = host_adopt(std::move(data), nbytes, index);
+    } else {
+      data.unsafe_set_device(device);
+    }
+  } else {
+    c10::raw::intrusive_ptr::incref(native);
+    data = c10::DataPtr(native->mutable_data(), native, &owning_native_deleter, device);
+  }
+  return c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes, std::move(data),
+                                               flagos_allocator(), native->resizable());
+}
+
+}  // namespace
+
+at::Tensor flagos_alias(const at::Tensor& native, c10::DeviceIndex index) {
+  c10::StorageImpl* src = native.storage().unsafeGetStorageImpl();
+  if (auto original = aliased_flagos_storage(src)) {
+    return tensor_over(std::move(original), flagos_key(), native);
+  }
+  return tensor_over(wrap_native_storage(src, index, /*may_steal=*/false), flagos_key(), native);
+}
+
+at::Tensor adopt_result(const at::Tensor& native, c10::DeviceIndex index) {
+  c10::StorageImpl* src = native.storage().unsafeGetStorageImpl();
+  if (auto original = aliased_flagos_storage(src)) {
+    return tensor_over(std::move(original), flagos_key(), native);
+  }
+  return tensor_over(wrap_native_storage(src, index, /*may_steal=*/true), flagos_key(), native);
+}
+
+void sync_back(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageImpl* alias_storage) {
+  auto* dst = flagos.unsafeGetTensorImpl();
+  c10::StorageImpl* now = alias.storage().unsafeGetStorageImpl();
+  const c10::DeviceIndex index = flagos.device().index();
+  if (C10_UNLIKELY(now != alias_storage)) {
+    // The kernel pointed the argument at another storage.
+    c10::intrusive_ptr<c10::StorageImpl> replacement = aliased_flagos_storage(now);
+    if (!replacement) {
+      replacement = wrap_native_storage(now, index, /*may_steal=*/false);
+    }
+    dst->set_storage_keep_dtype(c10::Storage(std::move(replacement)));
+  } else if (C10_UNLIKELY(alias_storage->data_ptr().get_deleter() != &borrowed_deleter)) {
+    // The kernel resized the storage: it now owns fresh backing memory.
+    c10::StorageImpl* target = flagos.storage().unsafeGetStorageImpl();
+    const size_t nbytes = alias_storage->nbytes();
+    c10::DataPtr data = alias_storage->set_data_ptr(c10::DataPtr(nullptr, alias_storage->device()));
+    if (g_backing.host) {
+      data = host_adopt(std::move(data), nbytes, index);
+    } else {
+      data.unsafe_set_device(c10::Device(kFlagos, index));
+    }
+    target->set_data_ptr_noswap(std::move(data));
+    target->set_nbytes(nbytes);
+  }
+  if (dst->sizes() != alias.sizes() || dst->strides() != alias.strides() ||
+      dst->storage_offset() != alias.storage_offset()) {
+    dst->set_sizes_and_strides(alias.sizes(), alias.strides(), alias.storage_offset());
+  }
+}
+
+}  // namespace torch_fl

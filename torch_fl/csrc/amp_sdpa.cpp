@@ -1,0 +1,175 @@
+// Autocast with CUDA's op lists, and scaled_dot_product_attention that takes
+// the backing device's fused kernels.
+#include "flagos.h"
+
+#include <ATen/SDPBackend.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/native/transformers/sdp_utils_cpp.h>
+#include <torch/library.h>
+
+#include <limits>
+
+namespace torch_fl {
+
+namespace {
+
+// ---------------------------------------------------------------- autocast
+at::Tensor binary_cross_entropy_banned(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                       int64_t) {
+  TORCH_CHECK(false,
+              "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.\n"
+              "Many models use a sigmoid layer right before the binary cross entropy layer.\n"
+              "In this case, combine the two layers using torch.nn.functional.binary_cross_entropy_with_logits\n"
+              "or torch.nn.BCEWithLogitsLoss.  binary_cross_entropy_with_logits and BCEWithLogits are\n"
+              "safe to autocast.");
+}
+
+void register_autocast(torch::Library& m) {
+  using namespace at;  // the op-list macros name ATen types unqualified
+  // The same policies and op lists as PyTorch registers for AutocastCUDA.
+#define FLAGOS_LOW_PRECISION_FP(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
+  AT_FORALL_LOWER_PRECISION_FP(FLAGOS_LOW_PRECISION_FP)
+#define FLAGOS_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
+  AT_FORALL_FP32(FLAGOS_FP32)
+#define FLAGOS_FP32_SET_OPT_DTYPE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
+  AT_FORALL_FP32_SET_OPT_DTYPE(FLAGOS_FP32_SET_OPT_DTYPE)
+  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE)
+#define FLAGOS_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
+  AT_FORALL_PROMOTE(FLAGOS_PROMOTE)
+  m.impl(TORCH_SELECTIVE_NAME("aten::binary_cross_entropy"), TORCH_FN(binary_cross_entropy_banned));
+#undef FLAGOS_LOW_PRECISION_FP
+#undef FLAGOS_FP32
+#undef FLAGOS_FP32_SET_OPT_DTYPE
+#undef FLAGOS_PROMOTE
+}
+
+// ---------------------------------------------------------------- SDPA
+std::optional<at::Tensor> borrow_opt(const std::optional<at::Tensor>& t) {
+  if (t.has_value() && t->defined() && t->device().type() == kFlagos) {
+    return native_alias(*t, /*owning=*/false);
+  }
+  return t;
+}
+
+at::Tensor borrow(const at::Tensor& t) {
+  return t.device().type() == kFlagos ? native_alias(t, /*owning=*/false) : t;
+}
+
+// PyTorch's composite SDPA asks a per-device DispatchStub which fused kernel
+// fits; without an entry for flagos it always takes the math path. The
+// backing device's own choice is the right one: it is the same memory.
+int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                         std::optional<double> scale, bool enable_gqa) {
+  return at::_fused_sdp_choice(borrow(q), borrow(k), borrow(v), borrow_opt(mask), dropout_p, is_causal, scale,
+                               enable_gqa);
+}
+
+std::optional<at::Tensor> additive_mask(const std::optional<at::Tensor>& mask, caffe2::TypeMeta dtype,
+                                        double masked_value) {
+  if (!mask.has_value() || mask->dtype() != at::kBool) {
+    return mask;
+  }
+  return at::where(mask->logical_not(), masked_value,
+                   at::scalar_tensor(0.0, at::TensorOptions().dtype(dtype).device(mask->device())));
+}
+
+at::Tensor pad_last_dim_to(const at::Tensor& t, int64_t multiple) {
+  const int64_t last = t.size(-1);
+  if (last % multiple == 0) {
+    return t;
+  }
+  return at::pad(t, {0, multiple - last % multiple});
+}
+
+bool needs_logsumexp(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  return at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+}
+
+// The memory-efficient kernel wants a mask whose strides are multiples of 8.
+at::Tensor aligned_mask(const at::Tensor& mask, const at::Tensor& q, const at::Tensor& k) {
+  constexpr int64_t alignment = 8;
+  bool aligned = mask.stride(-1) == 1;
+  for (int64_t i = 0; aligned && i < mask.dim() - 1; ++i) {
+    aligned = mask.stride(i) % alignment == 0;
+  }
+  at::Tensor out = mask;
+  if (!aligned) {
+    const int64_t last = mask.size(-1);
+    out = at::pad(mask, {0, alignment - last % alignment}).slice(-1, 0, last);
+  }
+  return out.expand({q.size(0), q.size(1), q.size(2), k.size(2)});
+}
+
+// scaled_dot_product_attention on a CUDA backing: the composite PyTorch ships
+// pads and picks the flash kernel only for device type CUDA, so flagos
+// tensors would take the CPU flash variant. This is the same decision,
+// made for flagos, on flagos tensors (autograd records the fused ops).
+at::Tensor sdpa_cuda_backed(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                            std::optional<double> scale, bool enable_gqa) {
+  const auto backend = static_cast<at::SDPBackend>(fused_sdp_choice(q, k, v, mask, dropout_p, is_causal, scale,
+                                                                    enable_gqa));
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  switch (backend) {
+    case at::SDPBackend::cudnn_attention: {
+      // cuDNN mishandles -inf in masks; PyTorch uses the fp16 minimum too.
+      auto m = additive_mask(mask, q.dtype(), -65504.0);
+      return std::get<0>(at::_scaled_dot_product_cudnn_attention(q, k, v, m, needs_logsumexp(q, k, v), dropout_p,
+                                                                  is_causal, false, scale));
+    }
+    case at::SDPBackend::flash_attention: {
+      const int64_t head_dim = q.size(-1);
+      const double softmax_scale = sdp::calculate_scale(q, scale).expect_float();
+      auto out = std::get<0>(at::_scaled_dot_product_flash_attention(
+          pad_last_dim_to(q, 8), pad_last_dim_to(k, 8), pad_last_dim_to(v, 8), dropout_p, is_causal, false,
+          softmax_scale));
+      return out.size(-1) != head_dim ? out.slice(-1, 0, head_dim) : out;
+    }
+    case at::SDPBackend::efficient_attention: {
+      auto m = additive_mask(mask, q.dtype(), neg_inf);
+      if (m.has_value()) {
+        m = aligned_mask(*m, q, k);
+      }
+      return std::get<0>(at::_scaled_dot_product_efficient_attention(q, k, v, m, needs_logsumexp(q, k, v),
+                                                                     dropout_p, is_causal, scale));
+    }
+    case at::SDPBackend::overrideable: {
+      auto m = additive_mask(mask, q.dtype(), neg_inf);
+      return std::get<0>(
+          at::_scaled_dot_product_fused_attention_overrideable(q, k, v, m, dropout_p, is_causal, false, scale));
+    }
+    case at::SDPBackend::math: {
+      auto m = additive_mask(mask, q.dtype(), neg_inf);
+      return std::get<0>(
+          at::_scaled_dot_product_attention_math(q, k, v, m, dropout_p, is_causal, std::nullopt, scale, enable_gqa));
+    }
+    default:
+      TORCH_CHECK(false, "No viable backend for scaled_dot_product_attention was found.");
+  }
+}
+
+std::unique_ptr<torch::Library> autocast_library, sdpa_library, sdpa_autograd_library;
+
+}  // namespace
+
+void register_autocast_and_sdp() {
+  autocast_library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
+                                                      c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__);
+  register_autocast(*autocast_library);
+  at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(&fused_sdp_choice);
+  if (!g_backing.host) {
+    // Both keys: AutogradPrivateUse1 for autograd-recorded calls, PrivateUse1
+    // for inference mode, where the autograd keys are skipped.
+    sdpa_library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                                    __FILE__, __LINE__);
+    sdpa_library->impl("scaled_dot_product_attention", TORCH_FN(sdpa_cuda_backed));
+    sdpa_autograd_library = std::make_unique<torch::Library>(
+        torch::Library::IMPL, "aten", c10::DispatchKey::AutogradPrivateUse1, __FILE__, __LINE__);
+    sdpa_autograd_library->impl("scaled_dot_product_attention", TORCH_FN(sdpa_cuda_backed));
+  }
+}
+
+}  // namespace torch_fl

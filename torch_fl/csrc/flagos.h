@@ -1,0 +1,95 @@
+// Shared declarations of the torch_fl C++ core.
+//
+// flagos device i is backed by a native PyTorch device: cuda:i when a GPU is
+// used, else host memory (cpu). Everything reaches the backing device through
+// c10's generic interfaces (allocator registry, DeviceGuardImpl registry,
+// ATen hooks), so no CUDA header is needed to build this.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <string>
+
+namespace torch_fl {
+
+constexpr c10::DeviceType kFlagos = c10::DeviceType::PrivateUse1;
+
+struct Backing {
+  c10::DeviceType type = c10::DeviceType::CPU;
+  c10::DispatchKey key = c10::DispatchKey::CPU;
+  bool host = true;  // host memory backing (virtual devices)
+  c10::DeviceIndex count = 0;
+  const c10::impl::DeviceGuardImplInterface* guard = nullptr;
+  c10::Allocator* allocator = nullptr;  // the backing device's own allocator
+  bool initialized = false;
+};
+
+// Written once by init(), read on every call afterwards.
+extern Backing g_backing;
+
+inline const Backing& backing() {
+  return g_backing;
+}
+
+// Sets the backing device and registers the device with PyTorch (guard,
+// allocator, hooks, operator kernels). Raises on any conflict.
+void init(const std::string& backing_type, int64_t host_devices);
+
+// Current flagos device index (thread local, as for CUDA).
+c10::DeviceIndex current_device();
+void check_device_index(c10::DeviceIndex index);
+
+c10::Allocator* flagos_allocator();
+c10::Allocator* host_pinned_allocator();
+bool host_is_pinned(const void* ptr);
+// Host backing only: counts the bytes of a DataPtr as flagos memory and
+// retags it; returns the counted DataPtr.
+c10::DataPtr host_adopt(c10::DataPtr&& data, size_t nbytes, c10::DeviceIndex index);
+
+// --- zero-copy aliasing (alias.cpp) ---
+// A view of a flagos tensor as a tensor of the backing device over the same
+// bytes. `owning` aliases keep the flagos storage alive; borrowed ones are for
+// the duration of one kernel call.
+at::Tensor native_alias(const at::Tensor& flagos, bool owning);
+// A flagos tensor over the bytes of a backing-device tensor (owning).
+at::Tensor flagos_alias(const at::Tensor& native, c10::DeviceIndex index);
+// A flagos tensor for a fresh kernel result; takes over its memory when the
+// result is the only owner, else aliases it. Results that view a flagos
+// storage (through a native alias) are mapped back to that storage.
+at::Tensor adopt_result(const at::Tensor& native, c10::DeviceIndex index);
+// Gives `flagos` the storage and geometry the kernel left on its alias (an
+// out= argument the kernel resized or re-pointed).
+void sync_back(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageImpl* alias_storage);
+
+// Resize a flagos storage to `nbytes`, keeping its contents.
+void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes);
+
+// --- registrations done by init() ---
+void register_guard();
+void register_hooks();
+void register_native_route();
+void register_metadata_ops();
+void register_autocast_and_sdp();
+
+// --- native route state (native_route.cpp) ---
+struct RouteFlags {
+  bool log_dispatch = false;
+  bool log_fallback = false;
+  bool strict = false;
+  bool count = true;
+};
+extern RouteFlags g_route_flags;
+void set_native_label(const std::string& op, const std::string& label);
+void set_default_native_label(const std::string& label);
+std::vector<std::tuple<std::string, std::string, int64_t>> route_stats();
+void reset_route_stats();
+
+// Host memory statistics (host backing only; CUDA backing uses CUDA's).
+struct HostMemStats {
+  int64_t allocated = 0, peak = 0, allocations = 0, frees = 0;
+};
+HostMemStats host_memory_stats(c10::DeviceIndex index);
+void host_reset_peak(c10::DeviceIndex index);
+
+}  // namespace torch_fl

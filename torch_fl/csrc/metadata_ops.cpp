@@ -1,0 +1,179 @@
+// Operators that must run on flagos itself because they create, view or
+// re-point storage: views share one storage, and data_ptr() is real.
+#include "flagos.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/library.h>
+
+namespace torch_fl {
+
+void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {
+  TORCH_CHECK(storage->resizable(), "Trying to resize storage that is not resizable");
+  const size_t old = storage->nbytes();
+  if (nbytes == old) {
+    return;
+  }
+  c10::DeviceGuard guard(storage->device());
+  c10::DataPtr fresh = nbytes ? storage->allocator()->allocate(nbytes) : c10::DataPtr(nullptr, storage->device());
+  const size_t keep = std::min(old, nbytes);
+  if (keep > 0) {
+    // The backing allocator knows how to copy its own memory (cudaMemcpy on GPUs).
+    g_backing.allocator->copy_data(fresh.get(), storage->data(), keep);
+  }
+  storage->set_data_ptr_noswap(std::move(fresh));
+  storage->set_nbytes(nbytes);
+}
+
+namespace {
+
+c10::Device target_device(std::optional<c10::Device> device) {
+  c10::Device d = device.value_or(c10::Device(kFlagos));
+  TORCH_CHECK(d.type() == kFlagos, "flagos: expected a flagos device, got ", d);
+  return d.has_index() ? d : c10::Device(kFlagos, current_device());
+}
+
+void check_factory(std::optional<c10::Layout> layout, std::optional<bool> pin_memory) {
+  TORCH_CHECK(!pin_memory.value_or(false),
+              "flagos: pin_memory=True applies to host tensors; create the tensor on 'cpu' with pin_memory=True "
+              "and copy it to flagos with non_blocking=True");
+  TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided, "flagos: only the strided layout is supported, got ",
+              *layout);
+}
+
+at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
+  check_factory(layout, pin_memory);
+  c10::DeviceGuard guard(target_device(device));
+  return at::detail::empty_generic(size, flagos_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                         std::optional<bool> pin_memory) {
+  check_factory(layout, pin_memory);
+  c10::DeviceGuard guard(target_device(device));
+  return at::detail::empty_strided_generic(size, stride, flagos_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+// Makes the storage large enough for the tensor's current geometry.
+void fit_storage(const at::Tensor& self) {
+  auto* impl = self.unsafeGetTensorImpl();
+  if (impl->numel() == 0) {
+    return;
+  }
+  const size_t needed = at::detail::computeStorageNbytes(impl->sizes(), impl->strides(), self.dtype().itemsize(),
+                                                         impl->storage_offset());
+  c10::StorageImpl* storage = impl->storage().unsafeGetStorageImpl();
+  if (needed > storage->nbytes()) {
+    resize_storage_bytes(storage, needed);
+  }
+}
+
+const at::Tensor& resize_(const at::Tensor& self, at::IntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format) {
+  auto* impl = self.unsafeGetTensorImpl();
+  if (impl->sizes() == size && !memory_format) {
+    return self;
+  }
+  impl->set_sizes_contiguous(size);
+  if (memory_format) {
+    TORCH_CHECK(*memory_format != c10::MemoryFormat::Preserve, "Unsupported memory format ", *memory_format);
+    impl->empty_tensor_restride(*memory_format);
+  }
+  fit_storage(self);
+  return self;
+}
+
+at::Tensor& set_storage_offset(at::Tensor& self, c10::Storage source, int64_t offset, at::IntArrayRef size,
+                               at::IntArrayRef stride) {
+  at::native::checkSetStorage(self, source, offset, size, stride);
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_storage_offset(offset);
+  if (stride.data() != nullptr) {
+    impl->set_sizes_and_strides(size, stride);
+  } else {
+    impl->set_sizes_contiguous(size);
+  }
+  fit_storage(self);
+  return self;
+}
+
+at::Tensor& set_storage(at::Tensor& self, c10::Storage source) {
+  const int64_t n = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  return set_storage_offset(self, std::move(source), 0, {n}, {});
+}
+
+at::Tensor& set_tensor(at::Tensor& self, const at::Tensor& source) {
+  if (self.unsafeGetTensorImpl() == source.unsafeGetTensorImpl()) {
+    return self;
+  }
+  return set_storage_offset(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage empty(c10::Storage::use_byte_size_t(), 0, flagos_allocator(), true);
+  return set_storage_offset(self, std::move(empty), 0, {0}, {});
+}
+
+at::Tensor to_native_or_self(const at::Tensor& t) {
+  return t.device().type() == kFlagos ? native_alias(t, /*owning=*/false) : t;
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  at::Tensor d = to_native_or_self(dst);
+  d.copy_(to_native_or_self(self), non_blocking);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) {
+    dst.resize_(self.sizes());
+  }
+  return copy_from(self, dst, false);
+}
+
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == kFlagos, "flagos: record_stream expects a flagos stream, got one of ",
+              stream.device());
+  c10::impl::VirtualGuardImpl impl(kFlagos);
+  impl.recordDataPtrOnStream(self.storage().data_ptr(), stream);
+}
+
+std::unique_ptr<torch::Library> library;
+
+}  // namespace
+
+void register_metadata_ops() {
+  library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
+                                             __LINE__);
+  auto& m = *library;
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
+  m.impl("view", TORCH_FN(at::native::view));
+  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+  m.impl("unfold", TORCH_FN(at::native::unfold));
+  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
+  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
+  m.impl("resize_", TORCH_FN(resize_));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage_offset));
+  m.impl("set_.source_Storage", TORCH_FN(set_storage));
+  m.impl("set_.source_Tensor", TORCH_FN(set_tensor));
+  m.impl("set_", TORCH_FN(set_empty));
+  m.impl("_copy_from", TORCH_FN(copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("record_stream", TORCH_FN(record_stream));
+}
+
+}  // namespace torch_fl

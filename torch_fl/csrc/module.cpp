@@ -1,0 +1,59 @@
+// Python bindings of the C++ core: torch_fl._C.
+#include "flagos.h"
+
+#include <torch/extension.h>
+
+namespace torch_fl {
+namespace {
+
+at::Tensor as_native(const at::Tensor& t) {
+  TORCH_CHECK(t.device().type() == kFlagos, "as_native expects a flagos tensor, got one on ", t.device());
+  return native_alias(t, /*owning=*/true);
+}
+
+at::Tensor as_flagos(const at::Tensor& t, int64_t index) {
+  const Backing& b = backing();
+  TORCH_CHECK(t.device().type() == b.type, "as_flagos expects a tensor on the backing device (",
+              c10::DeviceTypeName(b.type, true), "), got one on ", t.device());
+  c10::DeviceIndex i = b.host ? static_cast<c10::DeviceIndex>(index < 0 ? current_device() : index)
+                              : t.device().index();
+  check_device_index(i);
+  return flagos_alias(t, i);
+}
+
+py::dict host_stats(int64_t index) {
+  auto s = host_memory_stats(static_cast<c10::DeviceIndex>(index));
+  py::dict d;
+  d["allocated"] = s.allocated;
+  d["peak"] = s.peak;
+  d["allocations"] = s.allocations;
+  d["frees"] = s.frees;
+  return d;
+}
+
+}  // namespace
+}  // namespace torch_fl
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace torch_fl;
+  m.doc() = "torch_fl C++ core: the flagos device over a native backing device";
+  m.def("_init", &init, py::arg("backing"), py::arg("host_devices"));
+  m.def("_backing", [] { return std::string(c10::DeviceTypeName(backing().type, true)); });
+  m.def("_initialized", [] { return backing().initialized; });
+  m.def("_device_count", [] { return static_cast<int64_t>(backing().count); });
+  m.def("_current_device", [] { return static_cast<int64_t>(current_device()); });
+  m.def("as_native", &as_native, py::arg("tensor"),
+        "A tensor of the backing device over the same bytes as a flagos tensor (zero copy).");
+  m.def("as_flagos", &as_flagos, py::arg("tensor"), py::arg("index") = -1,
+        "A flagos tensor over the same bytes as a backing-device tensor (zero copy).");
+  m.def("_set_log_dispatch", [](bool on) { g_route_flags.log_dispatch = on; });
+  m.def("_set_log_fallback", [](bool on) { g_route_flags.log_fallback = on; });
+  m.def("_set_strict", [](bool on) { g_route_flags.strict = on; });
+  m.def("_set_count", [](bool on) { g_route_flags.count = on; });
+  m.def("_set_native_label", &set_native_label, py::arg("op"), py::arg("label"));
+  m.def("_set_default_native_label", &set_default_native_label, py::arg("label"));
+  m.def("_route_stats", &route_stats);
+  m.def("_reset_route_stats", &reset_route_stats);
+  m.def("_host_memory_stats", &host_stats, py::arg("index"));
+  m.def("_host_reset_peak", [](int64_t i) { host_reset_peak(static_cast<c10::DeviceIndex>(i)); });
+}

@@ -1,0 +1,254 @@
+// The native route: run the backing device's own kernel on zero-copy aliases.
+//
+// Registered as the PrivateUse1 boxed fallback, so every operator without
+// another registration lands here. The per-call path reads no configuration:
+// two flags (log, count) and the schema the dispatcher hands in.
+#include "flagos.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/CPUFallback.h>
+#include <c10/util/SmallVector.h>
+#include <torch/library.h>
+
+#include <iostream>
+#include <mutex>
+#include <unordered_map>
+
+namespace torch_fl {
+
+RouteFlags g_route_flags;
+
+namespace {
+
+// --------------------------------------------------------------- statistics
+struct OpCounts {
+  int64_t native = 0;
+  int64_t cpu_fallback = 0;
+};
+std::mutex stats_mutex;
+// Keyed by the schema's address: stable for the operator's lifetime.
+std::unordered_map<const c10::FunctionSchema*, OpCounts> stats;
+
+void count(const c10::OperatorHandle& op, bool fallback) {
+  std::lock_guard<std::mutex> lock(stats_mutex);
+  auto& c = stats[&op.schema()];
+  (fallback ? c.cpu_fallback : c.native) += 1;
+}
+
+std::string overload_name(const c10::OperatorName& name) {
+  std::string s = name.name;
+  if (s.rfind("aten::", 0) == 0) {
+    s = s.substr(6);
+  }
+  if (!name.overload_name.empty()) {
+    s += "." + name.overload_name;
+  }
+  return s;
+}
+
+// Labels printed by the dispatch log; read only when logging is on.
+std::mutex label_mutex;
+std::string default_label = "native";
+std::unordered_map<std::string, std::string> labels;
+
+void log_dispatch(const c10::OperatorHandle& op) {
+  std::string name = overload_name(op.operator_name());
+  std::string label;
+  {
+    std::lock_guard<std::mutex> lock(label_mutex);
+    auto it = labels.find(name);
+    label = it == labels.end() ? default_label : it->second;
+  }
+  std::cerr << "[flagos dispatch] " << name << " -> " << label << std::endl;
+}
+
+// ---------------------------------------------------------------- the route
+struct Borrowed {
+  at::Tensor flagos;
+  at::Tensor alias;
+  c10::StorageImpl* alias_storage;
+};
+using BorrowList = c10::SmallVector<Borrowed, 6>;
+
+inline bool is_flagos(const at::Tensor& t) {
+  return t.defined() && t.device().type() == kFlagos;
+}
+
+at::Tensor borrow(const at::Tensor& t, BorrowList& borrowed, c10::DeviceIndex& index) {
+  at::Tensor alias = native_alias(t, /*owning=*/false);
+  if (index < 0) {
+    index = t.device().index();
+  }
+  borrowed.push_back({t, alias, alias.storage().unsafeGetStorageImpl()});
+  return alias;
+}
+
+at::Tensor unwrap_result(const at::Tensor& r, const BorrowList& borrowed, c10::DeviceIndex index) {
+  if (!r.defined() || r.device().type() != g_backing.type) {
+    return r;  // e.g. CPU results of a CUDA kernel stay CPU
+  }
+  for (const auto& b : borrowed) {
+    if (r.unsafeGetTensorImpl() == b.alias.unsafeGetTensorImpl()) {
+      return b.flagos;  // in-place and out= return the flagos argument itself
+    }
+  }
+  return adopt_result(r, index < 0 ? current_device() : index);
+}
+
+void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const size_t nargs = schema.arguments().size();
+  const size_t first = stack->size() - nargs;
+  BorrowList borrowed;
+  c10::DeviceIndex index = -1;
+  const Backing& bk = g_backing;
+
+  for (size_t i = first; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (is_flagos(t)) {
+        v = borrow(t, borrowed, index);
+      }
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      c10::List<at::Tensor> out;
+      out.reserve(list.size());
+      bool any = false;
+      for (const at::Tensor& t : list) {
+        if (is_flagos(t)) {
+          out.push_back(borrow(t, borrowed, index));
+          any = true;
+        } else {
+          out.push_back(t);
+        }
+      }
+      if (any) {
+        v = std::move(out);
+      }
+    } else if (v.isOptionalTensorList()) {
+      auto list = v.toOptionalTensorList();
+      c10::List<std::optional<at::Tensor>> out;
+      out.reserve(list.size());
+      for (std::optional<at::Tensor> t : list) {
+        if (t.has_value() && is_flagos(*t)) {
+          out.push_back(borrow(*t, borrowed, index));
+        } else {
+          out.push_back(std::move(t));
+        }
+      }
+      v = std::move(out);
+    } else if (v.isDevice()) {
+      c10::Device d = v.toDevice();
+      if (d.type() == kFlagos) {
+        if (index < 0) {
+          index = d.index();
+        }
+        v = c10::Device(bk.type, bk.host ? -1 : d.index());
+      }
+    }
+  }
+
+  op.redispatchBoxed(c10::DispatchKeySet(bk.key), stack);
+
+  // Arguments the kernel may have resized or re-pointed (out=, set_, resize_).
+  if (!borrowed.empty() && schema.is_mutable()) {
+    for (const auto& b : borrowed) {
+      const auto* dst = b.flagos.unsafeGetTensorImpl();
+      if (b.alias_storage->data_ptr().get() != b.flagos.storage().unsafeGetStorageImpl()->data_ptr().get() ||
+          b.alias.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl() != b.alias_storage ||
+          dst->sizes() != b.alias.sizes() || dst->strides() != b.alias.strides() ||
+          dst->storage_offset() != b.alias.storage_offset()) {
+        sync_back(b.flagos, b.alias, b.alias_storage);
+      }
+    }
+  }
+
+  const size_t nret = schema.returns().size();
+  for (size_t i = stack->size() - nret; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (v.isTensor()) {
+      v = unwrap_result(v.toTensor(), borrowed, index);
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      c10::List<at::Tensor> out;
+      out.reserve(list.size());
+      for (const at::Tensor& t : list) {
+        out.push_back(unwrap_result(t, borrowed, index));
+      }
+      v = std::move(out);
+    }
+  }
+}
+
+void native_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  const RouteFlags& f = g_route_flags;
+  if (C10_LIKELY(op.hasComputedKernelForDispatchKey(g_backing.key))) {
+    if (C10_UNLIKELY(f.log_dispatch)) {
+      log_dispatch(op);
+    }
+    if (f.count) {
+      count(op, false);
+    }
+    run_native(op, stack);
+    return;
+  }
+  // The backing device has no kernel for this operator.
+  const std::string name = overload_name(op.operator_name());
+  TORCH_CHECK_NOT_IMPLEMENTED(!f.strict, "flagos: aten::", name, " has no ", c10::DeviceTypeName(g_backing.type, true),
+                              " kernel and FLAGOS_STRICT=1 forbids the CPU fallback. Unset FLAGOS_STRICT to run it on "
+                              "the host, or route it to a backend that has it.");
+  TORCH_CHECK_NOT_IMPLEMENTED(!g_backing.host, "flagos: aten::", name,
+                              " has no CPU kernel, so the host-backed flagos device cannot run it either.");
+  if (f.log_fallback) {
+    std::cerr << "[flagos cpu_fallback] aten::" << name << std::endl;
+  }
+  count(op, true);
+  at::native::cpu_fallback(op, stack);
+}
+
+std::unique_ptr<torch::Library> fallback_library;
+
+}  // namespace
+
+void register_native_route() {
+  fallback_library = std::make_unique<torch::Library>(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1,
+                                                      __FILE__, __LINE__);
+  fallback_library->fallback(torch::CppFunction::makeFromBoxedFunction<&native_fallback>());
+}
+
+void set_native_label(const std::string& op, const std::string& label) {
+  std::lock_guard<std::mutex> lock(label_mutex);
+  if (label.empty()) {
+    labels.erase(op);
+  } else {
+    labels[op] = label;
+  }
+}
+
+void set_default_native_label(const std::string& label) {
+  std::lock_guard<std::mutex> lock(label_mutex);
+  default_label = label;
+}
+
+std::vector<std::tuple<std::string, std::string, int64_t>> route_stats() {
+  std::lock_guard<std::mutex> lock(stats_mutex);
+  std::vector<std::tuple<std::string, std::string, int64_t>> out;
+  for (const auto& [schema, c] : stats) {
+    std::string name = overload_name(schema->operator_name());
+    if (c.native) {
+      out.emplace_back(name, "native", c.native);
+    }
+    if (c.cpu_fallback) {
+      out.emplace_back(name, "cpu_fallback", c.cpu_fallback);
+    }
+  }
+  return out;
+}
+
+void reset_route_stats() {
+  std::lock_guard<std::mutex> lock(stats_mutex);
+  stats.clear();
+}
+
+}  // namespace torch_fl

@@ -1,0 +1,129 @@
+"""Devices: count, current device, properties, synchronisation."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+from dataclasses import dataclass
+
+import torch
+
+from torch_fl import _C
+from torch_fl._loader import DEVICE_NAME
+
+
+def on_cuda() -> bool:
+    """True when flagos is backed by CUDA devices (else host memory)."""
+    return _C._backing() == "cuda"
+
+
+def _index(device=None, optional: bool = True) -> int:
+    """The flagos index a torch.cuda-style `device` argument names."""
+    if device is None:
+        return current_device()
+    if isinstance(device, int):
+        idx = device
+    else:
+        d = torch.device(device) if isinstance(device, str) else device
+        if not isinstance(d, torch.device):
+            raise TypeError(f"expected a flagos device, index or None, got {type(device).__name__}")
+        if d.type != DEVICE_NAME:
+            raise ValueError(f"expected a flagos device, got {d}; use 'flagos' or 'flagos:N'")
+        idx = current_device() if d.index is None else d.index
+    count = device_count()
+    if not 0 <= idx < count:
+        raise IndexError(
+            f"flagos device index {idx} is out of range: this process has {count} flagos device(s); "
+            f"use an index from 0 to {count - 1}"
+        )
+    return idx
+
+
+def is_available() -> bool:
+    return device_count() > 0
+
+
+def is_initialized() -> bool:
+    return _C._initialized()
+
+
+def init() -> None:
+    """Initialise the backing device (CUDA's lazy init on a GPU backing)."""
+    if on_cuda():
+        torch.cuda.init()
+
+
+def device_count() -> int:
+    return _C._device_count()
+
+
+def current_device() -> int:
+    return _C._current_device()
+
+
+def set_device(device) -> None:
+    torch.accelerator.set_device_index(_index(device))
+
+
+class device(contextlib.ContextDecorator):  # noqa: N801  (named like torch.cuda.device)
+    """Context manager that makes `device` the current flagos device."""
+
+    def __init__(self, device):
+        self.idx = -1 if device is None else _index(device)
+        self.prev = -1
+
+    def __enter__(self):
+        self.prev = current_device()
+        if self.idx >= 0:
+            set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc):
+        if self.idx >= 0:
+            set_device(self.prev)
+        return False
+
+
+class device_of(device):  # noqa: N801
+    """Context manager that makes the device of tensor `obj` current (no-op for non-flagos tensors)."""
+
+    def __init__(self, obj):
+        super().__init__(obj.get_device() if obj.device.type == DEVICE_NAME else None)
+
+
+def synchronize(device=None) -> None:
+    torch.accelerator.synchronize(_index(device))
+
+
+@dataclass(frozen=True)
+class HostDeviceProperties:
+    """Properties of a host-memory flagos device (mirrors the fields of torch.cuda's)."""
+
+    name: str
+    total_memory: int
+    multi_processor_count: int
+    major: int = 0
+    minor: int = 0
+    is_integrated: bool = True
+
+
+def _host_total_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def get_device_properties(device=None):
+    idx = _index(device)
+    if on_cuda():
+        return torch.cuda.get_device_properties(idx)
+    cpu = platform.processor() or platform.machine()
+    return HostDeviceProperties(f"flagos host memory ({cpu})", _host_total_memory(), os.cpu_count() or 1)
+
+
+def get_device_name(device=None) -> str:
+    return get_device_properties(device).name
+
+
+def get_device_capability(device=None) -> tuple[int, int]:
+    props = get_device_properties(device)
+    return props.major, props.minor
