@@ -151,11 +151,15 @@ at::Tensor sdpa_cuda_backed(const at::Tensor& q, const at::Tensor& k, const at::
   }
 }
 
-std::unique_ptr<torch::Library> autocast_library, sdpa_library, sdpa_autograd_library;
+std::unique_ptr<torch::Library> autocast_fallthrough, autocast_library, sdpa_library, sdpa_autograd_library;
 
 }  // namespace
 
 void register_autocast_and_sdp() {
+  // Ops outside the lists pass through autocast untouched, as for CUDA.
+  autocast_fallthrough = std::make_unique<torch::Library>(torch::Library::IMPL, "_",
+                                                          c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__);
+  autocast_fallthrough->fallback(torch::CppFunction::makeFallthrough());
   autocast_library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
                                                       c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__);
   register_autocast(*autocast_library);

@@ -41,6 +41,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_backing", [] { return std::string(c10::DeviceTypeName(backing().type, true)); });
   m.def("_initialized", [] { return backing().initialized; });
   m.def("_device_count", [] { return static_cast<int64_t>(backing().count); });
+  m.def("_device_type_code", [] { return static_cast<int>(kFlagos); });
   m.def("_current_device", [] { return static_cast<int64_t>(current_device()); });
   m.def("as_native", &as_native, py::arg("tensor"),
         "A tensor of the backing device over the same bytes as a flagos tensor (zero copy).");

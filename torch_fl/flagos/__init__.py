@@ -45,6 +45,17 @@ from torch_fl.flagos._random import (
 from torch_fl.flagos._streams import Event, Stream, current_stream, default_stream, set_stream, stream
 
 
+def _is_in_bad_fork() -> bool:
+    """Whether this is a forked child that cannot use the device (CUDA's rule on a GPU backing)."""
+    from torch_fl.flagos._device import on_cuda
+
+    if on_cuda():
+        import torch
+
+        return torch.cuda._is_in_bad_fork()
+    return False
+
+
 def _lazy_init() -> None:
     """Called by PyTorch before the first flagos tensor is made."""
     init()

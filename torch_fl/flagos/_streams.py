@@ -6,6 +6,7 @@ import contextlib
 
 import torch
 
+from torch_fl import _C
 from torch_fl._loader import DEVICE_NAME
 from torch_fl.flagos._device import _index
 
@@ -14,39 +15,44 @@ def _device(device=None) -> torch.device:
     return torch.device(DEVICE_NAME, _index(device))
 
 
-class Stream(torch.Stream):
-    """A flagos stream (torch.Stream on the flagos device)."""
+class _OnFlagos(type):
+    """isinstance(x, Stream/Event) is true for torch.Stream/torch.Event objects on flagos.
+
+    PyTorch's stream and event methods accept only exact torch.Stream and
+    torch.Event objects, so flagos makes those rather than subclasses.
+    """
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, cls._base) and obj.device.type == DEVICE_NAME
+
+
+class Stream(metaclass=_OnFlagos):
+    """A flagos stream: a torch.Stream on the flagos device."""
+
+    _base = torch.Stream
 
     def __new__(cls, device=None, priority: int = 0, **kwargs):
         if "stream_id" in kwargs:
-            return super().__new__(cls, **kwargs)
-        return super().__new__(cls, device=_device(device), priority=priority)
-
-    def __repr__(self):
-        return f"<torch.flagos.Stream device={self.device} stream_id={self.stream_id}>"
+            return torch.Stream(**kwargs)
+        return torch.Stream(device=_device(device), priority=priority)
 
 
-class Event(torch.Event):
-    """A flagos event; `elapsed_time` needs `enable_timing=True` on both events."""
+class Event(metaclass=_OnFlagos):
+    """A flagos event: a torch.Event on the flagos device (`elapsed_time` needs enable_timing=True)."""
+
+    _base = torch.Event
 
     def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
-        return super().__new__(
-            cls, device=_device(), enable_timing=enable_timing, blocking=blocking, interprocess=interprocess
-        )
+        return torch.Event(device=_device(), enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
 
 
-def _as_flagos_stream(s: torch.Stream) -> Stream:
-    return Stream(stream_id=s.stream_id, device_index=s.device_index, device_type=s.device_type)
+def current_stream(device=None) -> torch.Stream:
+    return torch.accelerator.current_stream(_index(device))
 
 
-def current_stream(device=None) -> Stream:
-    return _as_flagos_stream(torch.accelerator.current_stream(_index(device)))
-
-
-def default_stream(device=None) -> Stream:
-    idx = _index(device)
-    # stream id 0 is the default stream of a device for CUDA and host backing alike.
-    return Stream(stream_id=0, device_index=idx, device_type=torch.device(DEVICE_NAME).type)
+def default_stream(device=None) -> torch.Stream:
+    # Stream id 0 is a device's default stream, on CUDA and host backing alike.
+    return torch.Stream(stream_id=0, device_index=_index(device), device_type=_C._device_type_code())
 
 
 def set_stream(s: torch.Stream) -> None:
