@@ -102,6 +102,8 @@ def initialize():
         core._init(accelerator, host_devices)
     except RuntimeError as e:
         raise FlagosInitError(str(e)) from e
+    # The dispatch log names the native route after the platform, as in FEP 0025.
+    core._set_default_native_label(accelerator)
     from torch_fl import flagos
 
     torch._register_device_module(DEVICE_NAME, flagos)

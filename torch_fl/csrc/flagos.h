@@ -80,6 +80,10 @@ struct RouteFlags {
   bool count = true;
 };
 extern RouteFlags g_route_flags;
+// Run an operator's native route or the CPU fallback on a boxed stack,
+// bypassing the dispatcher (for Python backends that fall back).
+void call_native(const c10::OperatorHandle& op, std::vector<c10::IValue>* stack);
+void call_cpu_fallback(const c10::OperatorHandle& op, std::vector<c10::IValue>* stack);
 void set_native_label(const std::string& op, const std::string& label);
 void set_default_native_label(const std::string& label);
 std::vector<std::tuple<std::string, std::string, int64_t>> route_stats();

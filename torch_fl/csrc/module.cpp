@@ -1,6 +1,8 @@
 // Python bindings of the C++ core: torch_fl._C.
 #include "flagos.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
 namespace torch_fl {
@@ -31,6 +33,19 @@ py::dict host_stats(int64_t index) {
   return d;
 }
 
+// Calls `runner` on aten::<name> with Python arguments, bypassing the
+// dispatcher: the native route or the CPU fallback as a plain function.
+py::object run_boxed(void (*runner)(const c10::OperatorHandle&, std::vector<c10::IValue>*), const std::string& name,
+                     const std::string& overload, const py::args& args, const py::kwargs& kwargs) {
+  auto op = c10::Dispatcher::singleton().findSchemaOrThrow(("aten::" + name).c_str(), overload.c_str());
+  auto stack = torch::jit::createStackForSchema(op.schema(), args, kwargs, std::nullopt);
+  {
+    py::gil_scoped_release no_gil;
+    runner(op, &stack);
+  }
+  return torch::jit::createPyObjectForStack(std::move(stack));
+}
+
 }  // namespace
 }  // namespace torch_fl
 
@@ -53,6 +68,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_set_count", [](bool on) { g_route_flags.count = on; });
   m.def("_set_native_label", &set_native_label, py::arg("op"), py::arg("label"));
   m.def("_set_default_native_label", &set_default_native_label, py::arg("label"));
+  m.def(
+      "_run_native",
+      [](const std::string& name, const std::string& overload, py::args args, py::kwargs kwargs) {
+        return run_boxed(&call_native, name, overload, args, kwargs);
+      },
+      "Run aten::<name>.<overload> on the native route (backing device kernel on zero-copy aliases).");
+  m.def(
+      "_run_cpu_fallback",
+      [](const std::string& name, const std::string& overload, py::args args, py::kwargs kwargs) {
+        return run_boxed(&call_cpu_fallback, name, overload, args, kwargs);
+      },
+      "Run aten::<name>.<overload> on the host: copy inputs to CPU, run the CPU kernel, copy results back.");
   m.def("_route_stats", &route_stats);
   m.def("_reset_route_stats", &reset_route_stats);
   m.def("_host_memory_stats", &host_stats, py::arg("index"));

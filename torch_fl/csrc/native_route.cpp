@@ -211,6 +211,21 @@ std::unique_ptr<torch::Library> fallback_library;
 
 }  // namespace
 
+void call_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (g_route_flags.count) {
+    count(op, false);
+  }
+  run_native(op, stack);
+}
+
+void call_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (g_route_flags.log_fallback) {
+    std::cerr << "[flagos cpu_fallback] aten::" << overload_name(op.operator_name()) << std::endl;
+  }
+  count(op, true);
+  at::native::cpu_fallback(op, stack);
+}
+
 void register_native_route() {
   fallback_library = std::make_unique<torch::Library>(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1,
                                                       __FILE__, __LINE__);

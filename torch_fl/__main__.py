@@ -1,0 +1,37 @@
+"""Command line: python -m torch_fl <command> ...
+
+Each command lives in torch_fl/cli/<command>.py and provides
+`add_arguments(parser)` and `run(args) -> int`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# command name -> (module under torch_fl.cli, one-line help)
+COMMANDS = {
+    "info": ("info", "backing device, flagos devices and each backend's availability"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m torch_fl", description="torch_fl: the flagos PyTorch device")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (module, help_text) in COMMANDS.items():
+        mod = importlib.import_module(f"torch_fl.cli.{module}")
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args._run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

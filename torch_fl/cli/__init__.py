@@ -1,0 +1,1 @@
+"""Subcommands of `python -m torch_fl` (one module each)."""
