@@ -78,6 +78,15 @@ def _choose_backing() -> str:
     return requested
 
 
+def _env_flag(name: str) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise FlagosInitError(f"{name}={raw!r} is not a boolean; use 1 or 0.")
+
+
 def _host_devices() -> int:
     raw = os.environ.get("FLAGOS_HOST_DEVICES", "1").strip()
     try:
@@ -104,6 +113,9 @@ def initialize():
         raise FlagosInitError(str(e)) from e
     # The dispatch log names the native route after the platform, as in FEP 0025.
     core._set_default_native_label(accelerator)
+    core._set_log_dispatch(_env_flag("FLAGOS_LOG_DISPATCH"))
+    core._set_log_fallback(_env_flag("FLAGOS_LOG_FALLBACK"))
+    core._set_strict(_env_flag("FLAGOS_STRICT"))
     from torch_fl import flagos
 
     torch._register_device_module(DEVICE_NAME, flagos)
