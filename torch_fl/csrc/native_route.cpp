@@ -207,7 +207,7 @@ void native_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
   at::native::cpu_fallback(op, stack);
 }
 
-std::unique_ptr<torch::Library> fallback_library;
+std::unique_ptr<torch::Library> fallback_library, direct_library;
 
 }  // namespace
 
@@ -230,6 +230,32 @@ void register_native_route() {
   fallback_library = std::make_unique<torch::Library>(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1,
                                                       __FILE__, __LINE__);
   fallback_library->fallback(torch::CppFunction::makeFromBoxedFunction<&native_fallback>());
+
+  // PyTorch registers, for every backend, kernels that implement the
+  // functional and in-place forms of structured ops through their out= form
+  // (CompositeExplicitAutogradNonFunctional). On flagos those would turn
+  // add.Tensor into empty + add.out. Where the backing device has its own
+  // kernel, route the op itself natively: one kernel call, and the dispatch
+  // log names the operator the user called.
+  direct_library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                                    __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const auto& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) {
+      continue;
+    }
+    auto op = dispatcher.findOp(name);
+    if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
+        !op->hasKernelForDispatchKey(g_backing.key)) {
+      continue;
+    }
+    std::string qualified = name.name.substr(6);
+    if (!name.overload_name.empty()) {
+      qualified += "." + name.overload_name;
+    }
+    direct_library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&native_fallback>());
+  }
 }
 
 void set_native_label(const std::string& op, const std::string& label) {
