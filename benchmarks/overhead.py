@@ -1,0 +1,225 @@
+"""Per-call overhead of the flagos device against native PyTorch, same run.
+
+Small operators measure the cost a call adds (microseconds per call, host
+side: they are launch-bound); a large add measures bandwidth and a large bf16
+matmul TFLOP/s, where flagos must equal native. Native and flagos alternate
+round by round and the median of the rounds is reported, with the ratio.
+
+    python benchmarks/overhead.py                 # full sizes (GPU)
+    python benchmarks/overhead.py --quick         # small sizes (host backing, smoke)
+
+Writes benchmarks/results/overhead_<backing>.json (and a PNG when matplotlib
+is installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+import torch_fl
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+@dataclass
+class Row:
+    name: str
+    unit: str  # "us/call", "GB/s" or "TFLOP/s"
+    native: float
+    flagos: float
+
+    @property
+    def ratio(self) -> float:
+        """flagos relative to native: time ratio for us/call, throughput ratio otherwise."""
+        return self.flagos / self.native if self.native else float("nan")
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "flagos":
+        torch.flagos.synchronize(device)
+
+
+def per_call_us(fn: Callable[[], object], device: torch.device, calls: int) -> float:
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync(device)
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def small_ops(device: torch.device) -> dict[str, Callable[[], object]]:
+    """The small operators of the issue, on `device` (inputs made once)."""
+    g = torch.Generator().manual_seed(0)
+
+    def t(*shape, dtype=torch.float32):
+        return torch.randn(*shape, generator=g, dtype=dtype).to(device)
+
+    a, b = t(4, 4), t(4, 4)
+    m1, m2 = t(64, 64), t(64, 64)
+    src, idx = t(128, 64), torch.randint(0, 128, (32,), generator=g).to(device)
+    parts = [t(16, 16) for _ in range(4)]
+    logits = t(32, 128)
+    return {
+        "add 4x4": lambda: a + b,
+        "mul 4x4": lambda: a * b,
+        "sum.dim 4x4": lambda: a.sum(dim=1),
+        "mm 64x64": lambda: m1 @ m2,
+        "index_select": lambda: src.index_select(0, idx),
+        "cat 4x(16x16)": lambda: torch.cat(parts),
+        "softmax 32x128": lambda: torch.softmax(logits, dim=-1),
+    }
+
+
+def timed_ms(fn: Callable[[], object], device: torch.device, reps: int) -> float:
+    """Median milliseconds of fn (device events on a GPU backing, wall clock otherwise)."""
+    times = []
+    for _ in range(reps):
+        sync(device)
+        if device.type in ("cuda", "flagos") and torch_fl.backing() == "cuda":
+            ev = torch.cuda if device.type == "cuda" else torch.flagos
+            start, end = ev.Event(enable_timing=True), ev.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def large_ops(device: torch.device, quick: bool) -> dict[str, tuple[str, float, Callable[[], object]]]:
+    """name -> (unit, work per call in GB or TFLOP, fn)."""
+    n = (1 << 22) if quick else (1 << 28)  # float32 elements per operand
+    mm_n = 512 if quick else 8192
+    x = torch.randn(n, device="cpu").to(device)
+    y = torch.randn(n, device="cpu").to(device)
+    out = torch.empty_like(x)
+    p = torch.randn(mm_n, mm_n, dtype=torch.bfloat16).to(device)
+    q = torch.randn(mm_n, mm_n, dtype=torch.bfloat16).to(device)
+    gb = 3 * n * 4 / 1e9  # two reads and one write
+    tflop = 2 * mm_n**3 / 1e12
+    return {
+        f"add {n >> 20}M fp32 (bandwidth)": ("GB/s", gb, lambda: torch.add(x, y, out=out)),
+        f"mm {mm_n}^3 bf16": ("TFLOP/s", tflop, lambda: torch.mm(p, q)),
+    }
+
+
+def run(native: torch.device, flagos: torch.device, rounds: int, calls: int, quick: bool) -> list[Row]:
+    rows: list[Row] = []
+    ops = {native: small_ops(native), flagos: small_ops(flagos)}
+    for name in ops[native]:
+        samples: dict[torch.device, list[float]] = {native: [], flagos: []}
+        for dev in (native, flagos):  # warm up (kernel selection, allocator)
+            per_call_us(ops[dev][name], dev, 50)
+        for r in range(rounds):
+            order = (native, flagos) if r % 2 == 0 else (flagos, native)
+            for dev in order:
+                samples[dev].append(per_call_us(ops[dev][name], dev, calls))
+        rows.append(Row(name, "us/call", statistics.median(samples[native]), statistics.median(samples[flagos])))
+        print(f"  {name:<20} native {rows[-1].native:7.2f} us  flagos {rows[-1].flagos:7.2f} us", flush=True)
+    big = {native: large_ops(native, quick), flagos: large_ops(flagos, quick)}
+    for name, (unit, work, _) in big[native].items():
+        samples = {native: [], flagos: []}
+        for dev in (native, flagos):
+            timed_ms(big[dev][name][2], dev, 3)
+        for r in range(rounds):
+            order = (native, flagos) if r % 2 == 0 else (flagos, native)
+            for dev in order:
+                samples[dev].append(work / (timed_ms(big[dev][name][2], dev, 5) / 1e3))
+        rows.append(Row(name, unit, statistics.median(samples[native]), statistics.median(samples[flagos])))
+        print(f"  {name:<20} native {rows[-1].native:9.1f} {unit}  flagos {rows[-1].flagos:9.1f} {unit}", flush=True)
+    return rows
+
+
+def environment() -> dict:
+    env = {
+        "torch": torch.__version__,
+        "torch_fl": torch_fl.__version__,
+        "python": platform.python_version(),
+        "backing": torch_fl.backing(),
+        "device": torch.flagos.get_device_name(0),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+    if torch_fl.backing() == "cuda":
+        env["cuda"] = torch.version.cuda
+    return env
+
+
+def plot(rows: list[Row], path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no chart (pip install matplotlib)")
+        return
+    small = [r for r in rows if r.unit == "us/call"]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    xs = range(len(small))
+    ax.bar([x - 0.2 for x in xs], [r.native for r in small], 0.4, label="native")
+    ax.bar([x + 0.2 for x in xs], [r.flagos for r in small], 0.4, label="flagos")
+    ax.set_xticks(list(xs), [r.name for r in small], rotation=20, ha="right")
+    ax.set_ylabel("microseconds per call")
+    ax.set_title(f"flagos vs native, {rows and environment()['device']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=7, help="alternating rounds per variant (median reported)")
+    parser.add_argument("--calls", type=int, default=2000, help="calls per round for small operators")
+    parser.add_argument("--quick", action="store_true", help="small sizes and few calls (smoke test)")
+    parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/overhead_<backing>.json)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.calls = min(args.rounds, 3), min(args.calls, 200)
+    backing = torch_fl.backing()
+    native = torch.device("cuda", 0) if backing == "cuda" else torch.device("cpu")
+    flagos = torch.device("flagos", 0)
+    print(f"flagos over {backing}: {environment()['device']}", flush=True)
+    rows = run(native, flagos, args.rounds, args.calls, args.quick)
+    out = args.out or os.path.join(RESULTS, f"overhead_{backing}{'_quick' if args.quick else ''}.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    report = {
+        "command": "python " + " ".join(sys.argv),
+        "environment": environment(),
+        "rounds": args.rounds,
+        "calls": args.calls,
+        "results": [
+            asdict(r) | {"ratio": r.ratio, "added_us": r.flagos - r.native if r.unit == "us/call" else None}
+            for r in rows
+        ],
+    }
+    with open(out, "w") as f:
+        json.dump(report, f, indent=2)
+    print(f"\n{'operator':<28}{'native':>10}{'flagos':>10}{'ratio':>8}  unit")
+    for r in rows:
+        print(f"{r.name:<28}{r.native:>10.2f}{r.flagos:>10.2f}{r.ratio:>8.3f}  {r.unit}")
+    print(f"wrote {out}")
+    if not args.quick:
+        plot(rows, out.replace(".json", ".png"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
