@@ -1,0 +1,155 @@
+"""Tensor semantics on flagos: real storage, views, in-place, out=, copies."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torch_fl
+from tests.conftest import NATIVE
+
+pytestmark = pytest.mark.anyplatform
+
+
+def test_storage_is_real_and_views_share_it():
+    x = torch.arange(12.0, device="flagos")
+    assert x.data_ptr() != 0
+    v = x.view(3, 4)
+    t = v.t()
+    s = x[2:8:2]
+    for view in (v, t, s, x.unfold(0, 4, 2), x.as_strided((2, 2), (1, 3), 1)):
+        assert view.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+        assert view._base is x or view._base is None or view._base._base is x
+    assert s.data_ptr() == x.data_ptr() + 2 * x.element_size()
+    t[1, 0] = 100.0  # writes through the view land in the base
+    assert x[1].item() == 100.0
+    s.mul_(0)
+    assert x.cpu()[2:8:2].eq(0).all()
+
+
+def test_in_place_returns_the_same_tensor():
+    x = torch.ones(4, device="flagos")
+    y = x.add_(1)
+    assert y is x
+    out = torch.empty(4, device="flagos")
+    r = torch.mul(x, 3, out=out)
+    assert r is out and out.cpu().eq(6).all()
+
+
+def test_out_argument_is_resized_on_flagos():
+    a = torch.randn(3, 5, device="flagos")
+    out = torch.empty(0, device="flagos")
+    ptr = out.data_ptr()
+    torch.matmul(a, a.t(), out=out)
+    assert out.shape == (3, 3) and out.device.type == "flagos"
+    assert out.data_ptr() != ptr
+    torch.testing.assert_close(out.cpu(), a.cpu() @ a.cpu().t())
+    # values/indices out= pairs
+    vals, idx = torch.empty(0, device="flagos"), torch.empty(0, dtype=torch.long, device="flagos")
+    torch.max(a, dim=1, out=(vals, idx))
+    assert vals.shape == (3,) and idx.shape == (3,)
+    torch.testing.assert_close(vals.cpu(), a.cpu().max(dim=1).values)
+
+
+def test_resize_and_set():
+    x = torch.arange(4.0, device="flagos")
+    x.resize_(8)
+    assert x.shape == (8,) and x[:4].cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+    y = torch.empty(0, device="flagos")
+    y.set_(x)
+    assert y.data_ptr() == x.data_ptr() and y.shape == x.shape
+    z = torch.empty(0, device="flagos")
+    z.set_(x.untyped_storage(), 4, (2, 2), (2, 1))
+    assert z.data_ptr() == x.data_ptr() + 4 * 4
+    st = torch.UntypedStorage(16, device="flagos")
+    st.resize_(64)
+    assert st.nbytes() == 64 and st.device.type == "flagos"
+
+
+def test_zero_copy_aliases_both_ways():
+    x = torch.arange(6.0, device="flagos").view(2, 3)
+    n = torch_fl.as_native(x)
+    assert n.device.type == NATIVE.type and n.data_ptr() == x.data_ptr()
+    assert n.shape == x.shape and n.stride() == x.stride()
+    n[0, 0] = 42.0
+    assert x[0, 0].item() == 42.0
+    back = torch_fl.as_flagos(n)
+    assert back.device.type == "flagos" and back.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    native = torch.ones(3, device=NATIVE)
+    f = torch_fl.as_flagos(native)
+    f.add_(1)
+    assert native.tolist() == [2.0, 2.0, 2.0]
+    del native  # the alias keeps the memory alive
+    assert f.cpu().tolist() == [2.0, 2.0, 2.0]
+    with pytest.raises(RuntimeError, match="as_native expects a flagos tensor"):
+        torch_fl.as_native(torch.ones(1))
+
+
+def test_copies_between_devices():
+    n = torch.flagos.device_count()
+    cpu = torch.randn(5, 7)
+    f0 = cpu.to("flagos:0")
+    f1 = f0.to(f"flagos:{n - 1}")
+    assert f1.device == torch.device("flagos", n - 1)
+    torch.testing.assert_close(f1.cpu(), cpu)
+    nc = f0.t().contiguous().to(f"flagos:{n - 1}")  # non-contiguous source
+    torch.testing.assert_close(nc.cpu(), cpu.t().contiguous())
+    half = f0.to(torch.float16)
+    assert half.dtype == torch.float16 and half.device.type == "flagos"
+
+
+def test_pin_memory_and_non_blocking_copies():
+    host = torch.randn(1024).pin_memory()
+    assert host.is_pinned()
+    dev = host.to("flagos", non_blocking=True)
+    back = torch.empty(1024).pin_memory()
+    back.copy_(dev, non_blocking=True)
+    torch.flagos.synchronize()
+    torch.testing.assert_close(back, host)
+    assert not torch.randn(4).is_pinned()
+
+
+def test_cpu_results_stay_on_cpu():
+    x = torch.tensor([1.5, 2.5], device="flagos")
+    assert x.tolist() == [1.5, 2.5]
+    assert x.sum().item() == 4.0
+    assert x.cpu().device.type == "cpu"
+    assert x.cpu().numpy().tolist() == [1.5, 2.5]
+
+
+def test_factories_and_scalars():
+    n = torch.flagos.device_count()
+    for t in (
+        torch.zeros(3, device="flagos"),
+        torch.arange(5, device=f"flagos:{n - 1}"),
+        torch.full((2,), 7, device="flagos"),
+        torch.eye(3, device="flagos"),
+        torch.linspace(0, 1, 5, device="flagos"),
+        torch.tensor(3.0, device="flagos"),
+    ):
+        assert t.device.type == "flagos"
+    assert torch.arange(5, device=f"flagos:{n - 1}").device.index == n - 1
+    assert torch.eye(3, device="flagos").sum().item() == 3.0
+    with pytest.raises(RuntimeError, match="pin_memory=True applies to host tensors"):
+        torch.empty(2, device="flagos", pin_memory=True)
+
+
+def test_empty_and_zero_dim_tensors():
+    e = torch.empty(0, 3, device="flagos")
+    assert (e + 1).shape == (0, 3)
+    s = torch.tensor(2.0, device="flagos")
+    assert (s * s).item() == 4.0 and (s * s).dim() == 0
+
+
+def test_mixed_cpu_scalar_tensor_arguments():
+    x = torch.ones(3, device="flagos")
+    y = x * torch.tensor(2.0)  # 0-d CPU tensors are allowed with device tensors, as for CUDA
+    assert y.device.type == "flagos" and y.cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_complex_and_conjugate_views():
+    z = torch.randn(4, dtype=torch.complex64)
+    fz = z.to("flagos")
+    torch.testing.assert_close(fz.conj().cpu(), z.conj())
+    torch.testing.assert_close(torch.view_as_real(fz).cpu(), torch.view_as_real(z))
+    torch.testing.assert_close((fz.conj() * fz).cpu(), z.conj() * z)
