@@ -50,6 +50,53 @@ c10::DispatchKey flagos_key() {
 
 }  // namespace
 
+namespace {
+
+// Borrowed aliases live for one kernel call. Their TensorImpl and StorageImpl
+// are recycled per thread instead of allocated each call: the per-call cost
+// of the native route is mostly these two objects.
+constexpr size_t kPoolSize = 16;
+thread_local c10::SmallVector<at::Tensor, kPoolSize> alias_pool;
+
+void set_geometry(c10::TensorImpl* impl, const at::Tensor& like) {
+  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  impl->_set_conj(like.is_conj());
+  impl->_set_neg(like.is_neg());
+}
+
+}  // namespace
+
+at::Tensor borrow_native(const at::Tensor& flagos) {
+  c10::StorageImpl* src = flagos.storage().unsafeGetStorageImpl();
+  const c10::DataPtr& data = src->data_ptr();
+  if (C10_UNLIKELY(alias_pool.empty() || data.get_deleter() == &owning_native_deleter)) {
+    return native_alias(flagos, /*owning=*/false);
+  }
+  const Backing& b = g_backing;
+  at::Tensor alias = std::move(alias_pool.back());
+  alias_pool.pop_back();
+  auto* impl = alias.unsafeGetTensorImpl();
+  c10::Storage storage = impl->storage();
+  c10::StorageImpl* st = storage.unsafeGetStorageImpl();
+  st->set_data_ptr_noswap(c10::DataPtr(src->mutable_data(), src, &borrowed_deleter,
+                                       c10::Device(b.type, b.host ? -1 : flagos.device().index())));
+  st->set_nbytes(src->nbytes());
+  st->set_resizable(src->resizable());
+  impl->set_storage_and_dtype(std::move(storage), flagos.dtype());
+  set_geometry(impl, flagos);
+  return alias;
+}
+
+void release_borrowed(at::Tensor&& alias, c10::StorageImpl* alias_storage) {
+  auto* impl = alias.unsafeGetTensorImpl();
+  // Recycle only what nothing else references and the kernel left as made.
+  if (alias_pool.size() < kPoolSize && alias.use_count() == 1 && impl->storage().unsafeGetStorageImpl() == alias_storage &&
+      c10::raw::intrusive_ptr::use_count(alias_storage) == 1 &&
+      alias_storage->data_ptr().get_deleter() == &borrowed_deleter) {
+    alias_pool.push_back(std::move(alias));
+  }
+}
+
 at::Tensor native_alias(const at::Tensor& flagos, bool owning) {
   c10::StorageImpl* src = flagos.storage().unsafeGetStorageImpl();
   const Backing& b = g_backing;
@@ -117,10 +164,27 @@ at::Tensor flagos_alias(const at::Tensor& native, c10::DeviceIndex index) {
   return tensor_over(wrap_native_storage(src, index, /*may_steal=*/false), flagos_key(), native);
 }
 
-at::Tensor adopt_result(const at::Tensor& native, c10::DeviceIndex index) {
+at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index) {
   c10::StorageImpl* src = native.storage().unsafeGetStorageImpl();
   if (auto original = aliased_flagos_storage(src)) {
     return tensor_over(std::move(original), flagos_key(), native);
+  }
+  auto* impl = native.unsafeGetTensorImpl();
+  if (native.use_count() == 1 && c10::raw::intrusive_ptr::use_count(src) == 1 && !impl->is_inference() &&
+      impl->allow_tensor_metadata_change()) {
+    // A fresh result that nothing else holds: turn it into a flagos tensor in
+    // place (retag its memory and dispatch keys) rather than wrapping it.
+    const c10::Device device(kFlagos, index);
+    if (g_backing.host) {
+      src->set_data_ptr_noswap(host_adopt(src->set_data_ptr(c10::DataPtr(nullptr, src->device())), src->nbytes(),
+                                          index));
+    } else {
+      src->mutable_data_ptr().unsafe_set_device(device);
+    }
+    src->set_allocator(flagos_allocator());
+    impl->set_storage_keep_dtype(impl->storage());
+    impl->_change_backend_component_keys(device);
+    return std::move(native);
   }
   return tensor_over(wrap_native_storage(src, index, /*may_steal=*/true), flagos_key(), native);
 }

@@ -57,7 +57,10 @@ at::Tensor flagos_alias(const at::Tensor& native, c10::DeviceIndex index);
 // A flagos tensor for a fresh kernel result; takes over its memory when the
 // result is the only owner, else aliases it. Results that view a flagos
 // storage (through a native alias) are mapped back to that storage.
-at::Tensor adopt_result(const at::Tensor& native, c10::DeviceIndex index);
+at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index);
+// Borrowed native alias from a per-thread pool, and its return to the pool.
+at::Tensor borrow_native(const at::Tensor& flagos);
+void release_borrowed(at::Tensor&& alias, c10::StorageImpl* alias_storage);
 // Gives `flagos` the storage and geometry the kernel left on its alias (an
 // out= argument the kernel resized or re-pointed).
 void sync_back(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageImpl* alias_storage);

@@ -10,6 +10,7 @@
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <iostream>
 #include <mutex>
 #include <unordered_map>
@@ -22,17 +23,40 @@ namespace {
 
 // --------------------------------------------------------------- statistics
 struct OpCounts {
-  int64_t native = 0;
-  int64_t cpu_fallback = 0;
+  std::atomic<int64_t> native{0};
+  std::atomic<int64_t> cpu_fallback{0};
 };
 std::mutex stats_mutex;
-// Keyed by the schema's address: stable for the operator's lifetime.
-std::unordered_map<const c10::FunctionSchema*, OpCounts> stats;
+// Keyed by the schema's address: stable for the operator's lifetime. Entries
+// are never erased (reset zeroes them), so cached pointers stay valid.
+std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpCounts>> stats;
+
+OpCounts* counts_slow(const c10::FunctionSchema* key) {
+  std::lock_guard<std::mutex> lock(stats_mutex);
+  auto& slot = stats[key];
+  if (!slot) {
+    slot = std::make_unique<OpCounts>();
+  }
+  return slot.get();
+}
+
+// A small per-thread direct-mapped cache in front of the map: the hot path
+// is a pointer compare and a relaxed atomic add.
+struct CountCache {
+  const c10::FunctionSchema* key[64] = {};
+  OpCounts* counts[64] = {};
+};
+thread_local CountCache count_cache;
 
 void count(const c10::OperatorHandle& op, bool fallback) {
-  std::lock_guard<std::mutex> lock(stats_mutex);
-  auto& c = stats[&op.schema()];
-  (fallback ? c.cpu_fallback : c.native) += 1;
+  const c10::FunctionSchema* key = &op.schema();
+  const size_t slot = (reinterpret_cast<uintptr_t>(key) >> 4) & 63;
+  if (C10_UNLIKELY(count_cache.key[slot] != key)) {
+    count_cache.key[slot] = key;
+    count_cache.counts[slot] = counts_slow(key);
+  }
+  (fallback ? count_cache.counts[slot]->cpu_fallback : count_cache.counts[slot]->native)
+      .fetch_add(1, std::memory_order_relaxed);
 }
 
 std::string overload_name(const c10::OperatorName& name) {
@@ -75,7 +99,7 @@ inline bool is_flagos(const at::Tensor& t) {
 }
 
 at::Tensor borrow(const at::Tensor& t, BorrowList& borrowed, c10::DeviceIndex& index) {
-  at::Tensor alias = native_alias(t, /*owning=*/false);
+  at::Tensor alias = borrow_native(t);
   if (index < 0) {
     index = t.device().index();
   }
@@ -83,16 +107,16 @@ at::Tensor borrow(const at::Tensor& t, BorrowList& borrowed, c10::DeviceIndex& i
   return alias;
 }
 
-at::Tensor unwrap_result(const at::Tensor& r, const BorrowList& borrowed, c10::DeviceIndex index) {
+at::Tensor unwrap_result(at::Tensor&& r, const BorrowList& borrowed, c10::DeviceIndex index) {
   if (!r.defined() || r.device().type() != g_backing.type) {
-    return r;  // e.g. CPU results of a CUDA kernel stay CPU
+    return std::move(r);  // e.g. CPU results of a CUDA kernel stay CPU
   }
   for (const auto& b : borrowed) {
     if (r.unsafeGetTensorImpl() == b.alias.unsafeGetTensorImpl()) {
       return b.flagos;  // in-place and out= return the flagos argument itself
     }
   }
-  return adopt_result(r, index < 0 ? current_device() : index);
+  return adopt_result(std::move(r), index < 0 ? current_device() : index);
 }
 
 void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -168,16 +192,20 @@ void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (size_t i = stack->size() - nret; i < stack->size(); ++i) {
     c10::IValue& v = (*stack)[i];
     if (v.isTensor()) {
-      v = unwrap_result(v.toTensor(), borrowed, index);
+      v = unwrap_result(std::move(v).toTensor(), borrowed, index);
     } else if (v.isTensorList()) {
-      auto list = v.toTensorList();
+      auto list = std::move(v).toTensorList();
       c10::List<at::Tensor> out;
       out.reserve(list.size());
-      for (const at::Tensor& t : list) {
-        out.push_back(unwrap_result(t, borrowed, index));
+      for (size_t j = 0; j < list.size(); ++j) {
+        at::Tensor t = list.extract(j);
+        out.push_back(unwrap_result(std::move(t), borrowed, index));
       }
       v = std::move(out);
     }
+  }
+  for (auto& b : borrowed) {
+    release_borrowed(std::move(b.alias), b.alias_storage);
   }
 }
 
@@ -277,11 +305,11 @@ std::vector<std::tuple<std::string, std::string, int64_t>> route_stats() {
   std::vector<std::tuple<std::string, std::string, int64_t>> out;
   for (const auto& [schema, c] : stats) {
     std::string name = overload_name(schema->operator_name());
-    if (c.native) {
-      out.emplace_back(name, "native", c.native);
+    if (int64_t n = c->native.load()) {
+      out.emplace_back(name, "native", n);
     }
-    if (c.cpu_fallback) {
-      out.emplace_back(name, "cpu_fallback", c.cpu_fallback);
+    if (int64_t n = c->cpu_fallback.load()) {
+      out.emplace_back(name, "cpu_fallback", n);
     }
   }
   return out;
@@ -289,7 +317,10 @@ std::vector<std::tuple<std::string, std::string, int64_t>> route_stats() {
 
 void reset_route_stats() {
   std::lock_guard<std::mutex> lock(stats_mutex);
-  stats.clear();
+  for (auto& entry : stats) {
+    entry.second->native = 0;
+    entry.second->cpu_fallback = 0;
+  }
 }
 
 }  // namespace torch_fl

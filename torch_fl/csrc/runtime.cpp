@@ -149,30 +149,35 @@ struct FlagosGuardImpl final : c10::impl::DeviceGuardImplInterface {
     }
   }
   c10::Stream getStream(c10::Device d) const override {
+    check_device_index(d.index());
     if (g_backing.host) {
       return c10::Stream(c10::Stream::UNSAFE, d, tls_host_stream[d.index()]);
     }
     return to_flagos_stream(g_backing.guard->getStream(native_device(d)));
   }
   c10::Stream getDefaultStream(c10::Device d) const override {
+    check_device_index(d.index());
     if (g_backing.host) {
       return c10::Stream(c10::Stream::UNSAFE, d, 0);
     }
     return to_flagos_stream(g_backing.guard->getDefaultStream(native_device(d)));
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool high_priority) const override {
+    check_device_index(d.index());
     if (g_backing.host) {
       return c10::Stream(c10::Stream::UNSAFE, d, next_host_stream++);
     }
     return to_flagos_stream(g_backing.guard->getStreamFromGlobalPool(native_device(d), high_priority));
   }
   c10::Stream getNewStream(c10::Device d, int priority) const override {
+    check_device_index(d.index());
     if (g_backing.host) {
       return c10::Stream(c10::Stream::UNSAFE, d, next_host_stream++);
     }
     return to_flagos_stream(g_backing.guard->getNewStream(native_device(d), priority));
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
+    check_device_index(s.device_index());
     if (g_backing.host) {
       auto& slot = tls_host_stream[s.device_index()];
       auto old = slot;
@@ -247,7 +252,9 @@ FlagosGuardImpl guard_impl;
 
 // ---------------------------------------------------------------- hooks
 c10::DeviceIndex index_or_current(c10::DeviceIndex i) {
-  return i < 0 ? current_device() : i;
+  c10::DeviceIndex index = i < 0 ? current_device() : i;
+  check_device_index(index);  // CUDA indexes its per-device tables unchecked
+  return index;
 }
 
 struct FlagosHooks final : at::PrivateUse1HooksInterface {
@@ -284,7 +291,7 @@ struct FlagosHooks final : at::PrivateUse1HooksInterface {
     return g_backing.host ? host_pinned_allocator() : at::detail::getCUDAHooks().getPinnedMemoryAllocator();
   }
   bool hasPrimaryContext(c10::DeviceIndex i) const override {
-    return g_backing.host ? true : at::detail::getCUDAHooks().hasPrimaryContext(i);
+    return g_backing.host ? true : at::detail::getCUDAHooks().hasPrimaryContext(index_or_current(i));
   }
   void init() const override {
     if (g_backing.initialized && !g_backing.host) {
