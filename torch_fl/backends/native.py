@@ -21,7 +21,7 @@ class NativeBackend(Backend):
     def __init__(self, name: str, platform: str | None):
         self.name = name
         self.platform = platform  # None: whatever backs flagos
-        where = platform or "the backing device"
+        where = platform or "backing-device"
         self.description = f"PyTorch's own {where} kernels on the same memory (zero copy)"
 
     def unavailable_reason(self) -> str | None:

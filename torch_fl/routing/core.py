@@ -141,7 +141,7 @@ def target_for(op: str, rule: Rule | None, dtype: torch.dtype | None) -> Target:
         elif dtype is not None and not b.supports_dtype(op, dtype):
             reason = f"{rule.backend} does not support {names.dtype_name(dtype)}"
         elif (rule.backend, dtype) in STATE.failed.get(op, ()) or (rule.backend, None) in STATE.failed.get(op, ()):
-            reason = f"{rule.backend}'s kernel for {op} raised earlier in this process"
+            reason = f"{rule.backend}'s kernel for {op} raised for {names.dtype_name(dtype)} earlier in this process"
     if reason is not None:
         if not b.available():
             reason = f"backend '{rule.backend}' is unavailable: {reason}"
