@@ -8,6 +8,9 @@ round by round and the median of the rounds is reported, with the ratio.
     python benchmarks/overhead.py                 # full sizes (GPU)
     python benchmarks/overhead.py --quick         # small sizes (host backing, smoke)
 
+With flag_gems on a GPU it also times a flaggems-routed add/mul on flagos
+against the same flag_gems function called directly on CUDA tensors.
+
 Writes benchmarks/results/overhead_<backing>.json (and a PNG when matplotlib
 is installed).
 """
@@ -147,6 +150,50 @@ def run(native: torch.device, flagos: torch.device, rounds: int, calls: int, qui
     return rows
 
 
+def flaggems_rows(rounds: int, calls: int) -> list[Row]:
+    """A flaggems-routed call on flagos vs the same flag_gems function called directly on CUDA tensors.
+
+    The "native" column is the direct call (flag_gems.ops.* on CUDA tensors), "flagos" the routed one;
+    added_us is what the routing layer costs (issue 3: <= 3 us).
+    """
+    from torch_fl import backends, routing
+    from torch_fl.backends.flaggems import LOADER
+
+    gems = backends.get("flaggems")
+    if not gems.available():
+        print(f"  flaggems rows skipped: {gems.unavailable_reason()}", flush=True)
+        return []
+    rows = []
+    g = torch.Generator().manual_seed(0)
+    a_cpu, b_cpu = torch.randn(4, 4, generator=g), torch.randn(4, 4, generator=g)
+    a_n, b_n = a_cpu.to("cuda"), b_cpu.to("cuda")
+    a_f, b_f = torch_fl.as_flagos(a_n), torch_fl.as_flagos(b_n)
+    native = torch.device("cuda", 0)
+    flagos = torch.device("flagos", 0)
+    for op, call_direct, call_routed in (
+        ("add.Tensor", lambda f: f(a_n, b_n), lambda: a_f + b_f),
+        ("mul.Tensor", lambda f: f(a_n, b_n), lambda: a_f * b_f),
+    ):
+        fn = LOADER.table.get(op)
+        if fn is None:
+            continue
+        with routing.route({op: "flaggems"}):
+            per_call_us(lambda fn=fn, c=call_direct: c(fn), native, 50)  # warm up (Triton compile)
+            per_call_us(call_routed, flagos, 50)
+            direct, routed = [], []
+            for r in range(rounds):
+                order = ("d", "r") if r % 2 == 0 else ("r", "d")
+                for which in order:
+                    if which == "d":
+                        direct.append(per_call_us(lambda fn=fn, c=call_direct: c(fn), native, calls))
+                    else:
+                        routed.append(per_call_us(call_routed, flagos, calls))
+        name = f"{op.split('.')[0]} 4x4 flaggems routed vs direct"
+        rows.append(Row(name, "us/call", statistics.median(direct), statistics.median(routed)))
+        print(f"  {name:<20} direct {rows[-1].native:7.2f} us  routed {rows[-1].flagos:7.2f} us", flush=True)
+    return rows
+
+
 def environment() -> dict:
     env = {
         "torch": torch.__version__,
@@ -198,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     flagos = torch.device("flagos", 0)
     print(f"flagos over {backing}: {environment()['device']}", flush=True)
     rows = run(native, flagos, args.rounds, args.calls, args.quick)
+    rows += flaggems_rows(args.rounds, args.calls)
     out = args.out or os.path.join(RESULTS, f"overhead_{backing}{'_quick' if args.quick else ''}.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     report = {

@@ -32,4 +32,8 @@ def as_flagos(tensor, index: int = -1):
     return _C.as_flagos(tensor, index)
 
 
-__all__ = ["DEVICE_NAME", "FlagosInitError", "as_flagos", "as_native", "backing", "flagos"]
+from torch_fl import routing  # noqa: E402  (reads the routing config and env once, registers kernels)
+
+routing._startup()
+
+__all__ = ["DEVICE_NAME", "FlagosInitError", "as_flagos", "as_native", "backing", "flagos", "routing"]

@@ -13,6 +13,9 @@ import sys
 # command name -> (module under torch_fl.cli, one-line help)
 COMMANDS = {
     "info": ("info", "backing device, flagos devices and each backend's availability"),
+    "routes": ("routes", "the effective routing table and where each route came from"),
+    "explain": ("explain", "why an operator runs on the backend it runs on"),
+    "validate": ("validate", "check a routing file (exit 1 with file:line messages)"),
 }
 
 

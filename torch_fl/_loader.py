@@ -78,15 +78,6 @@ def _choose_backing() -> str:
     return requested
 
 
-def _env_flag(name: str) -> bool:
-    raw = os.environ.get(name, "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
-        return False
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    raise FlagosInitError(f"{name}={raw!r} is not a boolean; use 1 or 0.")
-
-
 def _host_devices() -> int:
     raw = os.environ.get("FLAGOS_HOST_DEVICES", "1").strip()
     try:
@@ -113,9 +104,7 @@ def initialize():
         raise FlagosInitError(str(e)) from e
     # The dispatch log names the native route after the platform, as in FEP 0025.
     core._set_default_native_label(accelerator)
-    core._set_log_dispatch(_env_flag("FLAGOS_LOG_DISPATCH"))
-    core._set_log_fallback(_env_flag("FLAGOS_LOG_FALLBACK"))
-    core._set_strict(_env_flag("FLAGOS_STRICT"))
+    # FLAGOS_LOG_DISPATCH, FLAGOS_LOG_FALLBACK and FLAGOS_STRICT are read by torch_fl.routing at import.
     from torch_fl import flagos
 
     torch._register_device_module(DEVICE_NAME, flagos)

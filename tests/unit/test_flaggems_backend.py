@@ -1,0 +1,175 @@
+"""The FlagGems backend against a fake flag_gems with FlagGems' registration-table shape.
+
+flag_gems cannot be imported without a GPU, so CI exercises the table
+building, argument unwrapping, result wrapping, fallback and logging logic
+with a monkeypatched module; the real one runs under the `flaggems` marker.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import torch_fl
+from tests.unit.routing_fixtures import make_fake_flag_gems
+from torch_fl import routing
+from torch_fl.backends import flaggems
+from torch_fl.routing import core
+from torch_fl.routing.errors import FallbackWarning, RoutingError
+
+pytestmark = pytest.mark.anyplatform
+
+
+def row(op, backend):
+    return next((s for s in routing.stats() if s.op == op and s.backend == backend), None)
+
+
+def test_table_comes_from_flaggems_own_registration():
+    table = flaggems.build_table(make_fake_flag_gems())
+    # the entry whose condition is off is not registered, exactly as flag_gems.enable() would do
+    assert sorted(table) == ["abs.out", "add.Tensor", "add_.Tensor", "cat", "mul_.Tensor", "neg"]
+
+
+def test_table_from_full_config_when_enable_does_not_use_lib():
+    mod = make_fake_flag_gems()
+    mod.enable = lambda **kw: None
+    assert "sub.Tensor" not in flaggems.build_table(mod) and "add.Tensor" in flaggems.build_table(mod)
+
+
+def test_unavailable_on_host_with_the_reason(routing_state):
+    if torch_fl.backing() != "cpu":
+        pytest.skip("host backing only")
+    flaggems.LOADER.reset()
+    from torch_fl import backends
+
+    b = backends.get("flaggems")
+    assert not b.available() and "host memory" in b.unavailable_reason()
+    assert b.info()["available"] is False
+
+
+def test_flaggems_source_dir_must_hold_flaggems(monkeypatch, tmp_path):
+    monkeypatch.setenv("FLAGGEMS_SOURCE_DIR", str(tmp_path))
+    with pytest.raises(RoutingError, match="holds no FlagGems source"):
+        flaggems.source_dir()
+    (tmp_path / "src" / "flag_gems").mkdir(parents=True)
+    (tmp_path / "src" / "flag_gems" / "__init__.py").write_text("")
+    assert flaggems.source_dir() == str(tmp_path / "src")
+
+
+def test_routed_call_runs_on_native_aliases_and_returns_flagos_on_the_same_device(fake_gems):
+    routing.reset_stats()
+    routing.set_route("add.Tensor", "flaggems")
+    idx = torch.flagos.device_count() - 1
+    x = torch.arange(3.0, device=f"flagos:{idx}")
+    y = x + x
+    assert fake_gems.calls[-1] == ("add", torch_fl.backing(), torch.float32)
+    assert y.device == torch.device("flagos", idx)
+    assert torch.equal(y.cpu(), torch.arange(3.0) * 2)
+    assert row("add.Tensor", "flaggems") == routing.OpStat("add.Tensor", "flaggems", 1, 0, 0)
+
+
+def test_tensor_list_arguments(fake_gems):
+    routing.set_route("cat", "flagos_python")
+    x = torch.ones(2, device="flagos")
+    z = torch.cat([x, x + 1])
+    assert fake_gems.calls[-1][0] == "cat" and z.device.type == "flagos"
+    assert torch.equal(z.cpu(), torch.tensor([1.0, 1.0, 2.0, 2.0]))
+    assert row("cat", "flaggems_python").calls == 1  # stats use the canonical name of the alias
+
+
+def test_in_place_returns_the_flagos_argument_itself(fake_gems):
+    routing.set_route("mul_.Tensor", "flaggems")
+    x = torch.full((3,), 2.0, device="flagos")
+    r = x.mul_(x)
+    assert r is x and torch.equal(x.cpu(), torch.full((3,), 4.0))
+
+
+def test_out_variant_resizes_the_flagos_output(fake_gems):
+    routing.set_route("abs.out", "flaggems")
+    x = -torch.arange(4.0, device="flagos")
+    out = torch.empty(0, device="flagos")
+    r = torch.abs(x, out=out)
+    assert r is out and out.shape == (4,) and torch.equal(out.cpu(), torch.arange(4.0))
+
+
+def test_python_exception_falls_back_for_that_dtype_once_logged(fake_gems):
+    routing.reset_stats()
+    routing.set_route("add.Tensor", "flaggems")
+    x = torch.ones(2, device="flagos", dtype=torch.float64)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert torch.equal((x + x).cpu(), torch.full((2,), 2.0, dtype=torch.float64))
+        assert torch.equal((x + x).cpu(), torch.full((2,), 2.0, dtype=torch.float64))
+    msgs = [str(m.message) for m in w if issubclass(m.category, FallbackWarning)]
+    assert len(msgs) == 1 and "ValueError" in msgs[0] and "float64" in msgs[0]
+    assert sum(c[0] == "add" for c in fake_gems.calls) == 1  # the second call went straight to native
+    assert row("add.Tensor", "flaggems") == routing.OpStat("add.Tensor", "flaggems", 1, 2, 1)
+    # float32 still runs on FlagGems
+    y = torch.ones(2, device="flagos")
+    y + y
+    assert fake_gems.calls[-1] == ("add", torch_fl.backing(), torch.float32)
+    assert "float64" in str(routing.explain("add.Tensor", torch.float64).reason)
+    assert routing.explain("add.Tensor", torch.float32).reason is None
+
+
+def test_in_place_failure_is_not_rerun(fake_gems):
+    routing.set_route("add_.Tensor", "flaggems")
+    x = torch.ones(3, device="flagos")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(RuntimeError, match="not re-run natively"):
+            x.add_(x)
+    # the fake wrote -1 before failing; a re-run would have produced -2
+    assert torch.equal(x.cpu(), -torch.ones(3))
+    x.fill_(1.0)
+    x.add_(x)  # later float32 calls run natively
+    assert torch.equal(x.cpu(), torch.full((3,), 2.0))
+
+
+def test_device_fault_is_raised_not_hidden(fake_gems):
+    routing.set_route("neg", "flaggems")
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        torch.ones(2, device="flagos").neg()
+    assert "neg" not in core.STATE.failed
+
+
+def test_strict_kernel_failure_is_an_error(fake_gems):
+    core.set_flags(strict=True)
+    routing.set_route("add.Tensor", "flaggems")
+    x = torch.ones(2, device="flagos", dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="FLAGOS_STRICT=1"):
+        x + x
+
+
+def test_op_missing_from_flaggems_falls_back(fake_gems):
+    routing.set_route("sub.Tensor", "flaggems")  # its condition is off in the fake
+    x = torch.ones(2, device="flagos")
+    with pytest.warns(FallbackWarning, match="flaggems has no kernel for sub.Tensor"):
+        x - x
+    assert row("sub.Tensor", "flaggems").fallbacks == 1
+
+
+def test_unsupported_dtype_falls_back(fake_gems):
+    routing.set_route("add.Tensor", "flaggems")
+    x = torch.ones(2, device="flagos", dtype=torch.complex64)
+    with pytest.warns(FallbackWarning, match="does not support"):
+        x + x
+    assert not any(c[0] == "add" for c in fake_gems.calls)
+
+
+def test_glob_rule_applies_to_ops_the_backend_has(fake_gems, tmp_path):
+    p = tmp_path / "g.conf"
+    p.write_text("a*.Tensor = flaggems\n")
+    routing.load_config(str(p))
+    routed = {e.op for e in routing.table() if e.backend == "flaggems"}
+    assert routed == {"add.Tensor", "add_.Tensor"}
+
+
+def test_dispatch_log_for_flaggems(fake_gems, capfd):
+    core.set_flags(log_dispatch=True)
+    routing.set_route("add.Tensor", "flagos_python")
+    x = torch.ones(2, device="flagos")
+    x + x
+    assert "[flagos dispatch] add.Tensor -> flagos_python\n" in capfd.readouterr().err

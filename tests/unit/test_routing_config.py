@@ -1,0 +1,153 @@
+"""Routing file parsing and validation (no device semantics needed)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from torch_fl.__main__ import main
+from torch_fl.routing import config
+from torch_fl.routing.errors import ConfigError
+
+pytestmark = pytest.mark.anyplatform
+
+
+def write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_fep_lines_comments_and_blank_lines():
+    rules = config.parse_text(
+        "# header\n\nmm = flaggems   # trailing comment\nadd.Tensor = cuda\n  abs = flagos_python\n", "f.conf"
+    )
+    assert [(r.pattern, r.backend, r.dtype, r.line) for r in rules] == [
+        ("mm", "flaggems", None, 3),
+        ("add.Tensor", "cuda", None, 4),
+        ("abs", "flagos_python", None, 5),
+    ]
+    assert rules[0].source == "user file f.conf:3"
+
+
+def test_names_are_normalised_to_the_overload_form():
+    rules = config.parse_text("aten::mm.default = cpu\naten::add.Tensor = cpu\n", "f.conf")
+    assert [r.pattern for r in rules] == ["mm", "add.Tensor"]
+
+
+def test_dtype_rules_single_and_list():
+    rules = config.parse_text("mm[bfloat16] = flaggems\nbmm[fp16, float32] = cpu\n", "f.conf")
+    assert [(r.pattern, r.dtype) for r in rules] == [
+        ("mm", torch.bfloat16),
+        ("bmm", torch.float16),
+        ("bmm", torch.float32),
+    ]
+
+
+def test_glob_rule_is_kept_as_pattern():
+    (rule,) = config.parse_text("*_backward = cpu\n", "f.conf")
+    assert rule.is_glob and rule.matches("gelu_backward") and not rule.matches("gelu")
+
+
+def test_include_is_relative_to_the_including_file_and_later_lines_win(tmp_path):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    write(sub, "base.conf", "mm = flaggems\nbmm = cpu\n")
+    top = write(tmp_path, "top.conf", "include sub/base.conf\nmm = cpu\n")
+    rules = config.load_file(top)
+    assert [(r.pattern, r.backend, os.path.basename(r.file), r.line) for r in rules] == [
+        ("mm", "flaggems", "base.conf", 1),
+        ("bmm", "cpu", "base.conf", 2),
+        ("mm", "cpu", "top.conf", 2),
+    ]
+    # same specificity: the later line (higher order) wins
+    assert max((r for r in rules if r.pattern == "mm"), key=config.Rule.specificity).backend == "cpu"
+
+
+def test_include_builtin_names_a_shipped_config(tmp_path):
+    top = write(tmp_path, "top.conf", "include builtin:backends_flaggems.conf\nneg = cpu\n")
+    rules = config.load_file(top)
+    assert any(r.pattern == "mm" and r.backend == "native" and r.origin == "default file" for r in rules)
+    assert rules[-1].pattern == "neg" and rules[-1].origin == "user file"
+
+
+def test_include_cycle_is_an_error(tmp_path):
+    a = write(tmp_path, "a.conf", "include b.conf\n")
+    write(tmp_path, "b.conf", "include a.conf\n")
+    with pytest.raises(ConfigError) as e:
+        config.load_file(a)
+    (p,) = e.value.problems
+    assert p.file.endswith("b.conf") and p.line == 1
+    assert "include cycle" in p.message and "a.conf" in p.message
+
+
+def test_missing_include_names_the_file_and_line(tmp_path):
+    a = write(tmp_path, "a.conf", "mm = cpu\ninclude missing.conf\n")
+    (p,) = config.validate_file(a)
+    assert (p.file, p.line) == (a, 2)
+    assert "missing.conf" in p.message and "does not exist" in p.message
+
+
+def test_unknown_operator_suggests_closest_names():
+    with pytest.raises(ConfigError) as e:
+        config.parse_text("ad.Tensor = cpu\n", "f.conf")
+    msg = str(e.value)
+    assert "f.conf:1" in msg and "unknown operator 'ad.Tensor'" in msg and "add.Tensor" in msg
+    assert "ad.Tensor = cpu" in msg  # the offending text
+
+
+def test_unknown_backend_lists_valid_ones():
+    with pytest.raises(ConfigError) as e:
+        config.parse_text("mm = flagems\n", "f.conf")
+    msg = str(e.value)
+    assert "unknown backend 'flagems'" in msg and "Did you mean flaggems" in msg
+    for name in ("native", "cuda", "cpu", "flaggems", "flaggems_python", "flagos_python", "cpu_fallback", "ascend"):
+        assert name in msg
+
+
+def test_malformed_lines_report_file_line_and_text():
+    problems = []
+    config.parse_text("mm = cpu\nthis is not a rule\nmm = cpu = cuda\nmm[bf17] = cpu\n", "f.conf", problems=problems)
+    assert [(p.line, p.text) for p in problems] == [
+        (2, "this is not a rule"),
+        (3, "mm = cpu = cuda"),
+        (4, "mm[bf17] = cpu"),
+    ]
+    assert "malformed line" in problems[0].message
+    assert "unknown dtype 'bf17'" in problems[2].message and "bf16" in problems[2].message
+
+
+def test_glob_that_matches_nothing_is_an_error():
+    with pytest.raises(ConfigError, match="matches no ATen operator"):
+        config.parse_text("*definitely_not_an_op = cpu\n", "f.conf")
+
+
+def test_all_problems_are_collected_not_just_the_first():
+    problems = []
+    config.parse_text("ad.Tensor = cpu\nmm = nope\n", "f.conf", problems=problems)
+    assert [p.line for p in problems] == [1, 2]
+
+
+@pytest.mark.parametrize("name", ["backends_cpu.conf", "backends_cuda.conf", "backends_flaggems.conf"])
+def test_shipped_configs_are_valid(name):
+    assert config.validate_file(os.path.join(config.CONFIG_DIR, name)) == []
+
+
+def test_flaggems_profile_keeps_matmuls_native_and_says_why():
+    path = os.path.join(config.CONFIG_DIR, "backends_flaggems.conf")
+    rules = {r.pattern: r.backend for r in config.load_file(path)}
+    assert rules["mm"] == rules["addmm"] == rules["bmm"] == "native"
+    text = open(path).read()
+    assert "Failed to create tensor map descriptor" in text and "Last dimension must be contiguous" in text
+
+
+def test_validate_cli_exit_codes(tmp_path, capsys):
+    good = write(tmp_path, "good.conf", "mm = cpu\n")
+    bad = write(tmp_path, "bad.conf", "mm = cpu\nmm = nope\n")
+    assert main(["validate", good]) == 0
+    assert "OK (1 rule(s))" in capsys.readouterr().out
+    assert main(["validate", bad]) == 1
+    err = capsys.readouterr().err
+    assert f"{bad}:2: unknown backend 'nope'" in err

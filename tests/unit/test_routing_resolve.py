@@ -1,0 +1,100 @@
+"""Rule precedence, env override parsing and the table's provenance."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torch_fl import routing
+from torch_fl.routing import config, core, env
+from torch_fl.routing.config import LAYER_ENV, LAYER_RUNTIME, Rule
+from torch_fl.routing.errors import ConfigError, RoutingError
+
+pytestmark = pytest.mark.anyplatform
+
+
+def resolve(text, *extra):
+    rules = config.parse_text(text, "f.conf") + list(extra)
+    resolved, _ = core.resolve(rules)
+    return resolved
+
+
+def test_exact_name_beats_glob():
+    r = resolve("*_backward = cpu_fallback\ngelu_backward = native\n")
+    assert r["gelu_backward"].default.backend == "native"
+    assert r["silu_backward"].default.backend == "cpu_fallback"
+
+
+def test_longer_glob_is_more_specific_regardless_of_order():
+    r = resolve("gelu_* = native\n*_backward = cpu_fallback\n")
+    # 'gelu_*' has 5 literal characters, '*_backward' 9: the latter wins for gelu_backward
+    assert r["gelu_backward"].default.backend == "cpu_fallback"
+    assert r["gelu_"].default.backend == "native"
+
+
+def test_dtype_rule_applies_only_to_its_dtype():
+    r = resolve("mm = native\nmm[bfloat16] = cpu_fallback\n")["mm"]
+    assert r.default.backend == "native"
+    assert [(d, rule.backend) for d, rule in r.by_dtype] == [(torch.bfloat16, "cpu_fallback")]
+
+
+def test_later_line_wins_on_equal_specificity():
+    assert resolve("mm = native\nmm = cpu_fallback\n")["mm"].default.backend == "cpu_fallback"
+
+
+def test_env_beats_file_and_runtime_beats_env_for_every_dtype():
+    env_rule = Rule("mm", "cpu", layer=LAYER_ENV, origin="env", env_var="FLAGOS_OP_mm")
+    r = resolve("mm[bfloat16] = cpu_fallback\n", env_rule)["mm"]
+    assert r.default is env_rule and r.by_dtype == ()
+    rt = Rule("mm", "cpu_fallback", layer=LAYER_RUNTIME, origin="runtime")
+    assert resolve("mm = native\n", env_rule, rt)["mm"].default is rt
+
+
+def test_env_overrides_parse_and_encode_dots_as_double_underscores():
+    rules = env.op_overrides({"FLAGOS_OP_add__Tensor": "cpu", "FLAGOS_OP_mm": "flaggems", "OTHER": "x"})
+    assert [(r.pattern, r.backend, r.source) for r in rules] == [
+        ("add.Tensor", "cpu", "env FLAGOS_OP_add__Tensor"),
+        ("mm", "flaggems", "env FLAGOS_OP_mm"),
+    ]
+    # operators whose names contain '__' themselves decode too
+    (r,) = env.op_overrides({"FLAGOS_OP___and____Tensor": "cpu"})
+    assert r.pattern == "__and__.Tensor"
+
+
+def test_env_unknown_op_suggests_the_variable_to_write():
+    with pytest.raises(ConfigError) as e:
+        env.op_overrides({"FLAGOS_OP_ad__Tensor": "cpu"})
+    msg = str(e.value)
+    assert "env FLAGOS_OP_ad__Tensor=cpu" in msg and "FLAGOS_OP_add__Tensor" in msg
+
+
+def test_env_unknown_or_empty_backend_is_an_error():
+    with pytest.raises(ConfigError, match="unknown backend 'cdua'.*Did you mean cuda"):
+        env.op_overrides({"FLAGOS_OP_mm": "cdua"})
+    with pytest.raises(ConfigError, match="empty backend"):
+        env.op_overrides({"FLAGOS_OP_mm": " "})
+
+
+def test_env_flags_accept_booleans_only():
+    assert env.flag({"X": "1"}, "X") and not env.flag({}, "X") and not env.flag({"X": "off"}, "X")
+    with pytest.raises(RoutingError, match="X='maybe' is not a boolean"):
+        env.flag({"X": "maybe"}, "X")
+
+
+def test_table_provenance_default_env_runtime(routing_state):
+    routing_state.env_rules = env.op_overrides({"FLAGOS_OP_sub__Tensor": "native"})
+    core.apply()
+    routing.set_route("neg", "native")
+    by_op = {(e.op, e.dtype): e for e in routing.table()}
+    assert by_op[("add.Tensor", None)].source.startswith("default file backends_")
+    assert by_op[("add.Tensor", None)].source.split(":")[-1].isdigit()
+    assert by_op[("sub.Tensor", None)].source == "env FLAGOS_OP_sub__Tensor"
+    assert by_op[("neg", None)].source == "runtime"
+
+
+def test_table_provenance_user_file(routing_state, tmp_path):
+    p = tmp_path / "mine.conf"
+    p.write_text("# mine\nmm[float16] = cpu_fallback\n")
+    routing.load_config(str(p))
+    (entry,) = [e for e in routing.table() if e.op == "mm"]
+    assert entry == routing.RouteEntry("mm", "cpu_fallback", f"user file {p}:2", "float16", "cpu_fallback", None)

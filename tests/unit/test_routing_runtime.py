@@ -1,0 +1,145 @@
+"""Runtime routing on flagos tensors (host backing in CI): set_route, route(), explain, stats, fallback rules."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import torch_fl
+from torch_fl import routing
+from torch_fl.routing import core
+from torch_fl.routing.errors import FallbackWarning, RoutingError
+
+pytestmark = pytest.mark.anyplatform
+
+
+def row(op, backend):
+    return next((s for s in routing.stats() if s.op == op and s.backend == backend), None)
+
+
+def test_set_route_takes_effect_on_the_next_call_and_native_removes_the_kernel(routing_state):
+    x = torch.arange(4.0, device="flagos")
+    routing.reset_stats()
+    routing.set_route("add.Tensor", "cpu_fallback")
+    assert "add.Tensor" in core.STATE.libs
+    assert torch.equal((x + x).cpu(), torch.arange(4.0) * 2)
+    assert row("add.Tensor", "cpu_fallback").calls == 1
+    routing.set_route("add.Tensor", "native")
+    assert "add.Tensor" not in core.STATE.libs
+    y = x + x
+    assert y.device.type == "flagos" and row("add.Tensor", "native").calls == 1
+    assert row("add.Tensor", "cpu_fallback").calls == 1
+
+
+def test_route_context_manager_restores_previous_routes(routing_state):
+    routing.set_route("mul.Tensor", "cpu_fallback")
+    with routing.route({"mul.Tensor": "native", "neg": "cpu_fallback"}):
+        assert {e.op: e.backend for e in routing.table()}["mul.Tensor"] == "native"
+        assert "neg" in core.STATE.libs
+    entries = {e.op: e for e in routing.table()}
+    assert entries["mul.Tensor"].backend == "cpu_fallback" and entries["mul.Tensor"].source == "runtime"
+    assert "neg" not in entries and "neg" not in core.STATE.libs
+
+
+def test_route_restores_even_when_the_body_raises(routing_state):
+    with pytest.raises(ZeroDivisionError), routing.route({"neg": "cpu_fallback"}):
+        1 / 0  # noqa: B018
+    assert "neg" not in core.STATE.libs
+
+
+def test_bad_names_raise_with_suggestions(routing_state):
+    with pytest.raises(RoutingError, match="Did you mean add.Tensor"):
+        routing.set_route("ad.Tensor", "native")
+    with pytest.raises(RoutingError, match="Valid backends: native"):
+        routing.set_route("add.Tensor", "flagems")
+    with pytest.raises(RoutingError, match="not routable|flagos core"):
+        routing.set_route("empty.memory_format", "cpu_fallback")
+
+
+def test_dtype_route_dispatches_per_call(routing_state):
+    routing.reset_stats()
+    routing.set_route("neg[float64]", "cpu_fallback")
+    torch.ones(2, device="flagos", dtype=torch.float64).neg()
+    torch.ones(2, device="flagos").neg()
+    assert row("neg", "cpu_fallback").calls == 1
+    assert row("neg", "native").calls == 1
+
+
+def test_unavailable_backend_falls_back_with_one_warning_per_op_backend_dtype(routing_state):
+    routing.reset_stats()
+    routing.set_route("neg", "ascend")
+    x = torch.ones(3, device="flagos")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            assert torch.equal(x.neg().cpu(), -torch.ones(3))
+        x.double().neg()
+    msgs = [str(m.message) for m in w if issubclass(m.category, FallbackWarning)]
+    assert len(msgs) == 2 and "float32" in msgs[0] and "float64" in msgs[1]
+    assert "ascend" in msgs[0] and "unavailable" in msgs[0]
+    assert row("neg", "ascend") == routing.OpStat("neg", "ascend", 0, 4, 0)
+    assert row("neg", "native").calls == 4
+
+
+def test_strict_turns_fallback_into_an_error(routing_state):
+    core.set_flags(strict=True)
+    routing.set_route("neg", "ascend")
+    with pytest.raises(RuntimeError, match="FLAGOS_STRICT=1 forbids falling back"):
+        torch.ones(2, device="flagos").neg()
+
+
+def test_cuda_on_host_backing_is_unavailable(routing_state):
+    if torch_fl.backing() != "cpu":
+        pytest.skip("host backing only")
+    routing.set_route("neg", "cuda")
+    (entry,) = [e for e in routing.table() if e.op == "neg"]
+    assert entry.runs_on == "native (cpu)" and "write 'cpu' or 'native'" in entry.reason
+
+
+def test_explain_lists_candidates_in_precedence_order(routing_state):
+    routing.set_route("add.Tensor", "cpu_fallback")
+    ex = routing.explain("add.Tensor")
+    statuses = [(c.rule.source, c.status) for c in ex.candidates]
+    assert statuses[0] == ("runtime", "taken")
+    assert statuses[1][0].startswith("default file backends_") and statuses[1][1] == "shadowed"
+    text = str(ex)
+    assert "aten::add.Tensor" in text and "routed to: cpu_fallback" in text and "shadowed" in text
+
+
+def test_explain_unrouted_op_and_fallback_reason(routing_state):
+    ex = routing.explain("atan2")
+    assert ex.candidates == [] and ex.default_taken and ex.runs_on == torch_fl.backing()
+    routing.set_route("atan2", "ascend")
+    ex = routing.explain("atan2", dtype="bf16")
+    assert ex.runs_on.startswith("native") and "unavailable" in ex.reason and "ascend" in str(ex)
+
+
+def test_dispatch_log_names_the_backend_as_written(routing_state, capfd):
+    core.set_flags(log_dispatch=True)
+    routing.set_route("neg", "cpu_fallback")
+    routing.set_route("mul.Tensor", "native")
+    x = torch.ones(2, device="flagos")
+    x.neg()
+    x * x
+    err = capfd.readouterr().err
+    assert "[flagos dispatch] neg -> cpu_fallback\n" in err
+    assert "[flagos dispatch] mul.Tensor -> native\n" in err
+
+
+def test_logging_off_prints_nothing(routing_state, capfd):
+    core.set_flags(log_dispatch=False)
+    routing.set_route("neg", "cpu_fallback")
+    torch.ones(2, device="flagos").neg()
+    assert "[flagos dispatch]" not in capfd.readouterr().err
+
+
+def test_reset_stats_zeroes_python_and_native_counts(routing_state):
+    routing.set_route("neg", "ascend")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.ones(2, device="flagos").neg()
+    assert routing.stats()
+    routing.reset_stats()
+    assert routing.stats() == []

@@ -1,0 +1,60 @@
+"""What every backend states: availability, version, supported ops and dtypes, kernels."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+class Backend:
+    """One place an operator can run.
+
+    `name` is the canonical backend name used in stats; the config may also
+    name it through an alias (kept for the dispatch log).
+    """
+
+    name: str = ""
+    description: str = ""
+    #: runs through the C++ native route (no Python kernel needed)
+    native: bool = False
+
+    def available(self) -> bool:
+        return self.unavailable_reason() is None
+
+    def unavailable_reason(self) -> str | None:
+        """None when usable; else why not and what to do."""
+        return None
+
+    def version(self) -> str | None:
+        return None
+
+    def supported_ops(self) -> frozenset[str] | None:
+        """The operators this backend has kernels for; None means every operator."""
+        return None
+
+    def supports_op(self, op: str) -> bool:
+        ops = self.supported_ops()
+        return ops is None or op in ops
+
+    def unsupported_dtypes(self) -> frozenset[torch.dtype]:
+        """Dtypes this backend does not handle for any operator."""
+        return frozenset()
+
+    def supports_dtype(self, op: str, dtype: torch.dtype | None) -> bool:
+        return dtype is None or dtype not in self.unsupported_dtypes()
+
+    def kernel(self, op: str) -> Callable:
+        """A callable taking the operator's arguments (flagos tensors) and returning flagos results."""
+        raise NotImplementedError(f"backend {self.name} has no kernel for {op}")
+
+    def info(self) -> dict:
+        ops = self.supported_ops() if self.available() else None
+        return {
+            "name": self.name,
+            "available": self.available(),
+            "reason": self.unavailable_reason(),
+            "version": self.version(),
+            "ops": "all" if ops is None and self.available() else (len(ops) if ops is not None else None),
+            "description": self.description,
+        }

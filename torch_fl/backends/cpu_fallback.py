@@ -1,0 +1,32 @@
+"""cpu_fallback: copy the inputs to the host, run the CPU kernel, copy back.
+
+The last resort for operators the native backend lacks; also routable by
+name. `FLAGOS_LOG_FALLBACK=1` logs `[flagos cpu_fallback] aten::<op>`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+import torch_fl
+from torch_fl.backends.base import Backend
+from torch_fl.routing.names import aten_ops, qualified, split
+
+
+class CpuFallbackBackend(Backend):
+    name = "cpu_fallback"
+    description = "copy to host, run PyTorch's CPU kernel, copy back"
+
+    def version(self) -> str | None:
+        return f"torch {torch.__version__}"
+
+    @functools.cache  # noqa: B019  (one instance for the process)
+    def supported_ops(self) -> frozenset[str]:
+        has = torch._C._dispatch_has_computed_kernel_for_dispatch_key
+        return frozenset(op for op in aten_ops() if has(qualified(op), "CPU"))
+
+    def kernel(self, op: str):
+        name, overload = split(op)
+        return functools.partial(torch_fl._C._run_cpu_fallback, name, overload)

@@ -1,0 +1,290 @@
+"""flaggems / flaggems_python (alias flagos_python): FlagGems Triton kernels.
+
+The aten-overload -> function table is FlagGems' own: `flag_gems.enable(lib=...)`
+walks its `_FULL_CONFIG` (applying its version conditions, vendor exclusions
+and C++-patched ops) and calls `lib.impl(op, fn, key)` for each operator it
+would register. We hand it a recorder instead of a `torch.library.Library`, so
+the table is exactly what `flag_gems.enable()` registers for this install,
+without touching the CUDA dispatch key.
+
+Kernels run the FlagGems function on native CUDA aliases of the flagos
+arguments (`torch_fl.as_native`, zero copy), on the arguments' CUDA device
+(flagos streams are CUDA streams, so FlagGems launches on the current flagos
+stream), and wrap results with `torch_fl.as_flagos`.
+
+flag_gems cannot be imported without a GPU: on host backing this backend
+reports itself unavailable and routes to it fall back (see docs/routing.md).
+In flag-gems 5.0.2 from PyPI (pure Python wheel) `flaggems` and
+`flaggems_python` run the same Python table; the names are kept apart for
+FEP 0025 compatibility, in logs and in stats.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import sys
+
+import torch
+
+import torch_fl
+from torch_fl.backends.base import Backend
+from torch_fl.routing.names import normalize, schema
+
+_COMPLEX = frozenset({torch.complex32, torch.complex64, torch.complex128})
+SOURCE_DIR_ENV = "FLAGGEMS_SOURCE_DIR"
+
+
+class _Recorder:
+    """Stands in for torch.library.Library when FlagGems registers its ops."""
+
+    def __init__(self):
+        self.table: dict[str, object] = {}
+
+    def impl(self, op_name, fn, dispatch_key="", *args, **kwargs):
+        self.table[normalize(op_name)] = fn
+
+    def _destroy(self):
+        pass
+
+
+def build_table(module) -> dict[str, object]:
+    """aten overload -> FlagGems function, from FlagGems' own registration."""
+    rec = _Recorder()
+    enable = getattr(module, "enable", None)
+    if enable is not None:
+        enable(lib=rec)
+    if not rec.table and hasattr(module, "_FULL_CONFIG"):
+        # An enable() that did not register through `lib`: walk its table the way its registrar does.
+        for item in module._FULL_CONFIG:
+            if len(item) > 2 and not item[2]():
+                continue
+            rec.impl(item[0], item[1])
+    if not rec.table:
+        raise RuntimeError("flag_gems registered no operators through enable(lib=...) and has no _FULL_CONFIG")
+    return rec.table
+
+
+def source_dir() -> str | None:
+    """The sys.path entry FLAGGEMS_SOURCE_DIR asks for; raises on a path without FlagGems."""
+    raw = os.environ.get(SOURCE_DIR_ENV, "").strip()
+    if not raw:
+        return None
+    for cand in (os.path.join(raw, "src"), raw):
+        if os.path.isfile(os.path.join(cand, "flag_gems", "__init__.py")):
+            return os.path.abspath(cand)
+    from torch_fl.routing.errors import RoutingError
+
+    raise RoutingError(
+        f"{SOURCE_DIR_ENV}={raw!r} holds no FlagGems source (looked for src/flag_gems/__init__.py and "
+        "flag_gems/__init__.py). Point it at a FlagGems checkout, or unset it to use the installed flag_gems."
+    )
+
+
+class _Loader:
+    """Imports flag_gems once, on first need, and keeps its table."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.loaded = False
+        self.module = None
+        self.table: dict[str, object] = {}
+        self.reason: str | None = None
+        self.kernels: dict[str, object] = {}
+        self.allow_host = False
+
+    def use_module(self, module, allow_host: bool = True):
+        """Use `module` as flag_gems (tests inject a fake with the same registration table shape)."""
+        self.reset()
+        self.allow_host = allow_host
+        self._adopt(module)
+
+    def load(self):
+        if self.loaded:
+            return
+        self.loaded = True
+        if torch_fl.backing() != "cuda":
+            self.reason = "flagos is backed by host memory (no GPU here); FlagGems needs a GPU that Triton supports"
+            return
+        path = source_dir()
+        if path is not None and path not in sys.path:
+            sys.path.insert(0, path)
+        try:
+            module = importlib.import_module("flag_gems")
+        except Exception as e:  # noqa: BLE001  (any import failure means unavailable, with its reason)
+            self.reason = (
+                f"import flag_gems failed ({type(e).__name__}: {e}); install it (pip install flag-gems) "
+                f"or set {SOURCE_DIR_ENV} to a FlagGems checkout"
+            )
+            return
+        self._adopt(module)
+
+    def _adopt(self, module):
+        self.loaded = True
+        try:
+            table = build_table(module)
+        except Exception as e:  # noqa: BLE001
+            self.reason = f"could not read FlagGems' registration table ({type(e).__name__}: {e})"
+            return
+        self.module = module
+        self.table = table
+        self.reason = None
+
+    def version(self) -> str | None:
+        if self.module is not None:
+            return getattr(self.module, "__version__", None)
+        try:
+            return importlib.metadata.version("flag-gems") + " (installed, not loaded)"
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+
+LOADER = _Loader()
+
+
+class FlagGemsBackend(Backend):
+    description = "FlagGems Triton kernels on the same memory"
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def unavailable_reason(self) -> str | None:
+        LOADER.load()
+        return LOADER.reason
+
+    def version(self) -> str | None:
+        return LOADER.version()
+
+    def supported_ops(self) -> frozenset[str]:
+        LOADER.load()
+        return frozenset(LOADER.table)
+
+    def unsupported_dtypes(self) -> frozenset[torch.dtype]:
+        return _COMPLEX  # Triton has no complex types
+
+    def kernel(self, op: str):
+        LOADER.load()
+        k = LOADER.kernels.get(op)
+        if k is None:
+            fn = LOADER.table.get(op)
+            if fn is None:
+                raise NotImplementedError(f"FlagGems has no kernel for {op}")
+            k = LOADER.kernels[op] = wrap(op, fn)
+        return k
+
+
+def wrap(op: str, fn):
+    """A kernel that runs `fn` on native aliases of flagos arguments and returns flagos results."""
+    sch = schema(op)
+    tensor_pos, list_pos, tensor_kw, list_kw = [], [], [], []
+    alias_sets: dict[str, tuple[bool, object]] = {}  # alias set -> (positional?, position or name)
+    for i, a in enumerate(sch.arguments):
+        text = str(a.type)
+        is_list = text.startswith("List[") and "Tensor" in text
+        is_tensor = not is_list and "Tensor" in text
+        if is_tensor or is_list:
+            if a.kwarg_only:
+                (list_kw if is_list else tensor_kw).append(a.name)
+            else:
+                (list_pos if is_list else tensor_pos).append(i)
+        if a.alias_info is not None and a.alias_info.is_write:
+            for s in a.alias_info.before_set:
+                alias_sets[s] = (not a.kwarg_only, i if not a.kwarg_only else a.name)
+    # results that are in-place/out= arguments: returned as the caller's flagos tensor itself
+    ret_args = []
+    for r in sch.returns:
+        ai = r.alias_info
+        ret_args.append(alias_sets.get(next(iter(ai.before_set))) if ai is not None and ai.before_set else None)
+    writes = bool(alias_sets)
+    tensor_pos_t, list_pos_t = tuple(tensor_pos), tuple(list_pos)
+    as_native, as_flagos = torch_fl._C.as_native, torch_fl._C.as_flagos
+    backing = torch_fl.backing()
+    on_cuda = backing == "cuda"
+    flagos = torch_fl.DEVICE_NAME
+    single_ret = len(sch.returns) == 1
+
+    def kernel(*args, **kwargs):
+        orig_args, orig_kwargs = args, kwargs
+        args = list(args)
+        pairs = []  # (native alias, flagos tensor)
+        index = -1
+        n = len(args)
+        for i in tensor_pos_t:
+            if i < n:
+                t = args[i]
+                if t is not None and t.device.type == flagos:
+                    args[i] = a = as_native(t)
+                    pairs.append((a, t))
+                    if index < 0:
+                        index = t.device.index
+        for i in list_pos_t:
+            if i < n and args[i] is not None:
+                new = []
+                for t in args[i]:
+                    if t is not None and t.device.type == flagos:
+                        a = as_native(t)
+                        pairs.append((a, t))
+                        if index < 0:
+                            index = t.device.index
+                        new.append(a)
+                    else:
+                        new.append(t)
+                args[i] = new
+        if tensor_kw or list_kw:
+            kwargs = dict(kwargs)
+            for k in tensor_kw:
+                t = kwargs.get(k)
+                if t is not None and t.device.type == flagos:
+                    kwargs[k] = a = as_native(t)
+                    pairs.append((a, t))
+                    if index < 0:
+                        index = t.device.index
+            for k in list_kw:
+                if kwargs.get(k) is not None:
+                    new = []
+                    for t in kwargs[k]:
+                        if t is not None and t.device.type == flagos:
+                            a = as_native(t)
+                            pairs.append((a, t))
+                            new.append(a)
+                        else:
+                            new.append(t)
+                    kwargs[k] = new
+        if on_cuda and index >= 0 and index != torch.cuda.current_device():
+            with torch.cuda.device(index):
+                result = fn(*args, **kwargs)
+        else:
+            result = fn(*args, **kwargs)
+        if writes:
+            # An out= kernel may resize or re-point its output: make the flagos tensor follow.
+            for a, t in pairs:
+                if a.data_ptr() != t.data_ptr() or a.shape != t.shape or a.stride() != t.stride():
+                    t.set_(as_flagos(a, index))
+
+        def out(r, slot):
+            if slot is not None:
+                positional, where = slot
+                return orig_args[where] if positional else orig_kwargs[where]
+            if isinstance(r, torch.Tensor):
+                for a, t in pairs:
+                    if r is a:
+                        return t
+                if r.device.type == backing:
+                    return as_flagos(r, index)
+                return r
+            if isinstance(r, (list, tuple)):
+                return type(r)(out(x, None) for x in r)
+            return r
+
+        if single_ret:
+            return out(result, ret_args[0])
+        if isinstance(result, tuple):
+            return tuple(out(r, ret_args[j] if j < len(ret_args) else None) for j, r in enumerate(result))
+        return out(result, None)
+
+    kernel.__name__ = f"flaggems_{op.replace('.', '_')}"
+    kernel.__qualname__ = kernel.__name__
+    return kernel

@@ -1,0 +1,45 @@
+"""The native route: PyTorch's own kernels of the backing device, zero copy.
+
+`cuda` names it on a CUDA backing, `cpu` on host backing, and `native` on
+either. The route itself is the C++ boxed kernel of the core; routing an
+operator here removes any Python override so that kernel runs again.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+import torch_fl
+from torch_fl.backends.base import Backend
+
+
+class NativeBackend(Backend):
+    native = True
+
+    def __init__(self, name: str, platform: str | None):
+        self.name = name
+        self.platform = platform  # None: whatever backs flagos
+        where = platform or "backing-device"
+        self.description = f"PyTorch's own {where} kernels on the same memory (zero copy)"
+
+    def unavailable_reason(self) -> str | None:
+        backing = torch_fl.backing()
+        if self.platform is not None and self.platform != backing:
+            return (
+                f"'{self.name}' is the native route of a {self.platform} backing, but flagos is backed by {backing}; "
+                f"write '{backing}' or 'native' instead"
+            )
+        return None
+
+    def version(self) -> str | None:
+        if torch_fl.backing() == "cuda":
+            return f"torch {torch.__version__} (CUDA {torch.version.cuda or torch.version.hip})"
+        return f"torch {torch.__version__}"
+
+    def kernel(self, op: str):
+        from torch_fl.routing.names import split
+
+        name, overload = split(op)
+        return functools.partial(torch_fl._C._run_native, name, overload)

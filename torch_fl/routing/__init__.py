@@ -1,0 +1,198 @@
+"""Per-operator routing of flagos: which backend runs each ATen operator.
+
+Public API (other code relies on exactly these):
+
+    set_route(op, backend)        route one operator (`"add.Tensor"`, `"mm"`, `"mm[bfloat16]"`)
+    route({op: backend, ...})     context manager; restores the previous routes on exit
+    table()                       effective routes: RouteEntry(op, backend, source, dtype, runs_on, reason)
+    explain(op, dtype=None)       candidates in order and why each was taken or rejected (str() to read)
+    stats() / reset_stats()       OpStat(op, backend, calls, fallbacks, failures) rows
+
+A bare operator name is the default overload (`mm` is `aten::mm.default`),
+as in FEP 0025 files. Backend names: native, cuda, cpu, flaggems,
+flaggems_python, flagos_python, cpu_fallback, ascend. See docs/routing.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import NamedTuple
+
+import torch
+
+import torch_fl
+from torch_fl.routing import config, core, env, names
+from torch_fl.routing.errors import ConfigError, FallbackWarning, Problem, RoutingError
+from torch_fl.routing.explain import Explanation
+from torch_fl.routing.explain import explain as _explain
+
+
+class RouteEntry(NamedTuple):
+    op: str
+    backend: str  # as written
+    source: str  # "default file backends_cpu.conf:3", "user file PATH:LINE", "env FLAGOS_OP_add__Tensor", "runtime"
+    dtype: str | None = None  # None: every dtype
+    runs_on: str = ""  # backend as written, or "native (<platform>)" when it falls back
+    reason: str | None = None  # why it falls back
+
+
+class OpStat(NamedTuple):
+    op: str
+    backend: str  # native, cpu_fallback, flaggems, flaggems_python, ascend
+    calls: int  # calls that ran on this backend (kernel attempts for Python backends)
+    fallbacks: int  # calls routed to this backend that ran natively instead
+    failures: int  # calls whose kernel raised
+
+
+def set_route(op: str, backend: str) -> None:
+    """Route `op` (e.g. "add.Tensor", "mm", "mm[bfloat16]") to `backend` from the next call on.
+
+    Takes precedence over the routing file and FLAGOS_OP_* for that operator
+    (for every dtype, unless a dtype is given in brackets).
+    """
+    core.set_runtime(op, backend)
+
+
+def clear_route(op: str) -> None:
+    """Drop a runtime route set with set_route; the file/env route applies again."""
+    core.set_runtime(op, None)
+
+
+@contextlib.contextmanager
+def route(mapping: dict[str, str]):
+    """`with route({"add.Tensor": "cpu_fallback"}): ...` -- runtime routes restored on exit."""
+    keys = [core.parse_op_key(op) for op in mapping]
+    for b in mapping.values():
+        core.check_backend_name(b)
+    with core._lock:
+        saved = {k: core.STATE.runtime_rules.get(k) for k in keys}
+    try:
+        for op, backend in mapping.items():
+            core.set_runtime(op, backend)
+        yield
+    finally:
+        with core._lock:
+            for k, rule in saved.items():
+                if rule is None:
+                    core.STATE.runtime_rules.pop(k, None)
+                else:
+                    core.STATE.runtime_rules[k] = rule
+            core.apply()
+
+
+def table() -> list[RouteEntry]:
+    """The effective routes (every operator a rule names), with where each came from."""
+    out = []
+    for op, r in sorted(core.STATE.resolved.items()):
+        rows = ([(None, r.default)] if r.default is not None else []) + list(r.by_dtype)
+        for dt, rule in rows:
+            t = core.target_for(op, rule, dt)
+            runs = rule.backend if t.kind != "fallback" else f"native ({torch_fl.backing()})"
+            out.append(
+                RouteEntry(op, rule.backend, rule.source, None if dt is None else names.dtype_name(dt), runs, t.reason)
+            )
+    return out
+
+
+def notes() -> list[str]:
+    """Warnings from resolving the rules (e.g. a glob rule that applies to no operator)."""
+    return list(core.STATE.glob_notes)
+
+
+def explain(op: str, dtype: torch.dtype | str | None = None) -> Explanation:
+    """Why `op` runs where it runs: candidates in precedence order, taken / shadowed / rejected and why."""
+    return _explain(op, dtype)
+
+
+def stats() -> list[OpStat]:
+    """Calls per (op, backend that ran), with fallbacks and failures; includes the C++ native route's counts."""
+    rows: dict[tuple[str, str], list[int]] = {}
+    for op, kind, calls in torch_fl._C._route_stats():
+        rows.setdefault((op, kind), [0, 0, 0])[0] += calls
+    for key, cell in list(core.STATE.cells.items()):
+        if any(cell):
+            row = rows.setdefault(key, [0, 0, 0])
+            for i in range(3):
+                row[i] += cell[i]
+    return [OpStat(op, b, *v) for (op, b), v in sorted(rows.items())]
+
+
+def reset_stats() -> None:
+    torch_fl._C._reset_route_stats()
+    for cell in core.STATE.cells.values():
+        cell[0] = cell[1] = cell[2] = 0  # in place: kernels hold these cells
+
+
+def config_file() -> str | None:
+    """The routing file in effect (the shipped default or FLAGOS_BACKEND_CONFIG)."""
+    return core.STATE.config_file
+
+
+def load_config(path: str, origin: str = "user file") -> None:
+    """Replace the file layer with `path` (validated; ConfigError lists every problem)."""
+    rules = config.load_file(path, origin=origin)
+    with core._lock:
+        core.STATE.file_rules = rules
+        core.STATE.config_file = path
+        core.apply()
+
+
+def _startup(environ=None) -> None:
+    """Read config and env once (at `import torch_fl`), validate, register kernels."""
+    environ = os.environ if environ is None else environ
+    log_dispatch = env.flag(environ, "FLAGOS_LOG_DISPATCH")
+    log_fallback = env.flag(environ, "FLAGOS_LOG_FALLBACK")
+    strict = env.flag(environ, "FLAGOS_STRICT")
+    use_flaggems = env.flag(environ, "FLAGOS_USE_FLAGGEMS")
+    from torch_fl.backends import flaggems
+
+    flaggems.source_dir()  # validates FLAGGEMS_SOURCE_DIR now, not at first use
+    path = environ.get("FLAGOS_BACKEND_CONFIG", "").strip()
+    if path and use_flaggems:
+        raise RoutingError(
+            "FLAGOS_BACKEND_CONFIG and FLAGOS_USE_FLAGGEMS=1 are both set; set one. To use the FlagGems profile "
+            "with your own changes, put 'include builtin:backends_flaggems.conf' at the top of your file."
+        )
+    if path:
+        if not os.path.isfile(path):
+            raise RoutingError(
+                f"FLAGOS_BACKEND_CONFIG={path!r} does not exist; point it at a routing file or unset it."
+            )
+        origin = "user file"
+    else:
+        path, origin = config.default_file(torch_fl.backing(), use_flaggems), "default file"
+    file_rules = config.load_file(path, origin=origin)
+    env_rules = env.op_overrides(environ)
+    with core._lock:
+        core.STATE.file_rules = file_rules
+        core.STATE.env_rules = env_rules
+        core.STATE.config_file = path
+        core.STATE.log_dispatch = log_dispatch
+        core.STATE.log_fallback = log_fallback
+        core.STATE.strict = strict
+        torch_fl._C._set_log_dispatch(log_dispatch)
+        torch_fl._C._set_log_fallback(log_fallback)
+        torch_fl._C._set_strict(strict)
+        core.apply()
+
+
+__all__ = [
+    "ConfigError",
+    "Explanation",
+    "FallbackWarning",
+    "OpStat",
+    "Problem",
+    "RouteEntry",
+    "RoutingError",
+    "clear_route",
+    "config_file",
+    "explain",
+    "load_config",
+    "notes",
+    "reset_stats",
+    "route",
+    "set_route",
+    "stats",
+    "table",
+]

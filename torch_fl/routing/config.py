@@ -1,0 +1,256 @@
+"""The routing file: FEP 0025 `op_overload = backend` lines, plus includes, globs and dtypes.
+
+    # comment                    (also after a rule)
+    mm = flaggems                # an ATen overload; bare name = default overload
+    add.Tensor = cuda
+    *_backward = cuda            # glob (* and ?); the most specific rule wins
+    mm[bfloat16] = flaggems      # only for that dtype (first tensor argument)
+    mm[float16, bfloat16] = flaggems
+    include base.conf            # relative to this file; `builtin:NAME` = a shipped config
+
+Parsing collects every problem (file:line and the text) instead of stopping at
+the first, so `python -m torch_fl validate FILE` can list them all.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+from torch_fl.routing import names
+from torch_fl.routing.errors import ConfigError, Problem
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+BUILTIN_PREFIX = "builtin:"
+
+# layers, lowest precedence first
+LAYER_FILE, LAYER_ENV, LAYER_RUNTIME = 0, 1, 2
+
+_LHS = re.compile(r"^(?P<op>[A-Za-z0-9_.*?:]+)\s*(?:\[(?P<dtypes>[^\]]*)\])?$")
+_BACKEND = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One routing rule and where it came from."""
+
+    pattern: str  # normalised operator name, or a glob
+    backend: str  # as written (the dispatch log prints this)
+    dtype: torch.dtype | None = None
+    layer: int = LAYER_FILE
+    origin: str = "user file"  # "default file" | "user file" | "env" | "runtime"
+    file: str | None = None
+    line: int | None = None
+    env_var: str | None = None
+    order: int = 0
+    text: str = field(default="", compare=False)
+
+    @property
+    def is_glob(self) -> bool:
+        return names.is_glob(self.pattern)
+
+    @property
+    def source(self) -> str:
+        if self.origin == "env":
+            return f"env {self.env_var}"
+        if self.origin == "runtime":
+            return "runtime"
+        shown = os.path.basename(self.file) if self.origin == "default file" else self.file
+        return f"{self.origin} {shown}:{self.line}"
+
+    def specificity(self) -> tuple:
+        """Sort key: higher wins. Layer, then exact name over glob (longer literal part wins), dtype, order."""
+        literal = 10**6 if not self.is_glob else sum(c not in names.GLOB_CHARS for c in self.pattern)
+        return (self.layer, literal, self.dtype is not None, self.order)
+
+    def matches(self, op: str) -> bool:
+        if self.is_glob:
+            import fnmatch
+
+            return fnmatch.fnmatchcase(op, self.pattern)
+        return op == self.pattern
+
+    @property
+    def written(self) -> str:
+        dt = f"[{names.dtype_name(self.dtype)}]" if self.dtype is not None else ""
+        return f"{self.pattern}{dt} = {self.backend}"
+
+
+def resolve_include(target: str, including_file: str | None) -> str:
+    if target.startswith(BUILTIN_PREFIX):
+        return os.path.join(CONFIG_DIR, target[len(BUILTIN_PREFIX) :])
+    if os.path.isabs(target) or including_file is None:
+        return target
+    return os.path.join(os.path.dirname(os.path.abspath(including_file)), target)
+
+
+class _Counter:
+    def __init__(self):
+        self.n = 0
+
+    def next(self) -> int:
+        self.n += 1
+        return self.n
+
+
+def check_backend(backend: str) -> str | None:
+    """An error message for an unknown backend name, else None."""
+    from torch_fl import backends
+
+    if backend in backends.BACKENDS:
+        return None
+    import difflib
+
+    hints = difflib.get_close_matches(backend, backends.NAMES, n=2)
+    did = f" Did you mean {' or '.join(hints)}?" if hints else ""
+    return f"unknown backend '{backend}'.{did} Valid backends: {', '.join(backends.NAMES)}."
+
+
+def check_op(pattern: str) -> str | None:
+    """An error message for an operator name or glob that names nothing, else None."""
+    if names.is_glob(pattern):
+        if not names.matching(pattern):
+            return f"glob '{pattern}' matches no ATen operator; check the spelling (globs match names like add.Tensor)."
+        return None
+    if not names.is_known(pattern):
+        return names.unknown_op_message(pattern)
+    return None
+
+
+def parse_text(
+    text: str,
+    path: str | None = None,
+    *,
+    origin: str = "user file",
+    counter: _Counter | None = None,
+    problems: list[Problem] | None = None,
+    _stack: tuple[str, ...] = (),
+) -> list[Rule]:
+    """Parse routing text; problems are appended to `problems` (raise ConfigError if it is None and any occur)."""
+    raise_at_end = problems is None
+    problems = [] if problems is None else problems
+    counter = counter or _Counter()
+    rules: list[Rule] = []
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+
+        def bad(msg: str, _lineno=lineno, _raw=raw):
+            problems.append(Problem(path or "<text>", _lineno, msg, _raw.strip()))
+
+        if line.startswith("include") and (len(line) == 7 or line[7].isspace()) and "=" not in line:
+            target = line[7:].strip()
+            if not target:
+                bad("'include' needs a path: include other.conf (relative to this file) or include builtin:NAME")
+                continue
+            full = resolve_include(target, path)
+            real = os.path.realpath(full)
+            if real in _stack:
+                chain = " -> ".join([*_stack, real])
+                bad(f"include cycle: {chain}. Remove one of these includes.")
+                continue
+            if not os.path.isfile(full):
+                bad(f"included file '{full}' does not exist. Fix the path (it is relative to the including file).")
+                continue
+            sub_origin = "default file" if target.startswith(BUILTIN_PREFIX) else origin
+            rules.extend(load_file(full, origin=sub_origin, counter=counter, problems=problems, _stack=_stack))
+            continue
+        if line.count("=") != 1:
+            bad("malformed line: expected 'op_overload = backend' (e.g. add.Tensor = cuda) or 'include PATH'")
+            continue
+        lhs, rhs = (s.strip() for s in line.split("="))
+        m = _LHS.match(lhs)
+        if not m or not rhs:
+            bad("malformed line: expected 'op_overload = backend', 'op[dtype] = backend' or 'glob = backend'")
+            continue
+        if not _BACKEND.match(rhs):
+            bad(f"malformed backend '{rhs}': one name per line (e.g. flaggems)")
+            continue
+        ok = True
+        msg = check_backend(rhs)
+        if msg:
+            bad(msg)
+            ok = False
+        op = names.normalize(m.group("op"))
+        msg = check_op(op)
+        if msg:
+            bad(msg)
+            ok = False
+        dtypes: list[torch.dtype | None] = [None]
+        if m.group("dtypes") is not None:
+            dtypes = []
+            for d in m.group("dtypes").split(","):
+                try:
+                    dtypes.append(names.parse_dtype(d))
+                except ValueError as e:
+                    bad(str(e))
+                    ok = False
+            if not dtypes and ok:
+                bad("empty dtype list: write op[bfloat16] = backend, or drop the brackets")
+                ok = False
+        if not ok:
+            continue
+        for dt in dtypes:
+            rules.append(
+                Rule(
+                    op,
+                    rhs,
+                    dt,
+                    layer=LAYER_FILE,
+                    origin=origin,
+                    file=path,
+                    line=lineno,
+                    order=counter.next(),
+                    text=raw.strip(),
+                )
+            )
+    if raise_at_end and problems:
+        raise ConfigError(problems)
+    return rules
+
+
+def load_file(
+    path: str,
+    *,
+    origin: str = "user file",
+    counter: _Counter | None = None,
+    problems: list[Problem] | None = None,
+    _stack: tuple[str, ...] = (),
+) -> list[Rule]:
+    raise_at_end = problems is None
+    problems = [] if problems is None else problems
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        problems.append(Problem(path, None, f"cannot read routing file ({e.strerror}); check the path"))
+        if raise_at_end:
+            raise ConfigError(problems) from None
+        return []
+    rules = parse_text(
+        text,
+        path,
+        origin=origin,
+        counter=counter,
+        problems=problems,
+        _stack=(*_stack, os.path.realpath(path)),
+    )
+    if raise_at_end and problems:
+        raise ConfigError(problems)
+    return rules
+
+
+def validate_file(path: str) -> list[Problem]:
+    """Every problem in a routing file (and its includes); empty when it is valid."""
+    problems: list[Problem] = []
+    load_file(path, problems=problems)
+    return problems
+
+
+def default_file(backing: str, use_flaggems: bool) -> str:
+    name = "backends_flaggems.conf" if use_flaggems else f"backends_{backing}.conf"
+    return os.path.join(CONFIG_DIR, name)

@@ -1,0 +1,116 @@
+"""explain(op): which rules match an operator, which one wins, and what will run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+import torch_fl
+from torch_fl import backends
+from torch_fl.routing import core, names
+from torch_fl.routing.config import Rule
+
+
+@dataclass
+class Candidate:
+    rule: Rule
+    status: str  # "taken" | "shadowed" | "rejected" | "other dtype"
+    why: str
+
+
+@dataclass
+class Explanation:
+    op: str
+    dtype: torch.dtype | None
+    routed_to: str  # backend as written, or the platform name when nothing routes it
+    runs_on: str  # what actually runs: the backend, or native when it falls back
+    reason: str | None  # why it falls back, if it does
+    candidates: list[Candidate] = field(default_factory=list)
+    backend_notes: list[str] = field(default_factory=list)
+    kernel: str = ""  # "python kernel" or "C++ native route"
+    default_taken: bool = True  # no rule applies: the platform's native route
+
+    def __str__(self) -> str:
+        lines = [f"aten::{self.op}  (dtype: {names.dtype_name(self.dtype)})"]
+        runs = self.runs_on if self.reason is None else f"{self.runs_on}  (fallback: {self.reason})"
+        lines.append(f"  routed to: {self.routed_to}")
+        lines.append(f"  runs on:   {runs}")
+        lines.append(f"  kernel:    {self.kernel}")
+        lines.append("  candidates, highest precedence first:")
+        if not self.candidates:
+            lines.append("    (no rule names this operator)")
+        for i, c in enumerate(self.candidates, start=1):
+            lines.append(f"    {i}. {c.rule.written:<40} {c.rule.source}")
+            lines.append(f"       {c.status}: {c.why}")
+        lines.append(f"    {len(self.candidates) + 1}. default: native route ({torch_fl.backing()})")
+        lines.append("       taken: no rule applies" if self.default_taken else "       not used: a rule applies")
+        for note in self.backend_notes:
+            lines.append(f"  note: {note}")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict:
+        return {
+            "op": self.op,
+            "dtype": names.dtype_name(self.dtype),
+            "routed_to": self.routed_to,
+            "runs_on": self.runs_on,
+            "reason": self.reason,
+            "kernel": self.kernel,
+            "candidates": [
+                {"rule": c.rule.written, "source": c.rule.source, "status": c.status, "why": c.why}
+                for c in self.candidates
+            ],
+            "notes": self.backend_notes,
+        }
+
+
+def explain(op: str, dtype=None) -> Explanation:
+    norm, key_dtype = core.parse_op_key(op)
+    if isinstance(dtype, str):
+        dtype = names.parse_dtype(dtype)
+    dtype = dtype if dtype is not None else key_dtype
+    rules = [r for r in core.all_rules() if r.matches(norm)]
+    rules.sort(key=Rule.specificity, reverse=True)
+    applicable = [r for r in rules if r.dtype is None or r.dtype == dtype]
+    route = core.STATE.resolved.get(norm)
+    winner: Rule | None = None
+    if route is not None:
+        winner = route.default
+        if dtype is not None:
+            for d, r in route.by_dtype:
+                if d == dtype:
+                    winner = r
+    cands: list[Candidate] = []
+    for r in rules:
+        b = backends.get(r.backend)
+        if r.dtype is not None and r.dtype != dtype:
+            cands.append(Candidate(r, "other dtype", f"applies only to {names.dtype_name(r.dtype)} calls"))
+            continue
+        if r.is_glob and norm not in core._glob_targets(r):
+            why = b.unavailable_reason() or f"{r.backend} has no kernel for {norm}"
+            cands.append(Candidate(r, "rejected", f"glob rules apply only to operators their backend has: {why}"))
+            continue
+        if r is winner:
+            t = core.target_for(norm, r, dtype)
+            if t.kind == "fallback":
+                cands.append(Candidate(r, "taken", f"most specific; but falls back to native: {t.reason}"))
+            else:
+                cands.append(Candidate(r, "taken", "most specific applicable rule"))
+            continue
+        if winner is not None:
+            cands.append(Candidate(r, "shadowed", f"'{winner.written}' ({winner.source}) takes precedence"))
+        else:
+            cands.append(Candidate(r, "shadowed", "a more specific rule takes precedence"))
+    target = core.target_for(norm, winner, dtype)
+    routed = winner.backend if winner is not None else torch_fl.backing()
+    runs = routed if target.kind != "fallback" else f"native ({torch_fl.backing()})"
+    notes = []
+    for r in applicable:
+        b = backends.get(r.backend)
+        if not b.available():
+            notes.append(f"{r.backend}: {b.unavailable_reason()}")
+    if core.core_op(norm):
+        notes.append(f"aten::{norm} is implemented by the flagos core (metadata op); only native routes apply")
+    kernel = "python kernel (torch.library, PrivateUse1)" if norm in core.STATE.libs else "C++ native route"
+    return Explanation(norm, dtype, routed, runs, target.reason, cands, sorted(set(notes)), kernel, winner is None)

@@ -1,0 +1,137 @@
+"""Operator and dtype names: the ATen operator set, normalisation, suggestions.
+
+Operator names are ATen overload names as `torch.ops.aten` spells them, without
+the `aten::` prefix: `add.Tensor`, `mm` (the default overload; `mm.default` is
+accepted and means the same), `_softmax`. A bare name means the default
+overload only, exactly as in FEP 0025 files (`abs = flagos_python` routes
+`aten::abs`, not `aten::abs.out`); use a glob (`abs*`) for more.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import functools
+
+import torch
+
+GLOB_CHARS = frozenset("*?")
+
+
+def normalize(op: str) -> str:
+    """`aten::mm.default` -> `mm`; `add.Tensor` stays."""
+    op = op.strip()
+    if op.startswith("aten::"):
+        op = op[6:]
+    if op.endswith(".default"):
+        op = op[: -len(".default")]
+    return op
+
+
+def split(op: str) -> tuple[str, str]:
+    """`add.Tensor` -> ("add", "Tensor"); `mm` -> ("mm", "")."""
+    name, _, overload = op.partition(".")
+    return name, overload
+
+
+def qualified(op: str) -> str:
+    return "aten::" + op
+
+
+def is_glob(pattern: str) -> bool:
+    return any(c in GLOB_CHARS for c in pattern)
+
+
+@functools.lru_cache(maxsize=1)
+def aten_ops() -> frozenset[str]:
+    """Every ATen operator overload known to this PyTorch, as `name[.overload]`."""
+    return frozenset(n[6:] for n in torch._C._dispatch_get_all_op_names() if n.startswith("aten::"))
+
+
+@functools.lru_cache(maxsize=1)
+def _sorted_ops() -> tuple[str, ...]:
+    return tuple(sorted(aten_ops()))
+
+
+def is_known(op: str) -> bool:
+    return op in aten_ops()
+
+
+def matching(pattern: str) -> list[str]:
+    """ATen operators a glob pattern (`*_backward`, `add.*`) matches, sorted."""
+    return [op for op in _sorted_ops() if fnmatch.fnmatchcase(op, pattern)]
+
+
+def closest(op: str, n: int = 3) -> list[str]:
+    """The nearest ATen operator names, for 'did you mean' messages."""
+    ops = _sorted_ops()
+    found = difflib.get_close_matches(op, ops, n=n, cutoff=0.6)
+    if not found:
+        # `Add.tensor` or a name without its overload: try case-folded and by prefix.
+        lower = op.lower()
+        found = [o for o in ops if o.lower() == lower][:n] or [o for o in ops if o.startswith(op + ".")][:n]
+    return found
+
+
+def unknown_op_message(op: str) -> str:
+    hints = closest(op)
+    did_you_mean = f" Did you mean {', '.join(hints)}?" if hints else ""
+    return (
+        f"unknown operator '{op}': not an ATen operator overload of torch {torch.__version__}.{did_you_mean} "
+        "Write the overload as torch.ops.aten names it (add.Tensor, mm, _softmax; a bare name is the default "
+        "overload)."
+    )
+
+
+def schema(op: str):
+    name, overload = split(op)
+    return torch._C._get_schema(qualified(name), overload)
+
+
+def is_mutable(op: str) -> bool:
+    """True when the operator writes to one of its arguments (in-place or out=)."""
+    return any(a.alias_info is not None and a.alias_info.is_write for a in schema(op).arguments)
+
+
+# --------------------------------------------------------------------- dtypes
+_DTYPE_ALIASES = {
+    "float16": torch.float16,
+    "half": torch.float16,
+    "fp16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float32": torch.float32,
+    "float": torch.float32,
+    "fp32": torch.float32,
+    "float64": torch.float64,
+    "double": torch.float64,
+    "fp64": torch.float64,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int": torch.int32,
+    "int64": torch.int64,
+    "long": torch.int64,
+    "bool": torch.bool,
+    "complex64": torch.complex64,
+    "complex128": torch.complex128,
+    "float8_e4m3fn": torch.float8_e4m3fn,
+    "float8_e5m2": torch.float8_e5m2,
+}
+
+
+def parse_dtype(text: str) -> torch.dtype:
+    key = text.strip().lower().removeprefix("torch.")
+    try:
+        return _DTYPE_ALIASES[key]
+    except KeyError:
+        hints = difflib.get_close_matches(key, list(_DTYPE_ALIASES), n=3)
+        did = f" Did you mean {', '.join(hints)}?" if hints else ""
+        raise ValueError(
+            f"unknown dtype '{text.strip()}'.{did} Use a torch dtype name: {', '.join(sorted(set(_DTYPE_ALIASES)))}."
+        ) from None
+
+
+def dtype_name(dtype: torch.dtype | None) -> str:
+    return "any" if dtype is None else str(dtype).removeprefix("torch.")
