@@ -15,6 +15,6 @@ python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torc
 start=$(date +%s)
 python3 -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
-sel=${*:-tests/unit tests/integration/test_device_api.py tests/integration/test_tensors.py tests/integration/test_training.py tests/integration/test_serialization_rng.py tests/integration/test_cuda_backing.py}
-python3 -m pytest -q -p no:cacheprovider -m "anyplatform or cuda" $sel 2>&1 | tee "$OUT/pytest.log" | tail -25
+sel=${*:-tests}
+python3 -m pytest -q -p no:cacheprovider -rs -m "(anyplatform or cuda or flaggems or flaggems_python) and not slow" $sel 2>&1 | tee "$OUT/pytest.log" | tail -25
 python3 benchmarks/overhead.py --out "$OUT/overhead_cuda.json" 2>&1 | tail -14
