@@ -200,7 +200,8 @@ void sync_back(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageIm
       replacement = wrap_native_storage(now, index, /*may_steal=*/false);
     }
     dst->set_storage_keep_dtype(c10::Storage(std::move(replacement)));
-  } else if (C10_UNLIKELY(alias_storage->data_ptr().get_deleter() != &borrowed_deleter)) {
+  } else if (C10_UNLIKELY(alias_storage->data_ptr().get_deleter() != &borrowed_deleter &&
+                          alias_storage->data_ptr().get_deleter() != &owning_flagos_deleter)) {
     // The kernel resized the storage: it now owns fresh backing memory.
     c10::StorageImpl* target = flagos.storage().unsafeGetStorageImpl();
     const size_t nbytes = alias_storage->nbytes();

@@ -6,6 +6,7 @@
 #include <torch/extension.h>
 
 namespace torch_fl {
+void bind_on_native(py::module& m);
 namespace {
 
 at::Tensor as_native(const at::Tensor& t) {
@@ -52,6 +53,7 @@ py::object run_boxed(void (*runner)(const c10::OperatorHandle&, std::vector<c10:
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace torch_fl;
   m.doc() = "torch_fl C++ core: the flagos device over a native backing device";
+  bind_on_native(m);
   m.def("_init", &init, py::arg("backing"), py::arg("host_devices"));
   m.def("_backing", [] { return std::string(c10::DeviceTypeName(backing().type, true)); });
   m.def("_initialized", [] { return backing().initialized; });
