@@ -69,9 +69,8 @@ SIZES = {
 def _worker(args) -> dict:
     variant = args.worker
     sys.path.insert(0, str(MODELS_DIR))
-    import torch
-
     import qwen3
+    import torch
     import workloads
 
     info: dict = {"variant": variant, "pid": os.getpid(), "tasks": {}}
@@ -122,61 +121,63 @@ def _worker(args) -> dict:
             times.append(time.perf_counter() - t)
         return statistics.median(times), out
 
-    for task in args.tasks.split(","):
-        sz = sizes[task]
+    def run_task(task: str, sz: dict) -> dict:
         res: dict = {}
-        try:
-            workloads.reset_peak_memory(device)
-            model = load(torch.float32 if task == "train" else infer_dtype)
-            if task == "decode":
-                ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["prompt"], seed=args.seed + 1).to(device)
-                n = sz["new_tokens"]
-                if stats:
-                    stats.reset()
-                sec, out = timed(lambda: workloads.greedy(model, ids, n), sz["warmup"], sz["iters"])
-                res["tokens"] = out[:, sz["prompt"] :].cpu().tolist()
-                res["tokens_per_s"] = sz["batch"] * n / sec
-            elif task == "prefill":
-                ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["length"], seed=args.seed + 2).to(device)
-
-                @torch.no_grad()
-                def prefill():
-                    return model(input_ids=ids, use_cache=False, logits_to_keep=1).logits
-
-                if stats:
-                    stats.reset()
-                sec, _ = timed(prefill, sz["warmup"], sz["iters"])
-                res["tokens_per_s"] = sz["batch"] * sz["length"] / sec
-            elif task == "train":
-                ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["length"], seed=args.seed + 3).to(device)
-                model.train()
-                opt = torch.optim.AdamW(model.parameters(), lr=sz["lr"])
-                losses = []
-
-                def step():
-                    opt.zero_grad(set_to_none=True)
-                    with workloads.autocast(device, torch.bfloat16):
-                        loss = model(input_ids=ids, labels=ids).loss
-                    loss.backward()
-                    opt.step()
-                    losses.append(loss.detach())
-
-                if stats:
-                    stats.reset()
-                sec, _ = timed(step, sz["warmup"], sz["iters"])
-                res["tokens_per_s"] = sz["batch"] * sz["length"] / sec
-                res["losses"] = [float(x) for x in losses]
-                del opt, losses
-            else:
-                raise ValueError(f"unknown task {task!r}")
-            res["seconds"] = sec
-            res["peak_bytes"] = workloads.peak_memory(device)
+        workloads.reset_peak_memory(device)
+        model = load(torch.float32 if task == "train" else infer_dtype)
+        if task == "decode":
+            ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["prompt"], seed=args.seed + 1).to(device)
+            n = sz["new_tokens"]
             if stats:
-                rows = stats.stats()
-                res["backends"] = stats.backends_used(rows)
-                res["fallback_ops"] = [r.op for r in stats.fallbacks(rows)]
-                res["top_ops"] = [[r.op, r.backend, r.calls] for r in rows[:8]]
-            del model
+                stats.reset()
+            sec, out = timed(lambda: workloads.greedy(model, ids, n), sz["warmup"], sz["iters"])
+            res["tokens"] = out[:, sz["prompt"] :].cpu().tolist()
+            res["tokens_per_s"] = sz["batch"] * n / sec
+        elif task == "prefill":
+            ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["length"], seed=args.seed + 2).to(device)
+
+            @torch.no_grad()
+            def prefill():
+                return model(input_ids=ids, use_cache=False, logits_to_keep=1).logits
+
+            if stats:
+                stats.reset()
+            sec, _ = timed(prefill, sz["warmup"], sz["iters"])
+            res["tokens_per_s"] = sz["batch"] * sz["length"] / sec
+        elif task == "train":
+            ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["length"], seed=args.seed + 3).to(device)
+            model.train()
+            opt = torch.optim.AdamW(model.parameters(), lr=sz["lr"])
+            losses = []
+
+            def step():
+                opt.zero_grad(set_to_none=True)
+                with workloads.autocast(device, torch.bfloat16):
+                    loss = model(input_ids=ids, labels=ids).loss
+                loss.backward()
+                opt.step()
+                losses.append(loss.detach())
+
+            if stats:
+                stats.reset()
+            sec, _ = timed(step, sz["warmup"], sz["iters"])
+            res["tokens_per_s"] = sz["batch"] * sz["length"] / sec
+            res["losses"] = [float(x) for x in losses]
+            del opt, losses
+        else:
+            raise ValueError(f"unknown task {task!r}")
+        res["seconds"] = sec
+        res["peak_bytes"] = workloads.peak_memory(device)
+        if stats:
+            rows = stats.stats()
+            res["backends"] = stats.backends_used(rows)
+            res["fallback_ops"] = [r.op for r in stats.fallbacks(rows)]
+            res["top_ops"] = [[r.op, r.backend, r.calls] for r in rows[:8]]
+        return res
+
+    for task in args.tasks.split(","):
+        try:
+            res = run_task(task, sizes[task])
         except Exception as e:  # recorded as a result: the peer may simply not run this
             res = {"error": f"{type(e).__name__}: {str(e)[:800]}"}
         release()
@@ -284,7 +285,7 @@ def _summarise(raw: list[dict], variants: list[str], tasks: list[str]) -> dict:
                     entry["fallback_ops"] = fb
                     entry["backends"] = ok[-1].get("backends", {})
             summary.setdefault(v, {})[t] = entry
-    for v, per_task in summary.items():
+    for per_task in summary.values():
         for t, e in per_task.items():
             base = summary.get("native", {}).get(t, {})
             if "tokens_per_s" in e and base.get("tokens_per_s"):
@@ -329,7 +330,7 @@ def _chart(summary: dict, tasks: list[str], path: Path, title: str) -> str | Non
         vals = [summary[v].get(t, {}).get("ratio_to_native", 0.0) for t in tasks]
         xs = [j + (i - (len(variants) - 1) / 2) * width for j in range(len(tasks))]
         bars = ax.bar(xs, vals, width, label=v)
-        for b, val, t in zip(bars, vals, tasks):
+        for b, val, t in zip(bars, vals, tasks, strict=True):
             label = f"{val:.2f}" if val else ("error" if summary[v].get(t, {}).get("errors") else "")
             ax.annotate(label, (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom", fontsize=8)
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
@@ -368,9 +369,8 @@ def main(argv=None) -> int:
         return 0
 
     sys.path.insert(0, str(MODELS_DIR))
-    import torch
-
     import qwen3
+    import torch
 
     args.tasks = [t for t in args.tasks.split(",") if t]
     if bad := [t for t in args.tasks if t not in TASKS]:

@@ -1,10 +1,9 @@
 """Routing call statistics for the demo and the benchmarks, in one place.
 
 Contract (torch_fl.routing): stats() -> [OpStat(op, backend, calls, fallbacks,
-failures)], reset_stats(). Until the routing layer exists, the core's raw
-counters (_C._route_stats(): (op, "native"|"cpu_fallback", calls)) are
-adapted to the same shape. When routing lands, `_routing()` is the only line
-that matters.
+failures)], reset_stats(). In a build without the routing layer the core's
+raw counters (_C._route_stats(): (op, "native"|"cpu_fallback", calls)) are
+adapted to the same shape; `_routing()` is the one switch.
 """
 
 from __future__ import annotations
@@ -35,6 +34,12 @@ def source() -> str:
     return "torch_fl.routing" if _routing() is not None else "core counters"
 
 
+def config_file() -> str | None:
+    """The routing file in effect (None without the routing layer)."""
+    routing = _routing()
+    return routing.config_file() if routing is not None and hasattr(routing, "config_file") else None
+
+
 def reset() -> None:
     routing = _routing()
     if routing is not None:
@@ -49,9 +54,8 @@ def stats() -> list[OpStat]:
     if routing is not None:
         rows = [OpStat(s.op, s.backend, s.calls, s.fallbacks, s.failures) for s in routing.stats()]
     else:
-        native = torch_fl.backing()
         rows = [
-            OpStat(op, native if kind == "native" else kind, calls, calls if kind == "cpu_fallback" else 0, 0)
+            OpStat(op, kind, calls, calls if kind == "cpu_fallback" else 0, 0)
             for op, kind, calls in torch_fl._C._route_stats()
         ]
     rows = [r for r in rows if r.calls or r.fallbacks or r.failures]

@@ -90,7 +90,9 @@ def test_same_seed_same_output(cpu_models, variant, dtype):
     if variant == "tiny":  # rebuilding the 0.6B model twice costs more than it tells
         again = qwen3.build(variant, seed=0, dtype=dtype)
         other = qwen3.build(variant, seed=1, dtype=dtype)
-        assert all(torch.equal(a, b) for a, b in zip(base.state_dict().values(), again.state_dict().values()))
+        assert all(
+            torch.equal(a, b) for a, b in zip(base.state_dict().values(), again.state_dict().values(), strict=True)
+        )
         assert not torch.equal(base.lm_head.weight, other.lm_head.weight)
     model = copy.deepcopy(base).to("flagos")
     ids = _prompt(model).to("flagos")

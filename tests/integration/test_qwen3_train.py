@@ -14,7 +14,6 @@ backing: native CUDA training cannot run in a process that imported torch_fl
 
 from __future__ import annotations
 
-import copy
 import math
 
 import pytest
@@ -81,8 +80,8 @@ def test_training(variant, amp):
 
     ref = _native_reference(variant, amp)["losses"]
     atol, rtol = TOL[amp]
-    diffs = [abs(a - b) for a, b in zip(losses, ref)]
-    bad = [(i, a, b) for i, (a, b) in enumerate(zip(losses, ref)) if abs(a - b) > atol + rtol * abs(b)]
+    diffs = [abs(a - b) for a, b in zip(losses, ref, strict=True)]
+    bad = [(i, a, b) for i, (a, b) in enumerate(zip(losses, ref, strict=True)) if abs(a - b) > atol + rtol * abs(b)]
     assert not bad, f"loss curve departs from native {NATIVE} (step, flagos, native): {bad}; max diff {max(diffs)}"
 
 

@@ -127,8 +127,9 @@ def run(args) -> int:
     print(f"torch_fl {torch_fl.__version__} demo  (torch {torch.__version__}, transformers {transformers.__version__})")
     name = torch.flagos.get_device_name(index)
     print(f"  device : {device}  backed by {native} ({name}); backing = {backing}")
-    profile = "FlagGems profile requested" if os.environ.get("FLAGOS_USE_FLAGGEMS") == "1" else "default routes"
-    print(f"  routes : {profile}; call statistics from {route_stats.source()}")
+    profile = "FlagGems profile (FLAGOS_USE_FLAGGEMS=1)" if os.environ.get("FLAGOS_USE_FLAGGEMS") else "default routes"
+    cfg = route_stats.config_file()
+    print(f"  routes : {profile}" + (f", file {cfg}" if cfg else "") + f"; statistics from {route_stats.source()}")
 
     steps = 5
     _step(1, steps, f"building Qwen3 '{spec}' (seed {args.seed}, {str(dtype).replace('torch.', '')}) on the CPU")

@@ -63,9 +63,8 @@ def _run_child(spec: dict, timeout: float) -> dict:
 
 
 def _child(spec: dict) -> dict:
-    import torch
-
     import qwen3  # this folder is sys.path[0]: no torch_fl package import
+    import torch
     import workloads
 
     if spec["task"] != "train":

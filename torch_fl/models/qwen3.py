@@ -60,7 +60,7 @@ ALIASES = {"qwen3-0.6b": "0.6b", "0.6B": "0.6b", "qwen3-tiny": "tiny"}
 
 
 def canonical(spec: str) -> str:
-    """"tiny", "0.6b" (a built-in architecture) or an existing local directory."""
+    """ "tiny", "0.6b" (a built-in architecture) or an existing local directory."""
     spec = ALIASES.get(spec, spec)
     if spec in VARIANTS:
         return spec
