@@ -150,6 +150,26 @@ void record_stream(at::Tensor& self, c10::Stream stream) {
   impl.recordDataPtrOnStream(self.storage().data_ptr(), stream);
 }
 
+// c10's TensorImpl::has_compatible_shallow_copy_type lists only in-tree dense
+// backends, so `param.data = flagos_tensor` (what Module.to does) is refused
+// and Module._apply replaces each Parameter instead, silently untying shared
+// weights (tied embeddings end up as two copies). PyTorch leaves the answer
+// for PrivateUse1 to the backend, as OpenReg does.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  const auto a = self.key_set();
+  const auto b = from.key_set();
+  if (a == b) {
+    return true;
+  }
+  constexpr auto dense_backends =
+      c10::DispatchKeySet({c10::BackendComponent::CPUBit, c10::BackendComponent::CUDABit,
+                           c10::BackendComponent::HIPBit, c10::BackendComponent::XPUBit,
+                           c10::BackendComponent::MPSBit, c10::BackendComponent::PrivateUse1Bit});
+  constexpr auto dense = c10::DispatchKeySet(c10::DispatchKey::Dense);
+  auto is_dense = [&](c10::DispatchKeySet ks) { return ks.has_any(dense) && ks.has_any(dense_backends); };
+  return is_dense(a) && is_dense(b);
+}
+
 std::unique_ptr<torch::Library> library, conj_library, neg_library;
 
 }  // namespace
@@ -174,6 +194,7 @@ void register_metadata_ops() {
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("record_stream", TORCH_FN(record_stream));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
 
   // copy_ is conjugate/negative-view aware and PyTorch lets it pass through
   // those keys; its flagos half (_copy_from) must too, or the fallback that

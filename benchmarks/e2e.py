@@ -1,0 +1,475 @@
+"""End-to-end benchmark: Qwen3 decode, prefill and training on flagos vs native PyTorch.
+
+    python benchmarks/e2e.py                          # GPU: Qwen3-0.6B architecture, all variants
+    python benchmarks/e2e.py --model tiny --quick     # host smoke run
+    python benchmarks/e2e.py --model /path/to/Qwen3-0.6B --rounds 5
+
+Tasks (full sizes): decode (batch 1, 32-token prompt, 64 new tokens, greedy),
+prefill (8 x 512 tokens, one forward pass, logits of the last position as
+generate() computes them), train (4 x 512, AdamW, bf16 autocast, fp32 weights).
+Decode and prefill run the model in bf16 on a GPU (fp32 on host memory).
+
+Variants:
+  native           PyTorch on the backing device (cuda, or cpu on host memory); never imports torch_fl
+  flagos           flagos with the default (native) routes
+  flagos_flaggems  flagos with FLAGOS_USE_FLAGGEMS=1 (the FlagGems profile)
+  cuda_flaggems    native cuda under flag_gems.enable() (FlagGems replaces CUDA kernels process-wide)
+
+The parent never touches a device. Every (round, variant) runs in its own child
+process (`python benchmarks/e2e.py --worker VARIANT ...`) that prints one JSON
+line, so variants that cannot share a process (native CUDA autograd after
+torch_fl is imported, PyTorch issue 161129; flag_gems.enable()) are measured
+the same way as the others. Rounds alternate between variants, rotating the
+order each round. Errors are recorded as results. Built-in models get random
+weights from --seed and are saved once to a temporary checkpoint that every
+child loads, so all variants hold identical weights.
+
+Writes benchmarks/results/<name>.json (with the command line) and .png (if
+matplotlib is installed), and prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib.metadata
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS_DIR = REPO / "torch_fl" / "models"  # qwen3.py and workloads.py import neither torch_fl nor each other
+RESULT_TAG = "E2E_RESULT "
+VARIANTS = ("native", "flagos", "flagos_flaggems", "cuda_flaggems")
+TASKS = ("decode", "prefill", "train")
+SIZES = {
+    "full": {
+        "decode": {"batch": 1, "prompt": 32, "new_tokens": 64, "warmup": 1, "iters": 2},
+        "prefill": {"batch": 8, "length": 512, "warmup": 2, "iters": 5},
+        "train": {"batch": 4, "length": 512, "warmup": 2, "iters": 5, "lr": 1e-5},
+    },
+    "quick": {
+        "decode": {"batch": 1, "prompt": 8, "new_tokens": 8, "warmup": 1, "iters": 1},
+        "prefill": {"batch": 2, "length": 32, "warmup": 1, "iters": 2},
+        "train": {"batch": 2, "length": 32, "warmup": 1, "iters": 2, "lr": 1e-5},
+    },
+}
+
+
+# ----------------------------------------------------------------------------- worker (child process)
+
+
+def _worker(args) -> dict:
+    variant = args.worker
+    sys.path.insert(0, str(MODELS_DIR))
+    import qwen3
+    import torch
+    import workloads
+
+    info: dict = {"variant": variant, "pid": os.getpid(), "tasks": {}}
+    stats = None
+    if variant in ("flagos", "flagos_flaggems"):
+        sys.path.insert(0, str(REPO))  # this checkout's torch_fl, even if another one is installed
+        import torch_fl
+        from torch_fl import _stats_adapter as stats
+
+        device = torch.device("flagos", 0)
+        info["backing"] = torch_fl.backing()
+        info["stats_source"] = stats.source()
+    else:
+        device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+        info["backing"] = device.type
+    if variant == "cuda_flaggems":
+        import flag_gems
+
+        flag_gems.enable()
+        info["flag_gems"] = getattr(flag_gems, "__version__", "?")
+    on_gpu = info["backing"] == "cuda"
+    if args.dtype == "auto":
+        infer_dtype = torch.bfloat16 if on_gpu else torch.float32
+    else:
+        infer_dtype = getattr(torch, args.dtype)
+    sizes = json.loads(args.sizes)
+
+    def load(dtype):
+        model = qwen3.build(args.ckpt, dtype=dtype)
+        return model.to(device)
+
+    def release():
+        import gc
+
+        gc.collect()
+        if device.type != "cpu":
+            workloads.device_module(device).empty_cache()
+
+    def timed(fn, warmup, iters):
+        for _ in range(warmup):
+            fn()
+        workloads.synchronize(device)
+        times = []
+        for _ in range(iters):
+            t = time.perf_counter()
+            out = fn()
+            workloads.synchronize(device)
+            times.append(time.perf_counter() - t)
+        return statistics.median(times), out
+
+    def run_task(task: str, sz: dict) -> dict:
+        res: dict = {}
+        workloads.reset_peak_memory(device)
+        model = load(torch.float32 if task == "train" else infer_dtype)
+        if task == "decode":
+            ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["prompt"], seed=args.seed + 1).to(device)
+            n = sz["new_tokens"]
+            if stats:
+                stats.reset()
+            sec, out = timed(lambda: workloads.greedy(model, ids, n), sz["warmup"], sz["iters"])
+            res["tokens"] = out[:, sz["prompt"] :].cpu().tolist()
+            res["tokens_per_s"] = sz["batch"] * n / sec
+        elif task == "prefill":
+            ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["length"], seed=args.seed + 2).to(device)
+
+            @torch.no_grad()
+            def prefill():
+                return model(input_ids=ids, use_cache=False, logits_to_keep=1).logits
+
+            if stats:
+                stats.reset()
+            sec, _ = timed(prefill, sz["warmup"], sz["iters"])
+            res["tokens_per_s"] = sz["batch"] * sz["length"] / sec
+        elif task == "train":
+            ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["length"], seed=args.seed + 3).to(device)
+            model.train()
+            opt = torch.optim.AdamW(model.parameters(), lr=sz["lr"])
+            losses = []
+
+            def step():
+                opt.zero_grad(set_to_none=True)
+                with workloads.autocast(device, torch.bfloat16):
+                    loss = model(input_ids=ids, labels=ids).loss
+                loss.backward()
+                opt.step()
+                losses.append(loss.detach())
+
+            if stats:
+                stats.reset()
+            sec, _ = timed(step, sz["warmup"], sz["iters"])
+            res["tokens_per_s"] = sz["batch"] * sz["length"] / sec
+            res["losses"] = [float(x) for x in losses]
+            del opt, losses
+        else:
+            raise ValueError(f"unknown task {task!r}")
+        res["seconds"] = sec
+        res["peak_bytes"] = workloads.peak_memory(device)
+        if stats:
+            rows = stats.stats()
+            res["backends"] = stats.backends_used(rows)
+            res["fallback_ops"] = [r.op for r in stats.fallbacks(rows)]
+            res["top_ops"] = [[r.op, r.backend, r.calls] for r in rows[:8]]
+        return res
+
+    for task in args.tasks.split(","):
+        try:
+            res = run_task(task, sizes[task])
+        except Exception as e:  # recorded as a result: the peer may simply not run this
+            res = {"error": f"{type(e).__name__}: {str(e)[:800]}"}
+        release()
+        info["tasks"][task] = res
+    info["torch_fl_imported"] = "torch_fl" in sys.modules
+    if variant == "flagos_flaggems":
+        used = set()
+        for r in info["tasks"].values():
+            used.update(r.get("backends", {}))
+        if not any(b.startswith("flaggems") or b.startswith("flagos_python") for b in used):
+            why = "FLAGOS_USE_FLAGGEMS=1 routed no operator to FlagGems"
+            if info.get("stats_source") != "torch_fl.routing":
+                why += " (the routing layer, torch_fl.routing, is not in this build)"
+            for r in info["tasks"].values():
+                if "error" not in r:
+                    r["error"] = why + "; these would be native-route numbers, not FlagGems"
+    return info
+
+
+# ----------------------------------------------------------------------------- orchestrator (parent)
+
+
+def _variant_env(variant: str) -> dict:
+    env = dict(os.environ)
+    env.pop("FLAGOS_USE_FLAGGEMS", None)
+    if variant == "flagos_flaggems":
+        env["FLAGOS_USE_FLAGGEMS"] = "1"
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    return env
+
+
+def _run_child(variant, args, ckpt, sizes) -> dict:
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        variant,
+        "--ckpt",
+        ckpt,
+        "--tasks",
+        ",".join(args.tasks),
+        "--sizes",
+        json.dumps(sizes),
+        "--dtype",
+        args.dtype,
+        "--seed",
+        str(args.seed),
+    ]
+    t = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=args.child_timeout, env=_variant_env(variant), cwd=REPO
+        )
+    except subprocess.TimeoutExpired:
+        return {"variant": variant, "error": f"timed out after {args.child_timeout} s", "tasks": {}}
+    lines = [ln[len(RESULT_TAG) :] for ln in proc.stdout.splitlines() if ln.startswith(RESULT_TAG)]
+    if not lines:
+        tail = (proc.stderr or proc.stdout)[-1500:]
+        return {"variant": variant, "error": f"child exited {proc.returncode} without a result: {tail}", "tasks": {}}
+    out = json.loads(lines[-1])
+    out["wall_s"] = round(time.perf_counter() - t, 2)
+    return out
+
+
+def _available_variants(on_gpu: bool) -> tuple[list[str], dict]:
+    skipped = {}
+    if not on_gpu:
+        for v in ("flagos_flaggems", "cuda_flaggems"):
+            skipped[v] = "needs a CUDA GPU (FlagGems runs Triton kernels)"
+    return [v for v in VARIANTS if v not in skipped], skipped
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return importlib.metadata.version(pkg)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _summarise(raw: list[dict], variants: list[str], tasks: list[str]) -> dict:
+    summary: dict = {}
+    native_tokens = None
+    for r in raw:
+        if r["variant"] == "native" and "tokens" in r["tasks"].get("decode", {}):
+            native_tokens = r["tasks"]["decode"]["tokens"]
+            break
+    for v in variants:
+        for t in tasks:
+            runs = [r["tasks"].get(t, {"error": r.get("error", "no result")}) for r in raw if r["variant"] == v]
+            ok = [x for x in runs if "error" not in x and "tokens_per_s" in x]
+            entry: dict = {"rounds_ok": len(ok), "rounds": len(runs)}
+            errors = sorted({x["error"] for x in runs if "error" in x})
+            if errors:
+                entry["errors"] = errors
+            if ok:
+                entry["tokens_per_s"] = statistics.median(x["tokens_per_s"] for x in ok)
+                entry["tokens_per_s_all"] = [round(x["tokens_per_s"], 2) for x in ok]
+                peaks = [x["peak_bytes"] for x in ok if x.get("peak_bytes") is not None]
+                entry["peak_bytes"] = max(peaks) if peaks else None
+                if t == "decode" and native_tokens is not None:
+                    entry["tokens_match_native"] = all(x["tokens"] == native_tokens for x in ok)
+                fb = sorted({op for x in ok for op in x.get("fallback_ops", [])})
+                if v.startswith("flagos"):
+                    entry["fallback_ops"] = fb
+                    entry["backends"] = ok[-1].get("backends", {})
+            summary.setdefault(v, {})[t] = entry
+    for per_task in summary.values():
+        for t, e in per_task.items():
+            base = summary.get("native", {}).get(t, {})
+            if "tokens_per_s" in e and base.get("tokens_per_s"):
+                e["ratio_to_native"] = e["tokens_per_s"] / base["tokens_per_s"]
+            if e.get("peak_bytes") and base.get("peak_bytes"):
+                e["peak_memory_ratio"] = e["peak_bytes"] / base["peak_bytes"]
+    return summary
+
+
+def _table(summary: dict, tasks: list[str]) -> str:
+    lines = [
+        "| variant | task | tokens/s (median) | ratio to native | peak memory (GiB) | memory ratio | greedy = native |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for v, per_task in summary.items():
+        for t in tasks:
+            e = per_task.get(t, {})
+            if "tokens_per_s" not in e:
+                err = "; ".join(e.get("errors", ["no result"]))[:90].replace("|", "/")
+                lines.append(f"| {v} | {t} | error: {err} | | | | |")
+                continue
+            ratio = f"{e['ratio_to_native']:.3f}x" if "ratio_to_native" in e else ""
+            peak = f"{e['peak_bytes'] / 2**30:.2f}" if e.get("peak_bytes") else "n/a"
+            mem = f"{e['peak_memory_ratio']:.3f}x" if "peak_memory_ratio" in e else ""
+            match = {True: "yes", False: "NO"}.get(e.get("tokens_match_native"), "")
+            lines.append(f"| {v} | {t} | {e['tokens_per_s']:,.1f} | {ratio} | {peak} | {mem} | {match} |")
+    return "\n".join(lines)
+
+
+def _chart(summary: dict, tasks: list[str], path: Path, title: str) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    variants = list(summary)
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    width = 0.8 / max(1, len(variants))
+    for i, v in enumerate(variants):
+        vals = [summary[v].get(t, {}).get("ratio_to_native", 0.0) for t in tasks]
+        xs = [j + (i - (len(variants) - 1) / 2) * width for j in range(len(tasks))]
+        bars = ax.bar(xs, vals, width, label=v)
+        for b, val, t in zip(bars, vals, tasks, strict=True):
+            label = f"{val:.2f}" if val else ("error" if summary[v].get(t, {}).get("errors") else "")
+            ax.annotate(label, (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom", fontsize=8)
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_xticks(range(len(tasks)), tasks)
+    ax.set_ylabel("tokens/s relative to native (higher is better)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return str(path)
+
+
+def _parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="auto", help="tiny, 0.6b or a local HF checkpoint (default: 0.6b on a GPU)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds; each runs every variant once (default 3)")
+    p.add_argument("--tasks", default=",".join(TASKS), help="comma list of decode,prefill,train")
+    p.add_argument("--variants", default=None, help=f"comma list of {','.join(VARIANTS)} (default: all available)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    p.add_argument("--dtype", default="auto", help="weights for decode/prefill: auto (bf16 on GPU) | float32 | ...")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=str(REPO / "benchmarks" / "results"), help="output folder")
+    p.add_argument("--name", default=None, help="output file stem (default e2e-<backing>-<model>[-quick])")
+    p.add_argument("--child-timeout", type=int, default=300, help="seconds per child process")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--ckpt", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--sizes", default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = _parse(argv)
+    if args.worker:
+        print(RESULT_TAG + json.dumps(_worker(args)), flush=True)
+        return 0
+
+    sys.path.insert(0, str(MODELS_DIR))
+    import qwen3
+    import torch
+
+    args.tasks = [t for t in args.tasks.split(",") if t]
+    if bad := [t for t in args.tasks if t not in TASKS]:
+        print(f"unknown task(s) {bad}; choose from {TASKS}", file=sys.stderr)
+        return 2
+    on_gpu = torch.cuda.is_available()
+    backing = "cuda" if on_gpu else "cpu"
+    variants, skipped = _available_variants(on_gpu)
+    if args.variants:
+        wanted = args.variants.split(",")
+        if bad := [v for v in wanted if v not in VARIANTS]:
+            print(f"unknown variant(s) {bad}; choose from {VARIANTS}", file=sys.stderr)
+            return 2
+        variants = [v for v in wanted if v in variants]
+        skipped = {v: why for v, why in skipped.items() if v in wanted}
+    if "native" not in variants:
+        variants.insert(0, "native")  # ratios and token checks need it
+    spec = qwen3.canonical(args.model if args.model != "auto" else ("0.6b" if on_gpu else "tiny"))
+    sizes = SIZES["quick" if args.quick else "full"]
+    model_tag = spec if qwen3.is_builtin(spec) else Path(spec).name
+    name = args.name or f"e2e-{backing}-{model_tag}{'-quick' if args.quick else ''}"
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="torch_fl_e2e_") as tmp:
+        if qwen3.is_builtin(spec):
+            print(f"building Qwen3 '{spec}' (seed {args.seed}) and saving it to a temporary checkpoint", flush=True)
+            model = qwen3.build(spec, seed=args.seed)
+            model.save_pretrained(tmp)
+            del model
+            ckpt = tmp
+        else:
+            ckpt = spec
+        raw = []
+        for r in range(args.rounds):
+            order = variants[r % len(variants) :] + variants[: r % len(variants)]
+            for v in order:
+                print(f"round {r + 1}/{args.rounds}: {v} ...", end=" ", flush=True)
+                res = _run_child(v, args, ckpt, sizes)
+                res["round"] = r
+                raw.append(res)
+                brief = ", ".join(
+                    f"{t} {x['tokens_per_s']:.1f} tok/s" if "tokens_per_s" in x else f"{t} error"
+                    for t, x in res["tasks"].items()
+                )
+                print(brief or res.get("error", "no result")[:200], f"[{res.get('wall_s', '?')} s]", flush=True)
+
+    summary = _summarise(raw, variants, args.tasks)
+    gpu = None
+    if on_gpu:
+        gpu = torch.cuda.get_device_name(0)
+    report = {
+        "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
+        "argv": sys.argv,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "wall_s": round(time.perf_counter() - started, 1),
+        "environment": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "gpu": gpu,
+            "cpu_count": os.cpu_count(),
+            "transformers": _version("transformers"),
+            "triton": _version("triton"),
+            "flag_gems": _version("flag_gems") or _version("flag-gems"),
+            "torch_fl_git": _git_rev(),
+        },
+        "backing": backing,
+        "model": spec if qwen3.is_builtin(spec) else str(spec),
+        "sizes": {t: sizes[t] for t in args.tasks},
+        "rounds": args.rounds,
+        "variants": variants,
+        "skipped": skipped,
+        "summary": summary,
+        "raw": raw,
+    }
+    json_path = out_dir / f"{name}.json"
+    json_path.write_text(json.dumps(report, indent=1) + "\n")
+    title = f"Qwen3 {model_tag} on {gpu or 'host CPU'}, median of {args.rounds} rounds ({report['date'][:10]})"
+    png = _chart(summary, args.tasks, out_dir / f"{name}.png", title)
+    print()
+    print(_table(summary, args.tasks))
+    for v, why in skipped.items():
+        print(f"skipped {v}: {why}")
+    print(f"\nwrote {json_path}" + (f" and {png}" if png else " (no PNG: matplotlib is not installed)"))
+    print(f"total {report['wall_s']} s")
+    return 0
+
+
+def _git_rev() -> str | None:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

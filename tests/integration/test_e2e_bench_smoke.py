@@ -1,0 +1,36 @@
+"""benchmarks/e2e.py runs end to end (one quick round, tiny model) and writes a complete report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.anyplatform
+def test_e2e_benchmark_quick(tmp_path):
+    cmd = [sys.executable, str(REPO / "benchmarks" / "e2e.py"), "--model", "tiny", "--quick", "--rounds", "1"]
+    cmd += ["--variants", "native,flagos", "--out", str(tmp_path), "--name", "smoke"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "smoke.json").read_text())
+    assert "e2e.py" in report["command"] and "--quick" in report["argv"]
+    assert report["variants"] == ["native", "flagos"]
+    for variant in ("native", "flagos"):
+        for task in ("decode", "prefill", "train"):
+            entry = report["summary"][variant][task]
+            assert "errors" not in entry, entry
+            assert entry["rounds_ok"] == 1 and entry["tokens_per_s"] > 0
+    flagos = report["summary"]["flagos"]
+    assert flagos["decode"]["tokens_match_native"] is True
+    assert flagos["train"]["peak_bytes"] > 0
+    assert flagos["decode"]["fallback_ops"] == []
+    assert sum(flagos["decode"]["backends"].values()) > 0  # routing stats were collected in the child
+    native_raw = [r for r in report["raw"] if r["variant"] == "native"]
+    assert native_raw and all(r["torch_fl_imported"] is False for r in native_raw)

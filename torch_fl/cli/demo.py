@@ -1,0 +1,196 @@
+"""`python -m torch_fl demo`: Qwen3 generating tokens on flagos, next to native PyTorch.
+
+Builds the model (the tiny Qwen3 on host backing, the Qwen3-0.6B architecture
+on a GPU, or a local checkpoint with --model PATH), generates greedily on
+flagos with the active routes and on the native backing device, and prints
+tokens/s for both, whether the tokens agree, and which backend ran each
+operator.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import time
+
+import torch
+
+import torch_fl
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+TEXT_PROMPT = "The quickest way to explain what a compiler does is"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument(
+        "--model",
+        default="auto",
+        help="tiny, 0.6b (Qwen3-0.6B architecture, random weights) or a local HF checkpoint directory "
+        "(default: 0.6b on a GPU backing, tiny on host memory)",
+    )
+    parser.add_argument("--tokens", type=int, default=None, help="tokens to generate (default 64 on a GPU, 32 else)")
+    parser.add_argument("--prompt-len", type=int, default=None, help="prompt length in tokens (default 32 / 16)")
+    parser.add_argument("--dtype", default="auto", choices=["auto", *DTYPES], help="default: bfloat16 on a GPU")
+    parser.add_argument("--device", default="flagos", help="flagos device, e.g. flagos:1 (default: current)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for random weights and the prompt")
+    parser.add_argument("--top", type=int, default=12, help="operators to list")
+
+
+class _Progress:
+    """A per-token progress bar (tqdm when installed, dots otherwise), usable as a generate() streamer."""
+
+    def __init__(self, total: int, label: str):
+        self.total, self.label, self.count, self.started = total, label, 0, False
+        try:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, desc=label, unit="tok", leave=False, file=sys.stderr)
+        except ImportError:
+            self.bar = None
+            print(f"    {label}: ", end="", flush=True)
+
+    def put(self, value) -> None:
+        if not self.started:  # the first call hands over the prompt
+            self.started = True
+            return
+        self.count += 1
+        if self.bar is not None:
+            self.bar.update(1)
+        elif self.count % max(1, self.total // 16) == 0:
+            print(".", end="", flush=True)
+
+    def end(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        else:
+            print(" done", flush=True)
+
+
+def _streamer(total: int, label: str):
+    try:
+        from transformers.generation.streamers import BaseStreamer
+    except ImportError:
+        return _Progress(total, label)
+
+    class Streamer(_Progress, BaseStreamer):
+        pass
+
+    return Streamer(total, label)
+
+
+def _timed_generate(model, ids, new_tokens: int, device, label: str):
+    from torch_fl.models import workloads
+
+    workloads.synchronize(device)
+    start = time.perf_counter()
+    out = workloads.greedy(model, ids, new_tokens, streamer=_streamer(new_tokens, label))
+    workloads.synchronize(device)
+    return out.cpu(), new_tokens / (time.perf_counter() - start)
+
+
+def _step(i: int, n: int, text: str) -> None:
+    print(f"[{i}/{n}] {text}", flush=True)
+
+
+def run(args) -> int:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        print("the demo needs transformers: pip install --no-build-isolation -e .[models]", file=sys.stderr)
+        return 2
+    from torch_fl import _stats_adapter as route_stats
+    from torch_fl.models import qwen3, workloads
+
+    backing = torch_fl.backing()
+    on_gpu = backing == "cuda"
+    device = torch.device(args.device)
+    if device.type != "flagos":
+        print(f"--device must be a flagos device (flagos or flagos:N), not {args.device!r}", file=sys.stderr)
+        return 2
+    index = torch.flagos.current_device() if device.index is None else device.index
+    if index >= torch.flagos.device_count():
+        print(f"flagos:{index} does not exist: {torch.flagos.device_count()} flagos device(s)", file=sys.stderr)
+        return 2
+    device = torch.device("flagos", index)
+    native = torch.device(backing, index) if on_gpu else torch.device("cpu")
+    spec = args.model if args.model != "auto" else ("0.6b" if on_gpu else "tiny")
+    try:
+        spec = qwen3.canonical(spec)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    dtype = DTYPES[args.dtype] if args.dtype != "auto" else (torch.bfloat16 if on_gpu else torch.float32)
+    new_tokens = args.tokens or (64 if on_gpu else 32)
+    prompt_len = args.prompt_len or (32 if on_gpu else 16)
+
+    print(f"torch_fl {torch_fl.__version__} demo  (torch {torch.__version__}, transformers {transformers.__version__})")
+    name = torch.flagos.get_device_name(index)
+    print(f"  device : {device}  backed by {native} ({name}); backing = {backing}")
+    profile = "FlagGems profile (FLAGOS_USE_FLAGGEMS=1)" if os.environ.get("FLAGOS_USE_FLAGGEMS") else "default routes"
+    cfg = route_stats.config_file()
+    print(f"  routes : {profile}" + (f", file {cfg}" if cfg else "") + f"; statistics from {route_stats.source()}")
+
+    steps = 5
+    _step(1, steps, f"building Qwen3 '{spec}' (seed {args.seed}, {str(dtype).replace('torch.', '')}) on the CPU")
+    t0 = time.perf_counter()
+    base = qwen3.build(spec, seed=args.seed, dtype=dtype)
+    print(f"      {qwen3.describe(base)}  [{time.perf_counter() - t0:.1f} s]")
+
+    tokenizer, ids = None, None
+    if not qwen3.is_builtin(spec):
+        try:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(spec, local_files_only=True)
+            ids = tokenizer(TEXT_PROMPT, return_tensors="pt").input_ids
+        except Exception as e:  # a checkpoint without a tokenizer still runs on token ids
+            print(f"      no tokenizer in {spec} ({type(e).__name__}); using random token ids")
+    if ids is None:
+        ids = qwen3.tokens(base.config.vocab_size, 1, prompt_len, seed=args.seed + 1)
+    print(f"      prompt: {ids.shape[1]} tokens, generating {new_tokens} greedily")
+
+    _step(2, steps, f"copying the weights to {device} and to native {native}")
+    flagos_model = copy.deepcopy(base).to(device)
+    native_model = base.to(native)
+
+    _step(3, steps, "warm-up (a few tokens on each)")
+    workloads.greedy(flagos_model, ids.to(device), 4)
+    workloads.greedy(native_model, ids.to(native), 4)
+
+    _step(4, steps, f"generating on {device}")
+    route_stats.reset()
+    fl_out, fl_rate = _timed_generate(flagos_model, ids.to(device), new_tokens, device, str(device))
+    rows = route_stats.stats()
+    print(f"      {fl_rate:.1f} tokens/s")
+
+    _step(5, steps, f"generating on native {native} (reference)")
+    nat_out, nat_rate = _timed_generate(native_model, ids.to(native), new_tokens, native, f"native {native}")
+    print(f"      {nat_rate:.1f} tokens/s")
+
+    same = torch.equal(fl_out, nat_out)
+    generated = fl_out[0, ids.shape[1] :].tolist()
+    print()
+    print("Result")
+    print(f"  tokens/s   flagos {fl_rate:10.1f}   native {nat_rate:10.1f}   ratio {fl_rate / nat_rate:.2f}x")
+    print(f"  greedy tokens identical to native: {'yes' if same else 'NO'}")
+    if tokenizer is not None:
+        print(f"  text: {TEXT_PROMPT!r} -> {tokenizer.decode(generated)!r}")
+    else:
+        shown = ", ".join(map(str, generated[:16])) + (", ..." if len(generated) > 16 else "")
+        print(f"  generated token ids: [{shown}]  ({len(set(generated))} distinct of {len(generated)})")
+
+    total = sum(r.calls for r in rows)
+    per_backend = ", ".join(f"{b} {c}" for b, c in route_stats.backends_used(rows).items())
+    print(f"\n  operators on flagos during generation: {len(rows)} ops, {total} calls ({per_backend})")
+    print(f"  {'operator':<52} {'backend':<14} {'calls':>8}")
+    for r in rows[: args.top]:
+        print(f"  {r.op:<52} {r.backend:<14} {r.calls:>8}")
+    falls = route_stats.fallbacks(rows)
+    if falls:
+        print(f"\n  fallbacks ({len(falls)} ops):")
+        for r in falls:
+            print(f"  {r.op:<52} {r.backend:<14} fallbacks {r.fallbacks}  failures {r.failures}")
+    else:
+        print("\n  fallbacks: none")
+    return 0 if same else 1
