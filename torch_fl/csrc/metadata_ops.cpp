@@ -150,7 +150,7 @@ void record_stream(at::Tensor& self, c10::Stream stream) {
   impl.recordDataPtrOnStream(self.storage().data_ptr(), stream);
 }
 
-std::unique_ptr<torch::Library> library;
+std::unique_ptr<torch::Library> library, conj_library, neg_library;
 
 }  // namespace
 
@@ -174,6 +174,18 @@ void register_metadata_ops() {
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("record_stream", TORCH_FN(record_stream));
+
+  // copy_ is conjugate/negative-view aware and PyTorch lets it pass through
+  // those keys; its flagos half (_copy_from) must too, or the fallback that
+  // materialises conj views recurses into copy_ -> _copy_from forever.
+  conj_library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::Conjugate, __FILE__,
+                                                  __LINE__);
+  neg_library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::Negative, __FILE__,
+                                                 __LINE__);
+  for (auto* lib : {conj_library.get(), neg_library.get()}) {
+    lib->impl("_copy_from", torch::CppFunction::makeFallthrough());
+    lib->impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+  }
 }
 
 }  // namespace torch_fl
