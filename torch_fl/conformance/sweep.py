@@ -209,7 +209,10 @@ def run_in_workers(keys: list[str], cfg, progress, refused: dict) -> dict:
                 while line is not None and not line.startswith(RESULT_TAG):
                     line = w.readline(time.monotonic() + cfg.timeout)
                 if line is None:
-                    code = w.proc.poll()
+                    try:  # EOF means the worker died; give it a moment to be reaped
+                        code = w.proc.wait(timeout=2)
+                    except subprocess.TimeoutExpired:
+                        code = None
                     if code is None:
                         why = f"timeout: no result after {cfg.timeout:.0f}s (worker killed)"
                     else:
