@@ -273,9 +273,21 @@ void register_native_route() {
       continue;
     }
     auto op = dispatcher.findOp(name);
-    if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
-        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
-        !op->hasKernelForDispatchKey(g_backing.key)) {
+    if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+      continue;
+    }
+    // A backing kernel beside a composite one (native_layer_norm, addr,
+    // native_group_norm have CPU + CompositeExplicitAutograd): without this,
+    // flagos would run the composite decomposition and differ from native.
+    const bool composite = op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
+                           op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
+    // Composite kernels that choose a backend by device type and would pick
+    // the *_overrideable hook on PrivateUse1 (NotImplemented): run them on
+    // the backing device, where they pick its own convolution.
+    const bool device_switch = name.overload_name.empty() &&
+                               (name.name == "aten::convolution" || name.name == "aten::convolution_backward" ||
+                                name.name == "aten::_convolution");
+    if (!device_switch && (!composite || !op->hasKernelForDispatchKey(g_backing.key))) {
       continue;
     }
     std::string qualified = name.name.substr(6);

@@ -1,0 +1,38 @@
+"""aten::sum.dim_IntList on flagos (FEP 0025 first phase)."""
+
+import torch
+
+from tests.integration.ops.opcheck import BOOL, FLOATS, INTS, DispatchTests, Inputs, OpSpec, OpTests, tensor
+
+# name: (shape, dims, keepdim, non-contiguous)
+CASES = {
+    "last": ((4, 5), [1], False, False),
+    "keepdim": ((4, 5), [0], True, False),
+    "multi": ((2, 3, 4), [0, 2], False, False),
+    "negative": ((2, 3, 4), [-1], True, False),
+    "scalar0d": ((), [0], False, False),
+    "empty_rows": ((0, 3), [0], False, False),
+    "noncontig": ((5, 6), [1], False, True),
+}
+INPUTS = [
+    Inputs(n, lambda dt, g, s=s, d=d, k=k, nc=nc: ((tensor(s, dt, g, noncontiguous=nc), d, k), {}))
+    for n, (s, d, k, nc) in CASES.items()
+]
+
+SPEC = OpSpec(
+    overload="sum.dim_IntList",
+    fn=torch.sum,
+    inputs=INPUTS,
+    dtypes=FLOATS + INTS + BOOL,
+    grad=True,
+    setup="x = torch.randn(4, 5, device='flagos')",
+    call="x.sum(1)",
+)
+
+
+class TestSum(OpTests):
+    spec = SPEC
+
+
+class TestSumDispatch(DispatchTests):
+    spec = SPEC

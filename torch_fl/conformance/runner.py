@@ -1,0 +1,378 @@
+"""Run one OpInfo's sample inputs on flagos and on CPU and compare them.
+
+Every sample is generated on flagos (as PyTorch's own TestCommon.test_compare_cpu
+does for a device), copied to CPU byte for byte (same sizes, strides and
+storage offset, so non-contiguous samples stay non-contiguous; tensors a
+sample deliberately keeps on CPU stay there), run on both devices with the
+same RNG seed, and compared with
+`torch.testing.assert_close` (its per-dtype default tolerances, or the
+OpInfo's own `toleranceOverride` for TestCommon.test_compare_cpu where it has
+one). The outcome of a sample is one of:
+
+* pass  - flagos and CPU agree (forward and, with backward, the gradients);
+* fail  - both ran but the results differ (or a flagos output is not on flagos);
+* error - CPU ran the sample but flagos raised;
+* skip  - the sample cannot be judged: CPU itself rejects it, or it needs a
+          feature flagos does not claim (sparse, quantized, nested tensors).
+
+An op's status is the worst of its samples (error > fail > pass), or skip
+when no sample could be judged.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+DEVICE = "flagos"
+SEED = 1234
+
+# dtypes swept when --dtypes is not given: one of each family the host runs.
+DEFAULT_DTYPES = ("float32", "int64", "bool", "complex64")
+
+# Ops whose outputs are uninitialised memory by definition: only the metadata
+# (shape, dtype, device) can be compared.
+UNINITIALISED_OUTPUT = frozenset(
+    {
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "empty_permuted",
+        "new_empty",
+        "new_empty_strided",
+        "torch.empty",
+    }
+)
+
+
+# Ops whose purpose is a sparse layout (flagos claims strided tensors only).
+SPARSE_OPS = frozenset({"to_sparse", "sparse_sampled_addmm", "sparse_mm_reduce"})
+
+
+class SampleSkip(Exception):
+    """The sample needs something flagos does not claim; not a failure."""
+
+
+@dataclass
+class OpResult:
+    name: str
+    status: str = "skip"
+    counts: dict = field(default_factory=lambda: {"pass": 0, "fail": 0, "error": 0, "skip": 0})
+    dtypes: list = field(default_factory=list)
+    first_error: str | None = None
+    skip_reason: str | None = None
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {
+            "status": self.status,
+            "counts": dict(self.counts),
+            "dtypes": list(self.dtypes),
+            "first_error": self.first_error,
+            "skip_reason": self.skip_reason,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def op_key(op) -> str:
+    """The sweep's name for an OpInfo: `name` or `name.variant`."""
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+def load_op_db():
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return op_db
+
+
+def parse_dtypes(spec: str | None) -> list[torch.dtype]:
+    names = DEFAULT_DTYPES if not spec else [s.strip() for s in spec.split(",") if s.strip()]
+    out = []
+    for n in names:
+        dt = getattr(torch, n, None)
+        if not isinstance(dt, torch.dtype):
+            raise ValueError(f"unknown dtype {n!r} (use torch dtype names: float32,bfloat16,int64,bool,...)")
+        out.append(dt)
+    return out
+
+
+def dtypes_for(op, wanted: list[torch.dtype]) -> list[torch.dtype]:
+    """The wanted dtypes this op supports on CPU; if none, one it does support."""
+    supported = op.supported_dtypes("cpu")
+    chosen = [d for d in wanted if d in supported]
+    if not chosen and supported:
+        for pref in (torch.float32, torch.float64, torch.int64, torch.bool, torch.complex64):
+            if pref in supported:
+                return [pref]
+        chosen = [sorted(supported, key=str)[0]]
+    return chosen
+
+
+# ------------------------------------------------------------------ moving
+def _check_claimed(t: torch.Tensor) -> None:
+    if t.layout != torch.strided:
+        raise SampleSkip(f"sample needs a {t.layout} tensor; flagos claims strided tensors only")
+    if t.is_quantized:
+        raise SampleSkip("sample needs a quantized tensor; flagos does not claim quantized tensors")
+    if t.is_nested:
+        raise SampleSkip("sample needs a nested tensor; flagos does not claim nested tensors")
+
+
+def copy_exact(t: torch.Tensor, device: str) -> torch.Tensor:
+    """A copy of `t` on `device` with the same sizes, strides, offset, conj/neg bits and requires_grad."""
+    _check_claimed(t)
+    if t.is_conj():
+        return copy_exact(t.conj(), device).conj()
+    if t.is_neg():
+        return copy_exact(t._neg_view(), device)._neg_view()
+    src = t.detach()
+    nbytes = src.untyped_storage().nbytes()
+    if nbytes % src.element_size() == 0 and src.numel() > 0:
+        whole = src.new_empty(0).set_(src.untyped_storage(), 0, (nbytes // src.element_size(),), (1,))
+        moved = whole.to(device).as_strided(src.size(), src.stride(), src.storage_offset())
+    else:
+        moved = src.to(device)
+    if t.requires_grad:
+        moved.requires_grad_(True)
+    return moved
+
+
+def tensor_to_flagos(t: torch.Tensor) -> torch.Tensor:
+    """A flagos copy of `t`, byte for byte (see copy_exact)."""
+    return copy_exact(t, DEVICE)
+
+
+def _to_cpu_value(v):
+    """Flagos tensors -> exact CPU copies; a flagos device argument -> cpu. Other values unchanged."""
+    if isinstance(v, torch.Tensor):
+        return copy_exact(v, "cpu") if v.device.type == DEVICE else v
+    if isinstance(v, torch.device) and v.type == DEVICE:
+        return torch.device("cpu")
+    if isinstance(v, str) and v.split(":")[0] == DEVICE:
+        return "cpu"
+    return v
+
+
+def _mentions_flagos(tree) -> bool:
+    for v in tree_flatten(tree)[0]:
+        if isinstance(v, torch.Tensor) and v.device.type == DEVICE:
+            return True
+        if isinstance(v, torch.device) and v.type == DEVICE:
+            return True
+        if isinstance(v, str) and v.split(":")[0] == DEVICE:
+            return True
+    return False
+
+
+def _asks_for_cpu(tree) -> bool:
+    """The sample names the CPU device itself (e.g. ones_like(x, device="cpu")): CPU outputs are right."""
+    for v in tree_flatten(tree)[0]:
+        if isinstance(v, torch.device) and v.type == "cpu":
+            return True
+        if isinstance(v, str) and v.split(":")[0] == "cpu":
+            return True
+    return False
+
+
+def _check_sample_claimed(sample) -> None:
+    for leaf in tree_flatten((sample.input, sample.args, sample.kwargs))[0]:
+        if isinstance(leaf, torch.Tensor):
+            _check_claimed(leaf)
+
+
+# --------------------------------------------------------------- comparing
+def _tolerance(op, dtype):
+    """The OpInfo's toleranceOverride for test_compare_cpu, if it declares one for `dtype`."""
+    for dec in getattr(op, "decorators", ()) or ():
+        test_name = getattr(dec, "test_name", None)
+        if test_name not in (None, "test_compare_cpu"):
+            continue
+        for fn in getattr(dec, "decorators", ()) or ():
+            d = getattr(fn, "d", None)  # toleranceOverride keeps its dict in .d
+            if isinstance(d, dict) and dtype in d:
+                tol = d[dtype]
+                return tol.rtol, tol.atol
+    return None, None
+
+
+def _devices_ok(actual, expected) -> str | None:
+    flat_a, _ = tree_flatten(actual)
+    flat_e, _ = tree_flatten(expected)
+    for i, (a, e) in enumerate(zip(flat_a, flat_e, strict=False)):
+        if isinstance(e, torch.Tensor) and e.device.type == "cpu":
+            if not isinstance(a, torch.Tensor):
+                return f"output {i}: expected a tensor, got {type(a).__name__}"
+            if a.device.type != DEVICE:
+                return f"output {i} is on {a.device}, expected a flagos tensor"
+    return None
+
+
+def _to_cpu(v):
+    return v.detach().cpu() if isinstance(v, torch.Tensor) else v
+
+
+def compare(actual, expected, rtol=None, atol=None, metadata_only=False, cpu_outputs_ok=False) -> None:
+    """Raise AssertionError unless the flagos result `actual` matches the CPU `expected`."""
+    bad = None if cpu_outputs_ok else _devices_ok(actual, expected)
+    if bad:
+        raise AssertionError(bad)
+    actual = tree_map(_to_cpu, actual)
+    expected = tree_map(_to_cpu, expected)
+    if metadata_only:
+        fa, fe = tree_flatten(actual)[0], tree_flatten(expected)[0]
+        assert len(fa) == len(fe), f"{len(fa)} outputs, expected {len(fe)}"
+        for a, e in zip(fa, fe, strict=True):
+            if isinstance(e, torch.Tensor):
+                assert a.shape == e.shape and a.dtype == e.dtype, f"{a.shape}/{a.dtype} vs {e.shape}/{e.dtype}"
+        return
+    kw = {} if rtol is None else {"rtol": rtol, "atol": atol}
+    torch.testing.assert_close(actual, expected, equal_nan=True, check_device=False, **kw)
+
+
+# ----------------------------------------------------------------- running
+def _call(op, inp, args, kwargs):
+    torch.manual_seed(SEED)
+    return op(inp, *args, **kwargs)
+
+
+def _grad_leaves(tree):
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
+
+
+def _backward(out, inputs, grads_out):
+    outs = _grad_leaves(out)
+    if not outs or not inputs:
+        return None
+    return torch.autograd.grad(outs, inputs, grads_out, allow_unused=True)
+
+
+def _short(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    first = msg[0] if msg else ""
+    return f"{type(e).__name__}: {first}"[:400]
+
+
+def run_sample(op, sample, *, backward: bool, rtol, atol, metadata_only: bool) -> tuple[str, str | None]:
+    """Outcome of one sample generated on flagos: (status, message)."""
+    try:
+        _check_sample_claimed(sample)
+    except SampleSkip as e:
+        return "skip", str(e)
+    f_inp, f_args, f_kwargs = sample.input, sample.args, sample.kwargs
+    if not _mentions_flagos((f_inp, f_args, f_kwargs)):
+        return "skip", "sample has no flagos tensor or device (it runs on CPU by construction)"
+    # CPU copy first: the flagos run may modify its inputs in place.
+    c_inp, c_args, c_kwargs = tree_map(_to_cpu_value, (f_inp, f_args, f_kwargs))
+    try:
+        expected = sample.output_process_fn_grad(_call(op, c_inp, c_args, c_kwargs))
+    except Exception as e:  # the reference rejects the sample: nothing to compare
+        return "skip", f"CPU reference raised {_short(e)}"
+    try:
+        actual = sample.output_process_fn_grad(_call(op, f_inp, f_args, f_kwargs))
+    except Exception as e:
+        return "error", f"forward: {_short(e)}"
+    try:
+        compare(actual, expected, rtol, atol, metadata_only, cpu_outputs_ok=_asks_for_cpu((f_args, f_kwargs)))
+    except AssertionError as e:
+        return "fail", f"forward: {_short(e)}"
+    except Exception as e:
+        return "error", f"compare: {_short(e)}"
+    if not backward:
+        return "pass", None
+
+    cpu_in = _grad_leaves((c_inp, c_args, c_kwargs))
+    outs = _grad_leaves(expected)
+    if not cpu_in or not outs:
+        return "pass", None
+    torch.manual_seed(SEED + 1)
+    grads_out = [torch.randn_like(o) for o in outs]
+    try:
+        g_expected = _backward(expected, cpu_in, grads_out)
+    except Exception as e:
+        return "pass", f"backward not checked: CPU reference raised {_short(e)}"
+    try:
+        g_actual = _backward(actual, _grad_leaves((f_inp, f_args, f_kwargs)), [g.to(DEVICE) for g in grads_out])
+    except Exception as e:
+        return "error", f"backward: {_short(e)}"
+    try:
+        compare(list(g_actual), list(g_expected), rtol, atol, metadata_only)
+    except AssertionError as e:
+        return "fail", f"backward: {_short(e)}"
+    return "pass", None
+
+
+def _generation_problem(op, dtype, grad: bool, e: Exception) -> tuple[str, str]:
+    """Sample generation on flagos raised: an error if CPU generates the samples, else a skip."""
+    try:
+        next(iter(op.sample_inputs("cpu", dtype, requires_grad=grad)))
+    except Exception as cpu_e:
+        return "skip", f"{dtype}: sample generation raised on CPU too: {_short(cpu_e)}"
+    return "error", f"{dtype}: sample generation on flagos raised {_short(e)}"
+
+
+_RANK = {"skip": 0, "pass": 1, "fail": 2, "error": 3}
+
+
+def run_op(op, dtypes: list[torch.dtype], *, limit: int | None = None, backward: bool = False) -> OpResult:
+    """Run every (or the first `limit`) sample of `op` for each dtype; never raises."""
+    res = OpResult(op_key(op))
+    start = time.perf_counter()
+    reasons = []
+    metadata_only = op.name in UNINITIALISED_OUTPUT
+    if op.name.startswith("sparse.") or op.name in SPARSE_OPS:
+        res.skip_reason = "the op makes or needs sparse tensors; flagos claims strided tensors only"
+        res.seconds = time.perf_counter() - start
+        return res
+    try:
+        chosen = dtypes_for(op, dtypes)
+        if not chosen:
+            res.skip_reason = "no dtype supported on CPU"
+        for dtype in chosen:
+            res.dtypes.append(str(dtype).replace("torch.", ""))
+            rtol, atol = _tolerance(op, dtype)
+            grad = backward and op.supports_autograd and dtype in op.supported_backward_dtypes("cpu")
+            torch.manual_seed(SEED)
+            try:
+                samples = iter(op.sample_inputs(DEVICE, dtype, requires_grad=grad))
+            except Exception as e:
+                samples, problem = iter(()), _generation_problem(op, dtype, grad, e)
+            else:
+                problem = None
+            n = 0
+            while problem is None and (limit is None or n < limit):
+                try:
+                    sample = next(samples)
+                except StopIteration:
+                    break
+                except Exception as e:
+                    problem = _generation_problem(op, dtype, grad, e)
+                    break
+                n += 1
+                status, msg = run_sample(op, sample, backward=grad, rtol=rtol, atol=atol, metadata_only=metadata_only)
+                res.counts[status] += 1
+                if status in ("fail", "error") and res.first_error is None:
+                    res.first_error = f"[{dtype} sample {n - 1}] {msg}"
+                elif status == "skip" and msg:
+                    reasons.append(msg)
+                if _RANK[status] > _RANK[res.status]:
+                    res.status = status
+            if problem is not None:
+                status, msg = problem
+                res.counts[status] += 1
+                if status == "error" and res.first_error is None:
+                    res.first_error = msg
+                elif status == "skip":
+                    reasons.append(msg)
+                if _RANK[status] > _RANK[res.status]:
+                    res.status = status
+    except Exception as e:  # a bug in the harness itself must not stop the sweep
+        res.status = "error"
+        res.first_error = f"harness: {_short(e)}\n{traceback.format_exc(limit=3)}"
+    if res.status == "skip" and res.skip_reason is None:
+        res.skip_reason = reasons[0] if reasons else "no sample inputs"
+    res.seconds = time.perf_counter() - start
+    return res
