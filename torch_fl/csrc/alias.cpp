@@ -56,7 +56,9 @@ namespace {
 // are recycled per thread instead of allocated each call: the per-call cost
 // of the native route is mostly these two objects.
 constexpr size_t kPoolSize = 16;
-thread_local c10::SmallVector<at::Tensor, kPoolSize> alias_pool;
+// Leaked per thread on purpose: tensors must not be destroyed during thread or
+// process teardown, when the allocator behind them may already be gone.
+thread_local auto& alias_pool = *new c10::SmallVector<at::Tensor, kPoolSize>();
 
 void set_geometry(c10::TensorImpl* impl, const at::Tensor& like) {
   impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());

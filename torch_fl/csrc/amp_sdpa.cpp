@@ -54,7 +54,7 @@ std::optional<at::Tensor> borrow_opt(const std::optional<at::Tensor>& t) {
 }
 
 at::Tensor borrow(const at::Tensor& t) {
-  return t.device().type() == kFlagos ? native_alias(t, /*owning=*/false) : t;
+  return t.device().type() == kFlagos ? native_alias(t, /*owning=*/false) : t.detach();
 }
 
 // PyTorch's composite SDPA asks a per-device DispatchStub which fused kernel
@@ -63,8 +63,21 @@ at::Tensor borrow(const at::Tensor& t) {
 int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
                          std::optional<double> scale, bool enable_gqa) {
-  return at::_fused_sdp_choice(borrow(q), borrow(k), borrow(v), borrow_opt(mask), dropout_p, is_causal, scale,
-                               enable_gqa);
+  // The choice depends on which inputs need gradients (e.g. a mask that
+  // requires grad rules out flash); aliases carry no autograd state, so give
+  // them the flagos tensors' requires_grad.
+  auto like = [](const at::Tensor& flagos, at::Tensor alias) {
+    if (flagos.requires_grad() && alias.is_floating_point()) {
+      alias.set_requires_grad(true);
+    }
+    return alias;
+  };
+  std::optional<at::Tensor> m = borrow_opt(mask);
+  if (m.has_value() && m->defined()) {
+    m = like(*mask, *m);
+  }
+  return at::_fused_sdp_choice(like(q, borrow(q)), like(k, borrow(k)), like(v, borrow(v)), m, dropout_p, is_causal,
+                               scale, enable_gqa);
 }
 
 std::optional<at::Tensor> additive_mask(const std::optional<at::Tensor>& mask, caffe2::TypeMeta dtype,
@@ -151,28 +164,21 @@ at::Tensor sdpa_cuda_backed(const at::Tensor& q, const at::Tensor& k, const at::
   }
 }
 
-std::unique_ptr<torch::Library> autocast_fallthrough, autocast_library, sdpa_library, sdpa_autograd_library;
-
 }  // namespace
 
 void register_autocast_and_sdp() {
   // Ops outside the lists pass through autocast untouched, as for CUDA.
-  autocast_fallthrough = std::make_unique<torch::Library>(torch::Library::IMPL, "_",
-                                                          c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__);
-  autocast_fallthrough->fallback(torch::CppFunction::makeFallthrough());
-  autocast_library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
-                                                      c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__);
-  register_autocast(*autocast_library);
+  new_library("_", c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__)
+      .fallback(torch::CppFunction::makeFallthrough());
+  register_autocast(new_library("aten", c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__));
   at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(&fused_sdp_choice);
   if (!g_backing.host) {
     // Both keys: AutogradPrivateUse1 for autograd-recorded calls, PrivateUse1
     // for inference mode, where the autograd keys are skipped.
-    sdpa_library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
-                                                    __FILE__, __LINE__);
-    sdpa_library->impl("scaled_dot_product_attention", TORCH_FN(sdpa_cuda_backed));
-    sdpa_autograd_library = std::make_unique<torch::Library>(
-        torch::Library::IMPL, "aten", c10::DispatchKey::AutogradPrivateUse1, __FILE__, __LINE__);
-    sdpa_autograd_library->impl("scaled_dot_product_attention", TORCH_FN(sdpa_cuda_backed));
+    new_library("aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__)
+        .impl("scaled_dot_product_attention", TORCH_FN(sdpa_cuda_backed));
+    new_library("aten", c10::DispatchKey::AutogradPrivateUse1, __FILE__, __LINE__)
+        .impl("scaled_dot_product_attention", TORCH_FN(sdpa_cuda_backed));
   }
 }
 

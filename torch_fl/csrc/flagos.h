@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
 
 #include <string>
 
@@ -69,6 +70,12 @@ void sync_back(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageIm
 void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes);
 
 // --- registrations done by init() ---
+// Registrations live until the process ends, deliberately leaked: a
+// torch::Library destroyed during static destruction would deregister from a
+// dispatcher that may already be gone (an abort at interpreter exit).
+inline torch::Library& new_library(const char* ns, c10::DispatchKey key, const char* file, uint32_t line) {
+  return *new torch::Library(torch::Library::IMPL, ns, key, file, line);
+}
 void register_guard();
 void register_hooks();
 void register_native_route();

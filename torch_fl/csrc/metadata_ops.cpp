@@ -170,14 +170,32 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
   return is_dense(a) && is_dense(b);
 }
 
-std::unique_ptr<torch::Library> library, conj_library, neg_library;
+// A zero tensor (ZeroTensor key) owns no memory; the ZeroTensor fallback
+// materialises it when an operator needs the values.
+struct ZeroTensorAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t) override {
+    return c10::DataPtr(nullptr, c10::Device(kFlagos, current_device()));
+  }
+  c10::DeleterFnPtr raw_deleter() const override {
+    return nullptr;
+  }
+  void copy_data(void*, const void*, std::size_t) const override {}
+};
+ZeroTensorAllocator zero_allocator;
+
+at::Tensor efficientzerotensor(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory) {
+  check_factory(layout, pin_memory);
+  c10::DeviceGuard guard(target_device(device));
+  const auto keys = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+  return at::detail::empty_generic(size, &zero_allocator, keys, c10::dtype_or_default(dtype), std::nullopt);
+}
 
 }  // namespace
 
 void register_metadata_ops() {
-  library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
-                                             __LINE__);
-  auto& m = *library;
+  auto& m = new_library("aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));
   m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
@@ -194,16 +212,14 @@ void register_metadata_ops() {
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("record_stream", TORCH_FN(record_stream));
+  m.impl("_efficientzerotensor", TORCH_FN(efficientzerotensor));
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
 
   // copy_ is conjugate/negative-view aware and PyTorch lets it pass through
   // those keys; its flagos half (_copy_from) must too, or the fallback that
   // materialises conj views recurses into copy_ -> _copy_from forever.
-  conj_library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::Conjugate, __FILE__,
-                                                  __LINE__);
-  neg_library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::Negative, __FILE__,
-                                                 __LINE__);
-  for (auto* lib : {conj_library.get(), neg_library.get()}) {
+  for (auto* lib : {&new_library("aten", c10::DispatchKey::Conjugate, __FILE__, __LINE__),
+                    &new_library("aten", c10::DispatchKey::Negative, __FILE__, __LINE__)}) {
     lib->impl("_copy_from", torch::CppFunction::makeFallthrough());
     lib->impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
   }

@@ -235,7 +235,6 @@ void native_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
   at::native::cpu_fallback(op, stack);
 }
 
-std::unique_ptr<torch::Library> fallback_library, direct_library;
 
 }  // namespace
 
@@ -255,9 +254,8 @@ void call_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
 }
 
 void register_native_route() {
-  fallback_library = std::make_unique<torch::Library>(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1,
-                                                      __FILE__, __LINE__);
-  fallback_library->fallback(torch::CppFunction::makeFromBoxedFunction<&native_fallback>());
+  new_library("_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__)
+      .fallback(torch::CppFunction::makeFromBoxedFunction<&native_fallback>());
 
   // PyTorch registers, for every backend, kernels that implement the
   // functional and in-place forms of structured ops through their out= form
@@ -265,8 +263,7 @@ void register_native_route() {
   // add.Tensor into empty + add.out. Where the backing device has its own
   // kernel, route the op itself natively: one kernel call, and the dispatch
   // log names the operator the user called.
-  direct_library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
-                                                    __FILE__, __LINE__);
+  auto& direct_library = new_library("aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   auto& dispatcher = c10::Dispatcher::singleton();
   for (const auto& name : dispatcher.getAllOpNames()) {
     if (name.name.rfind("aten::", 0) != 0) {
@@ -294,7 +291,7 @@ void register_native_route() {
     if (!name.overload_name.empty()) {
       qualified += "." + name.overload_name;
     }
-    direct_library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&native_fallback>());
+    direct_library.impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&native_fallback>());
   }
 }
 

@@ -329,10 +329,12 @@ c10::DeviceIndex current_device() {
 }
 
 void check_device_index(c10::DeviceIndex index) {
-  TORCH_CHECK_INDEX(index >= 0 && index < g_backing.count, "flagos device index ", static_cast<int>(index),
-                    " is out of range: this process has ", static_cast<int>(g_backing.count), " flagos device(s) (",
+  // Numbers are formatted with std::to_string: streaming an integer from this
+  // library crashed inside libstdc++ on the GPU machine's toolchain.
+  TORCH_CHECK_INDEX(index >= 0 && index < g_backing.count, "flagos device index ", std::to_string(index),
+                    " is out of range: this process has ", std::to_string(g_backing.count), " flagos device(s) (",
                     g_backing.host ? "host memory; set FLAGOS_HOST_DEVICES=N for more" : "one per CUDA device",
-                    "); use an index from 0 to ", static_cast<int>(g_backing.count) - 1);
+                    "); use an index from 0 to ", std::to_string(g_backing.count - 1));
 }
 
 c10::Allocator* flagos_allocator() {
@@ -393,7 +395,8 @@ void init(const std::string& backing_type, int64_t host_devices) {
     b.count = static_cast<c10::DeviceIndex>(at::detail::getCUDAHooks().deviceCount());
   } else if (backing_type == "cpu") {
     TORCH_CHECK(host_devices >= 1 && host_devices <= kMaxDevices,
-                "torch_fl: FLAGOS_HOST_DEVICES must be between 1 and ", kMaxDevices, ", got ", host_devices);
+                "torch_fl: FLAGOS_HOST_DEVICES must be between 1 and ", std::to_string(kMaxDevices), ", got ",
+                std::to_string(host_devices));
     b.count = static_cast<c10::DeviceIndex>(host_devices);
   } else {
     TORCH_CHECK(false, "torch_fl: unknown backing device '", backing_type, "' (expected 'cuda' or 'cpu')");

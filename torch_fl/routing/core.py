@@ -43,8 +43,8 @@ class _State:
         self.log_fallback = False
         self.strict = False
         self.runtime_order = 0
-        # op -> (signature, Library) for ops with a Python kernel
-        self.libs: dict[str, tuple[tuple, torch.library.Library]] = {}
+        # op -> (plan, Library, kernel cell) for ops with a Python kernel
+        self.libs: dict[str, tuple[tuple, torch.library.Library, list]] = {}
         self.labels: dict[str, str] = {}  # op -> native dispatch-log label we set
         self.cells: dict[tuple[str, str], list[int]] = {}  # (op, stats backend) -> [calls, fallbacks, failures]
         self.warned: set[tuple[str, str, str]] = set()
@@ -348,11 +348,22 @@ def _needs_kernel(plan: tuple) -> bool:
     return default.kind != "native" or any(t.kind != "native" for _, t in by)
 
 
-def _register(op: str, kernel) -> torch.library.Library:
+def _register(op: str, cell: list) -> torch.library.Library:
+    """Register a trampoline to cell[0] for `op` at PrivateUse1.
+
+    A route change then swaps cell[0] instead of re-registering: torch 2.11
+    refuses a second Python kernel for the same op and key, and a kernel that
+    falls back re-plans its own op while it is running.
+    """
+
+    def trampoline(*args, **kwargs):
+        return cell[0](*args, **kwargs)
+
+    trampoline.__name__ = f"flagos_route_{op.replace('.', '_')}"
     lib = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # 'Overriding a previously registered kernel': that is the point
-        lib.impl(op, kernel, "PrivateUse1")
+        lib.impl(op, trampoline, "PrivateUse1")
     return lib
 
 
@@ -382,10 +393,13 @@ def _apply_op(op: str, route: OpRoute | None) -> None:
         return
     if old is not None and old[0] == plan:
         return
-    lib = _register(op, _build_kernel(op, plan))  # the new kernel goes on top, then the old one goes
     if old is not None:
-        old[1]._destroy()
-    STATE.libs[op] = (plan, lib)
+        _, lib, cell = old
+        cell[0] = _build_kernel(op, plan)
+    else:
+        cell = [_build_kernel(op, plan)]
+        lib = _register(op, cell)
+    STATE.libs[op] = (plan, lib, cell)
 
 
 def _refresh(op: str) -> None:
