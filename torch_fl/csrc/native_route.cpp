@@ -107,16 +107,33 @@ at::Tensor borrow(const at::Tensor& t, BorrowList& borrowed, c10::DeviceIndex& i
   return alias;
 }
 
-at::Tensor unwrap_result(at::Tensor&& r, const BorrowList& borrowed, c10::DeviceIndex index) {
+// Tensors of the backing device type that the caller passed in themselves
+// (a CPU tensor on host backing, a CUDA tensor on a GPU): results that are, or
+// view, one of them stay as they are.
+using ForeignList = c10::SmallVector<const c10::StorageImpl*, 4>;
+
+at::Tensor unwrap_result(at::Tensor&& r, const BorrowList& borrowed, const ForeignList& foreign,
+                         c10::DeviceIndex index) {
   if (!r.defined() || r.device().type() != g_backing.type) {
     return std::move(r);  // e.g. CPU results of a CUDA kernel stay CPU
+  }
+  if (C10_UNLIKELY(!foreign.empty())) {
+    const c10::StorageImpl* st = r.storage().unsafeGetStorageImpl();
+    for (const auto* f : foreign) {
+      if (st == f) {
+        return std::move(r);
+      }
+    }
   }
   for (const auto& b : borrowed) {
     if (r.unsafeGetTensorImpl() == b.alias.unsafeGetTensorImpl()) {
       return b.flagos;  // in-place and out= return the flagos argument itself
     }
   }
-  return adopt_result(std::move(r), index < 0 ? current_device() : index);
+  // On a GPU the result's own device is right (cross-device copies); host
+  // memory has no index, so it comes from the arguments.
+  const c10::DeviceIndex target = g_backing.host ? (index < 0 ? current_device() : index) : r.device().index();
+  return adopt_result(std::move(r), target);
 }
 
 void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -124,8 +141,15 @@ void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t nargs = schema.arguments().size();
   const size_t first = stack->size() - nargs;
   BorrowList borrowed;
+  ForeignList foreign;
   c10::DeviceIndex index = -1;
+  bool to_native_device = false;  // a device argument names a non-flagos device
   const Backing& bk = g_backing;
+  auto note_foreign = [&](const at::Tensor& t) {
+    if (t.defined() && t.device().type() == bk.type && t.has_storage()) {
+      foreign.push_back(t.storage().unsafeGetStorageImpl());
+    }
+  };
 
   for (size_t i = first; i < stack->size(); ++i) {
     c10::IValue& v = (*stack)[i];
@@ -133,6 +157,8 @@ void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       const at::Tensor& t = v.toTensor();
       if (is_flagos(t)) {
         v = borrow(t, borrowed, index);
+      } else {
+        note_foreign(t);
       }
     } else if (v.isTensorList()) {
       auto list = v.toTensorList();
@@ -144,6 +170,7 @@ void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
           out.push_back(borrow(t, borrowed, index));
           any = true;
         } else {
+          note_foreign(t);
           out.push_back(t);
         }
       }
@@ -164,8 +191,10 @@ void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       v = std::move(out);
     } else if (v.isDevice()) {
       c10::Device d = v.toDevice();
+      to_native_device = d.type() != kFlagos;
       if (d.type() == kFlagos) {
-        if (index < 0) {
+        // A device argument names where results go (factories, _to_copy).
+        if (d.has_index()) {
           index = d.index();
         }
         v = c10::Device(bk.type, bk.host ? -1 : d.index());
@@ -188,18 +217,25 @@ void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
 
+  if (C10_UNLIKELY(to_native_device)) {
+    // e.g. _to_copy(x, device="cpu"): the result belongs to that device.
+    for (auto& b : borrowed) {
+      release_borrowed(std::move(b.alias), b.alias_storage);
+    }
+    return;
+  }
   const size_t nret = schema.returns().size();
   for (size_t i = stack->size() - nret; i < stack->size(); ++i) {
     c10::IValue& v = (*stack)[i];
     if (v.isTensor()) {
-      v = unwrap_result(std::move(v).toTensor(), borrowed, index);
+      v = unwrap_result(std::move(v).toTensor(), borrowed, foreign, index);
     } else if (v.isTensorList()) {
       auto list = std::move(v).toTensorList();
       c10::List<at::Tensor> out;
       out.reserve(list.size());
       for (size_t j = 0; j < list.size(); ++j) {
         at::Tensor t = list.extract(j);
-        out.push_back(unwrap_result(std::move(t), borrowed, index));
+        out.push_back(unwrap_result(std::move(t), borrowed, foreign, index));
       }
       v = std::move(out);
     }
@@ -281,9 +317,13 @@ void register_native_route() {
     // Composite kernels that choose a backend by device type and would pick
     // the *_overrideable hook on PrivateUse1 (NotImplemented): run them on
     // the backing device, where they pick its own convolution.
+    // copy_ and _to_copy are composites that would run copy_impl twice (on
+    // flagos, then on the backing device through _copy_from): one native
+    // call does the same work.
     const bool device_switch = name.overload_name.empty() &&
                                (name.name == "aten::convolution" || name.name == "aten::convolution_backward" ||
-                                name.name == "aten::_convolution");
+                                name.name == "aten::_convolution" || name.name == "aten::copy_" ||
+                                name.name == "aten::_to_copy");
     if (!device_switch && (!composite || !op->hasKernelForDispatchKey(g_backing.key))) {
       continue;
     }
