@@ -154,9 +154,12 @@ def run(args) -> int:
     flagos_model = copy.deepcopy(base).to(device)
     native_model = base.to(native)
 
-    _step(3, steps, "warm-up (a few tokens on each)")
-    workloads.greedy(flagos_model, ids.to(device), 4)
-    workloads.greedy(native_model, ids.to(native), 4)
+    # Warm up with the full generation on each: kernels such as cuDNN attention
+    # build a plan per sequence length and cache it process-wide, so whichever
+    # side ran first would otherwise pay for both.
+    _step(3, steps, f"warm-up ({new_tokens} tokens on each)")
+    workloads.greedy(flagos_model, ids.to(device), new_tokens)
+    workloads.greedy(native_model, ids.to(native), new_tokens)
 
     _step(4, steps, f"generating on {device}")
     route_stats.reset()
