@@ -123,7 +123,9 @@ def large_ops(device: torch.device, quick: bool) -> dict[str, tuple[str, float, 
     }
 
 
-def run(native: torch.device, flagos: torch.device, rounds: int, calls: int, quick: bool) -> list[Row]:
+def run(
+    native: torch.device, flagos: torch.device, rounds: int, calls: int, quick: bool, large: bool = True
+) -> list[Row]:
     rows: list[Row] = []
     ops = {native: small_ops(native), flagos: small_ops(flagos)}
     for name in ops[native]:
@@ -136,6 +138,8 @@ def run(native: torch.device, flagos: torch.device, rounds: int, calls: int, qui
                 samples[dev].append(per_call_us(ops[dev][name], dev, calls))
         rows.append(Row(name, "us/call", statistics.median(samples[native]), statistics.median(samples[flagos])))
         print(f"  {name:<20} native {rows[-1].native:7.2f} us  flagos {rows[-1].flagos:7.2f} us", flush=True)
+    if not large:
+        return rows
     big = {native: large_ops(native, quick), flagos: large_ops(flagos, quick)}
     for name, (unit, work, _) in big[native].items():
         samples = {native: [], flagos: []}
@@ -236,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7, help="alternating rounds per variant (median reported)")
     parser.add_argument("--calls", type=int, default=2000, help="calls per round for small operators")
     parser.add_argument("--quick", action="store_true", help="small sizes and few calls (smoke test)")
+    parser.add_argument("--small-only", action="store_true", help="only the small-operator (per-call) rows")
     parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/overhead_<backing>.json)")
     args = parser.parse_args(argv)
     if args.quick:
@@ -244,8 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     native = torch.device("cuda", 0) if backing == "cuda" else torch.device("cpu")
     flagos = torch.device("flagos", 0)
     print(f"flagos over {backing}: {environment()['device']}", flush=True)
-    rows = run(native, flagos, args.rounds, args.calls, args.quick)
-    rows += flaggems_rows(args.rounds, args.calls)
+    rows = run(native, flagos, args.rounds, args.calls, args.quick, large=not args.small_only)
+    if not args.small_only:
+        rows += flaggems_rows(args.rounds, args.calls)
     out = args.out or os.path.join(RESULTS, f"overhead_{backing}{'_quick' if args.quick else ''}.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     report = {

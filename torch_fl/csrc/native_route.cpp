@@ -161,21 +161,15 @@ void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         note_foreign(t);
       }
     } else if (v.isTensorList()) {
+      // The boxed list is this call's own: swap the elements in place.
       auto list = v.toTensorList();
-      c10::List<at::Tensor> out;
-      out.reserve(list.size());
-      bool any = false;
-      for (const at::Tensor& t : list) {
+      for (size_t j = 0; j < list.size(); ++j) {
+        at::Tensor t = list.get(j);
         if (is_flagos(t)) {
-          out.push_back(borrow(t, borrowed, index));
-          any = true;
+          list.set(j, borrow(t, borrowed, index));
         } else {
           note_foreign(t);
-          out.push_back(t);
         }
-      }
-      if (any) {
-        v = std::move(out);
       }
     } else if (v.isOptionalTensorList()) {
       auto list = v.toOptionalTensorList();
