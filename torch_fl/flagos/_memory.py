@@ -49,6 +49,7 @@ def max_memory_reserved(device=None) -> int:
 def reset_peak_memory_stats(device=None) -> None:
     idx = _index(device)
     if on_cuda():
+        torch.cuda.init()  # CUDA's allocator rejects the call ('Invalid device argument') before its lazy init
         torch.cuda.reset_peak_memory_stats(idx)
     else:
         _C._host_reset_peak(idx)

@@ -27,7 +27,9 @@ def synchronize(device) -> None:
 def reset_peak_memory(device) -> None:
     device = torch.device(device)
     if device.type != "cpu":
-        device_module(device).reset_peak_memory_stats(device)
+        module = device_module(device)
+        module.init()  # torch.cuda refuses to reset stats before its lazy init ('Invalid device argument')
+        module.reset_peak_memory_stats(device)
 
 
 def peak_memory(device) -> int | None:
