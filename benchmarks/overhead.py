@@ -175,7 +175,9 @@ def flaggems_rows(rounds: int, calls: int) -> list[Row]:
     native = torch.device("cuda", 0)
     flagos = torch.device("flagos", 0)
     for op, call_direct, call_routed in (
-        ("add.Tensor", lambda f: f(a_n, b_n), lambda: a_f + b_f),
+        # The dispatcher hands a Python kernel every argument, defaults included
+        # (alpha=1 for add), so the direct call passes them too.
+        ("add.Tensor", lambda f: f(a_n, b_n, alpha=1), lambda: a_f + b_f),
         ("mul.Tensor", lambda f: f(a_n, b_n), lambda: a_f * b_f),
     ):
         fn = LOADER.table.get(op)
