@@ -191,6 +191,16 @@ at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index) {
   return tensor_over(wrap_native_storage(src, index, /*may_steal=*/true), flagos_key(), native);
 }
 
+void sync_back_if_changed(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageImpl* alias_storage) {
+  const auto* dst = flagos.unsafeGetTensorImpl();
+  if (alias_storage->data_ptr().get() != flagos.storage().unsafeGetStorageImpl()->data_ptr().get() ||
+      alias.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl() != alias_storage ||
+      dst->sizes() != alias.sizes() || dst->strides() != alias.strides() ||
+      dst->storage_offset() != alias.storage_offset()) {
+    sync_back(flagos, alias, alias_storage);
+  }
+}
+
 void sync_back(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageImpl* alias_storage) {
   auto* dst = flagos.unsafeGetTensorImpl();
   c10::StorageImpl* now = alias.storage().unsafeGetStorageImpl();

@@ -65,6 +65,8 @@ void release_borrowed(at::Tensor&& alias, c10::StorageImpl* alias_storage);
 // Gives `flagos` the storage and geometry the kernel left on its alias (an
 // out= argument the kernel resized or re-pointed).
 void sync_back(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageImpl* alias_storage);
+// sync_back when the alias's storage, data or geometry differs from flagos's.
+void sync_back_if_changed(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageImpl* alias_storage);
 
 // Resize a flagos storage to `nbytes`, keeping its contents.
 void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes);

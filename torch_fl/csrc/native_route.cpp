@@ -201,13 +201,7 @@ void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // Arguments the kernel may have resized or re-pointed (out=, set_, resize_).
   if (!borrowed.empty() && schema.is_mutable()) {
     for (const auto& b : borrowed) {
-      const auto* dst = b.flagos.unsafeGetTensorImpl();
-      if (b.alias_storage->data_ptr().get() != b.flagos.storage().unsafeGetStorageImpl()->data_ptr().get() ||
-          b.alias.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl() != b.alias_storage ||
-          dst->sizes() != b.alias.sizes() || dst->strides() != b.alias.strides() ||
-          dst->storage_offset() != b.alias.storage_offset()) {
-        sync_back(b.flagos, b.alias, b.alias_storage);
-      }
+      sync_back_if_changed(b.flagos, b.alias, b.alias_storage);
     }
   }
 

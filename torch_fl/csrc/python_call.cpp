@@ -119,13 +119,7 @@ void bind_on_native(py::module& m) {
         }
         // out= arguments the kernel resized or re-pointed.
         for (const auto& s : walk.swaps) {
-          const auto* dst = s.flagos.unsafeGetTensorImpl();
-          if (s.alias_storage->data_ptr().get() != s.flagos.storage().unsafeGetStorageImpl()->data_ptr().get() ||
-              s.alias.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl() != s.alias_storage ||
-              dst->sizes() != s.alias.sizes() || dst->strides() != s.alias.strides() ||
-              dst->storage_offset() != s.alias.storage_offset()) {
-            sync_back(s.flagos, s.alias, s.alias_storage);
-          }
+          sync_back_if_changed(s.flagos, s.alias, s.alias_storage);
         }
         return to_flagos(result, walk);
       });

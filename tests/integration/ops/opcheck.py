@@ -274,6 +274,14 @@ class OpSpec:
             assert_close_to(list(grads), list(ref_grads), case.dtype)
 
 
+def reduction_inputs(cases: dict) -> list[Inputs]:
+    """Inputs for fn(x, dims, keepdim); cases map name -> (shape, dims, keepdim, non-contiguous)."""
+    return [
+        Inputs(n, lambda dt, g, s=s, d=d, k=k, nc=nc: ((tensor(s, dt, g, noncontiguous=nc), d, k), {}))
+        for n, (s, d, k, nc) in cases.items()
+    ]
+
+
 def unary_spec(overload: str, fn, dtypes, *, low=None, high=None, grad=True, reaches=()) -> OpSpec:
     """The spec of an elementwise unary operator called as torch.ops.aten.<overload>(x)."""
     lo, hi = -0.9 if low is None else low, 0.9 if high is None else high

@@ -2,7 +2,7 @@
 
 import torch
 
-from tests.integration.ops.opcheck import FLOATS, DispatchTests, Inputs, OpSpec, OpTests, tensor
+from tests.integration.ops.opcheck import FLOATS, DispatchTests, OpSpec, OpTests, reduction_inputs
 
 # name: (shape, dims, keepdim, non-contiguous)
 CASES = {
@@ -14,10 +14,7 @@ CASES = {
     "empty_rows": ((0, 3), [1], False, False),
     "noncontig": ((5, 6), [0], False, True),
 }
-INPUTS = [
-    Inputs(n, lambda dt, g, s=s, d=d, k=k, nc=nc: ((tensor(s, dt, g, noncontiguous=nc), d, k), {}))
-    for n, (s, d, k, nc) in CASES.items()
-]
+INPUTS = reduction_inputs(CASES)
 
 SPEC = OpSpec(
     overload="mean.dim",
