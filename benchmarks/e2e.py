@@ -74,15 +74,15 @@ def _worker(args) -> dict:
     import workloads
 
     info: dict = {"variant": variant, "pid": os.getpid(), "tasks": {}}
-    stats = None
+    stats = routing = None
     if variant in ("flagos", "flagos_flaggems"):
         sys.path.insert(0, str(REPO))  # this checkout's torch_fl, even if another one is installed
         import torch_fl
-        from torch_fl import _stats_adapter as stats
+        from torch_fl import routing
+        from torch_fl.routing import summary as stats
 
         device = torch.device("flagos", 0)
         info["backing"] = torch_fl.backing()
-        info["stats_source"] = stats.source()
     else:
         device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
         info["backing"] = device.type
@@ -129,7 +129,7 @@ def _worker(args) -> dict:
             ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["prompt"], seed=args.seed + 1).to(device)
             n = sz["new_tokens"]
             if stats:
-                stats.reset()
+                routing.reset_stats()
             sec, out = timed(lambda: workloads.greedy(model, ids, n), sz["warmup"], sz["iters"])
             res["tokens"] = out[:, sz["prompt"] :].cpu().tolist()
             res["tokens_per_s"] = sz["batch"] * n / sec
@@ -141,7 +141,7 @@ def _worker(args) -> dict:
                 return model(input_ids=ids, use_cache=False, logits_to_keep=1).logits
 
             if stats:
-                stats.reset()
+                routing.reset_stats()
             sec, _ = timed(prefill, sz["warmup"], sz["iters"])
             res["tokens_per_s"] = sz["batch"] * sz["length"] / sec
         elif task == "train":
@@ -159,7 +159,7 @@ def _worker(args) -> dict:
                 losses.append(loss.detach())
 
             if stats:
-                stats.reset()
+                routing.reset_stats()
             sec, _ = timed(step, sz["warmup"], sz["iters"])
             res["tokens_per_s"] = sz["batch"] * sz["length"] / sec
             res["losses"] = [float(x) for x in losses]
@@ -189,8 +189,6 @@ def _worker(args) -> dict:
             used.update(r.get("backends", {}))
         if not any(b.startswith("flaggems") or b.startswith("flagos_python") for b in used):
             why = "FLAGOS_USE_FLAGGEMS=1 routed no operator to FlagGems"
-            if info.get("stats_source") != "torch_fl.routing":
-                why += " (the routing layer, torch_fl.routing, is not in this build)"
             for r in info["tasks"].values():
                 if "error" not in r:
                     r["error"] = why + "; these would be native-route numbers, not FlagGems"

@@ -99,8 +99,9 @@ def run(args) -> int:
     except ImportError:
         print("the demo needs transformers: pip install --no-build-isolation -e .[models]", file=sys.stderr)
         return 2
-    from torch_fl import _stats_adapter as route_stats
+    from torch_fl import routing
     from torch_fl.models import qwen3, workloads
+    from torch_fl.routing import summary as route_stats
 
     backing = torch_fl.backing()
     on_gpu = backing == "cuda"
@@ -128,8 +129,8 @@ def run(args) -> int:
     name = torch.flagos.get_device_name(index)
     print(f"  device : {device}  backed by {native} ({name}); backing = {backing}")
     profile = "FlagGems profile (FLAGOS_USE_FLAGGEMS=1)" if os.environ.get("FLAGOS_USE_FLAGGEMS") else "default routes"
-    cfg = route_stats.config_file()
-    print(f"  routes : {profile}" + (f", file {cfg}" if cfg else "") + f"; statistics from {route_stats.source()}")
+    cfg = routing.config_file()
+    print(f"  routes : {profile}" + (f", file {cfg}" if cfg else ""))
 
     steps = 5
     _step(1, steps, f"building Qwen3 '{spec}' (seed {args.seed}, {str(dtype).replace('torch.', '')}) on the CPU")
@@ -162,7 +163,7 @@ def run(args) -> int:
     workloads.greedy(native_model, ids.to(native), new_tokens)
 
     _step(4, steps, f"generating on {device}")
-    route_stats.reset()
+    routing.reset_stats()
     fl_out, fl_rate = _timed_generate(flagos_model, ids.to(device), new_tokens, device, str(device))
     rows = route_stats.stats()
     print(f"      {fl_rate:.1f} tokens/s")
