@@ -61,9 +61,18 @@ constexpr size_t kPoolSize = 16;
 thread_local auto& alias_pool = *new c10::SmallVector<at::Tensor, kPoolSize>();
 
 void set_geometry(c10::TensorImpl* impl, const at::Tensor& like) {
-  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
-  impl->_set_conj(like.is_conj());
-  impl->_set_neg(like.is_neg());
+  // Loops call the same shapes again and again: skip the recompute of
+  // contiguity flags when the recycled alias already has this geometry.
+  if (impl->sizes() != like.sizes() || impl->strides() != like.strides() ||
+      impl->storage_offset() != like.storage_offset()) {
+    impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  }
+  if (C10_UNLIKELY(impl->is_conj() != like.is_conj())) {
+    impl->_set_conj(like.is_conj());
+  }
+  if (C10_UNLIKELY(impl->is_neg() != like.is_neg())) {
+    impl->_set_neg(like.is_neg());
+  }
 }
 
 }  // namespace
