@@ -277,6 +277,21 @@ void call_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
   at::native::cpu_fallback(op, stack);
 }
 
+namespace {
+
+// True for operators whose results may view an input (an input annotated
+// Tensor(a) without '!'): transpose, split, expand, ...
+bool makes_views(const c10::FunctionSchema& schema) {
+  for (const auto& arg : schema.arguments()) {
+    if (arg.alias_info() != nullptr && !arg.alias_info()->isWrite()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 void register_native_route() {
   new_library("_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__)
       .fallback(torch::CppFunction::makeFromBoxedFunction<&native_fallback>());
@@ -312,7 +327,15 @@ void register_native_route() {
                                (name.name == "aten::convolution" || name.name == "aten::convolution_backward" ||
                                 name.name == "aten::_convolution" || name.name == "aten::copy_" ||
                                 name.name == "aten::_to_copy");
-    if (!device_switch && (!composite || !op->hasKernelForDispatchKey(g_backing.key))) {
+    // Other composite operators (abs, mul.Scalar, zeros, ones_like,
+    // constant_pad_nd, embedding, ...) run as one native call too: their
+    // decomposition then happens on the backing device, with no flagos cost
+    // per inner operator, and the dispatch log names the operator called
+    // (FEP 0025 scripts expect `abs -> cuda`, not `abs.out -> cuda`). Views
+    // stay composite on flagos, where they are cheapest.
+    const bool whole = composite && op->hasComputedKernelForDispatchKey(g_backing.key) && !makes_views(op->schema()) &&
+                       name.name != "aten::_unsafe_view";
+    if (!device_switch && !whole && (!composite || !op->hasKernelForDispatchKey(g_backing.key))) {
       continue;
     }
     std::string qualified = name.name.substr(6);

@@ -1,7 +1,7 @@
 """Shared helpers for the per-operator tests (tests/integration/ops/test_*_dispatch.py).
 
 Each test file declares one `OpSpec` (how to call the operator, which inputs
-and dtypes it accepts, which overload reaches flagos) and two classes that
+and dtypes it accepts) and two classes that
 inherit the tests from here: `OpTests` (results against CPU, native CUDA and
 the FlagGems route) and `DispatchTests` (the exact dispatch-log lines). The
 parametrization (cases, backends) is done by conftest.py's
@@ -36,7 +36,6 @@ HAS_FLAGGEMS = ON_CUDA and importlib.util.find_spec("flag_gems") is not None
 HAS_ROUTING = importlib.util.find_spec("torch_fl.routing") is not None
 # The dispatch-log label of the native route: the platform's name (FEP 0025).
 PLATFORM = "cuda" if ON_CUDA else "cpu"
-NATIVE_BACKENDS = ("cpu", "cuda", "native")
 
 requires_routing = pytest.mark.skipif(not HAS_ROUTING, reason="needs torch_fl.routing (set_route, FLAGOS_OP_*)")
 
@@ -220,9 +219,6 @@ class OpSpec:
     grad:      whether gradients flow (checked for floating dtypes).
     setup/call: Python source for the dispatch tests (setup makes flagos
                tensors; `call` calls the overload through torch.ops.aten).
-    reaches:   the overloads the native route sees for `call`, in order
-               (PyTorch's composite kernels decompose some ops before the
-               device; verified with FLAGOS_LOG_DISPATCH=1).
     """
 
     overload: str
@@ -232,19 +228,18 @@ class OpSpec:
     setup: str
     call: str
     grad: bool = False
-    reaches: tuple[str, ...] = ()
     extra_cases: Sequence[Case] = field(default_factory=tuple)
 
     def cases(self) -> list[Case]:
         return [Case(i, d) for i in self.inputs for d in self.dtypes] + list(self.extra_cases)
 
-    def native_reaches(self) -> tuple[str, ...]:
-        return self.reaches or (self.overload,)
-
     def expected_lines(self, backend: str) -> list[str]:
-        """The dispatch-log lines `call` prints when the overload is routed to `backend`."""
-        ops = self.native_reaches() if backend in NATIVE_BACKENDS else (self.overload,)
-        return [f"[flagos dispatch] {op} -> {backend}" for op in ops]
+        """The dispatch-log lines `call` prints when the overload is routed to `backend`.
+
+        Composite operators run whole on the native route too, so every
+        backend logs the overload that was called.
+        """
+        return [f"[flagos dispatch] {self.overload} -> {backend}"]
 
     # -- correctness --------------------------------------------------------
     def build(self, case: Case):
@@ -282,7 +277,7 @@ def reduction_inputs(cases: dict) -> list[Inputs]:
     ]
 
 
-def unary_spec(overload: str, fn, dtypes, *, low=None, high=None, grad=True, reaches=()) -> OpSpec:
+def unary_spec(overload: str, fn, dtypes, *, low=None, high=None, grad=True) -> OpSpec:
     """The spec of an elementwise unary operator called as torch.ops.aten.<overload>(x)."""
     lo, hi = -0.9 if low is None else low, 0.9 if high is None else high
     return OpSpec(
@@ -293,7 +288,6 @@ def unary_spec(overload: str, fn, dtypes, *, low=None, high=None, grad=True, rea
         grad=grad,
         setup=f"x = torch.empty(4, 5, device='flagos').uniform_({lo}, {hi})",
         call=f"torch.ops.aten.{overload}(x)",
-        reaches=tuple(reaches),
     )
 
 

@@ -26,8 +26,6 @@ SPEC = OpSpec(
     grad=True,
     setup="x = torch.randn(4, 5, device='flagos')",
     call="torch.ops.aten.constant_pad_nd(x, [1, 1], 0.0)",
-    # constant_pad_nd is a composite kernel (empty + fill_ + copy into a view): the device sees fill_ and copy_.
-    reaches=("fill_.Scalar", "copy_"),
 )
 
 

@@ -15,8 +15,6 @@ SPEC = OpSpec(
     grad=True,
     setup="x = torch.randn(4, 5, device='flagos')",
     call="torch.ops.aten.div.Scalar(x, 2.5)",
-    # div.Scalar is a composite kernel over div.Tensor (the scalar wrapped as a tensor).
-    reaches=("div.Tensor",),
 )
 
 

@@ -28,8 +28,6 @@ SPEC = OpSpec(
     grad=True,
     setup="w = torch.randn(10, 3, device='flagos'); i = torch.tensor([1, 2], device='flagos')",
     call="torch.ops.aten.embedding(w, i)",
-    # embedding is a composite kernel: for 1-d indices the device sees index_select.
-    reaches=("index_select",),
 )
 
 

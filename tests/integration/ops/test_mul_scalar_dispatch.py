@@ -15,8 +15,6 @@ SPEC = OpSpec(
     grad=True,
     setup="x = torch.randn(4, 5, device='flagos')",
     call="torch.ops.aten.mul.Scalar(x, 2.5)",
-    # mul.Scalar is a composite kernel over mul.Tensor (the scalar wrapped as a tensor).
-    reaches=("mul.Tensor",),
 )
 
 

@@ -14,8 +14,6 @@ SPEC = OpSpec(
     dtypes=FLOATS + INTS + BOOL,
     setup="x = torch.randn(2, 2, device='flagos')",
     call="torch.ops.aten.new_ones(x, [3])",
-    # new_ones is a composite kernel (empty + fill_): the device sees fill_.Scalar.
-    reaches=("fill_.Scalar",),
 )
 
 

@@ -11,8 +11,6 @@ SPEC = OpSpec(
     dtypes=FLOATS + INTS + BOOL,
     setup="x = torch.randn(4, 5, device='flagos')",
     call="torch.ops.aten.ones_like(x)",
-    # ones_like is a composite kernel (empty_like + fill_): the device sees fill_.Scalar.
-    reaches=("fill_.Scalar",),
 )
 
 
