@@ -84,6 +84,34 @@ void register_native_route();
 void register_metadata_ops();
 void register_autocast_and_sdp();
 
+// --- one routed call (native_route.cpp) ---
+// Swaps a boxed call's flagos arguments for borrowed native aliases, and
+// afterwards turns the results back into flagos tensors (in-place and out=
+// results become the caller's own tensors, out= arguments follow resizes).
+class RoutedArgs {
+ public:
+  void unwrap(std::vector<c10::IValue>* stack, size_t nargs);
+  void finish(const c10::FunctionSchema& schema, std::vector<c10::IValue>* stack);
+  c10::DeviceIndex index() const {
+    return index_;
+  }
+
+ private:
+  struct Borrowed {
+    at::Tensor flagos;
+    at::Tensor alias;
+    c10::StorageImpl* alias_storage;
+  };
+  at::Tensor borrow(const at::Tensor& t);
+  void note_foreign(const at::Tensor& t);
+  at::Tensor unwrap_result(at::Tensor&& r) const;
+
+  c10::SmallVector<Borrowed, 6> borrowed_;
+  c10::SmallVector<const c10::StorageImpl*, 4> foreign_;
+  c10::DeviceIndex index_ = -1;
+  bool to_native_device_ = false;  // a device argument names a non-flagos device
+};
+
 // --- native route state (native_route.cpp) ---
 struct RouteFlags {
   bool log_dispatch = false;

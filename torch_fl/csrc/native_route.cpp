@@ -87,76 +87,38 @@ void log_dispatch(const c10::OperatorHandle& op) {
 }
 
 // ---------------------------------------------------------------- the route
-struct Borrowed {
-  at::Tensor flagos;
-  at::Tensor alias;
-  c10::StorageImpl* alias_storage;
-};
-using BorrowList = c10::SmallVector<Borrowed, 6>;
-
 inline bool is_flagos(const at::Tensor& t) {
   return t.defined() && t.device().type() == kFlagos;
 }
 
-at::Tensor borrow(const at::Tensor& t, BorrowList& borrowed, c10::DeviceIndex& index) {
+}  // namespace
+
+at::Tensor RoutedArgs::borrow(const at::Tensor& t) {
   at::Tensor alias = borrow_native(t);
-  if (index < 0) {
-    index = t.device().index();
+  if (index_ < 0) {
+    index_ = t.device().index();
   }
-  borrowed.push_back({t, alias, alias.storage().unsafeGetStorageImpl()});
+  borrowed_.push_back({t, alias, alias.storage().unsafeGetStorageImpl()});
   return alias;
 }
 
-// Tensors of the backing device type that the caller passed in themselves
-// (a CPU tensor on host backing, a CUDA tensor on a GPU): results that are, or
-// view, one of them stay as they are.
-using ForeignList = c10::SmallVector<const c10::StorageImpl*, 4>;
-
-at::Tensor unwrap_result(at::Tensor&& r, const BorrowList& borrowed, const ForeignList& foreign,
-                         c10::DeviceIndex index) {
-  if (!r.defined() || r.device().type() != g_backing.type) {
-    return std::move(r);  // e.g. CPU results of a CUDA kernel stay CPU
+void RoutedArgs::note_foreign(const at::Tensor& t) {
+  // Tensors of the backing device type that the caller passed in themselves
+  // (a CPU tensor on host backing, a CUDA tensor on a GPU): results that are,
+  // or view, one of them stay as they are.
+  if (t.defined() && t.device().type() == g_backing.type && t.has_storage()) {
+    foreign_.push_back(t.storage().unsafeGetStorageImpl());
   }
-  if (C10_UNLIKELY(!foreign.empty())) {
-    const c10::StorageImpl* st = r.storage().unsafeGetStorageImpl();
-    for (const auto* f : foreign) {
-      if (st == f) {
-        return std::move(r);
-      }
-    }
-  }
-  for (const auto& b : borrowed) {
-    if (r.unsafeGetTensorImpl() == b.alias.unsafeGetTensorImpl()) {
-      return b.flagos;  // in-place and out= return the flagos argument itself
-    }
-  }
-  // On a GPU the result's own device is right (cross-device copies); host
-  // memory has no index, so it comes from the arguments.
-  const c10::DeviceIndex target = g_backing.host ? (index < 0 ? current_device() : index) : r.device().index();
-  return adopt_result(std::move(r), target);
 }
 
-void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const auto& schema = op.schema();
-  const size_t nargs = schema.arguments().size();
-  const size_t first = stack->size() - nargs;
-  BorrowList borrowed;
-  ForeignList foreign;
-  c10::DeviceIndex index = -1;
-  bool to_native_device = false;  // a device argument names a non-flagos device
+void RoutedArgs::unwrap(torch::jit::Stack* stack, size_t nargs) {
   const Backing& bk = g_backing;
-  auto note_foreign = [&](const at::Tensor& t) {
-    if (t.defined() && t.device().type() == bk.type && t.has_storage()) {
-      foreign.push_back(t.storage().unsafeGetStorageImpl());
-    }
-  };
-
-  for (size_t i = first; i < stack->size(); ++i) {
+  for (size_t i = stack->size() - nargs; i < stack->size(); ++i) {
     c10::IValue& v = (*stack)[i];
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
       if (is_flagos(t)) {
-        v = borrow(t, borrowed, index);
+        v = borrow(t);
       } else {
         note_foreign(t);
       }
@@ -166,7 +128,7 @@ void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       for (size_t j = 0; j < list.size(); ++j) {
         at::Tensor t = list.get(j);
         if (is_flagos(t)) {
-          list.set(j, borrow(t, borrowed, index));
+          list.set(j, borrow(t));
         } else {
           note_foreign(t);
         }
@@ -177,7 +139,7 @@ void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       out.reserve(list.size());
       for (std::optional<at::Tensor> t : list) {
         if (t.has_value() && is_flagos(*t)) {
-          out.push_back(borrow(*t, borrowed, index));
+          out.push_back(borrow(*t));
         } else {
           out.push_back(std::move(t));
         }
@@ -185,52 +147,81 @@ void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       v = std::move(out);
     } else if (v.isDevice()) {
       c10::Device d = v.toDevice();
-      to_native_device = d.type() != kFlagos;
+      to_native_device_ = d.type() != kFlagos;
       if (d.type() == kFlagos) {
         // A device argument names where results go (factories, _to_copy).
         if (d.has_index()) {
-          index = d.index();
+          index_ = d.index();
         }
         v = c10::Device(bk.type, bk.host ? -1 : d.index());
       }
     }
   }
+}
 
-  op.redispatchBoxed(c10::DispatchKeySet(bk.key), stack);
+at::Tensor RoutedArgs::unwrap_result(at::Tensor&& r) const {
+  if (!r.defined() || r.device().type() != g_backing.type) {
+    return std::move(r);  // e.g. CPU results of a CUDA kernel stay CPU
+  }
+  if (C10_UNLIKELY(!foreign_.empty())) {
+    const c10::StorageImpl* st = r.storage().unsafeGetStorageImpl();
+    for (const auto* f : foreign_) {
+      if (st == f) {
+        return std::move(r);
+      }
+    }
+  }
+  for (const auto& b : borrowed_) {
+    if (r.unsafeGetTensorImpl() == b.alias.unsafeGetTensorImpl()) {
+      return b.flagos;  // in-place and out= return the flagos argument itself
+    }
+  }
+  // On a GPU the result's own device is right (cross-device copies); host
+  // memory has no index, so it comes from the arguments.
+  const c10::DeviceIndex target = g_backing.host ? (index_ < 0 ? current_device() : index_) : r.device().index();
+  return adopt_result(std::move(r), target);
+}
 
+void RoutedArgs::finish(const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
   // Arguments the kernel may have resized or re-pointed (out=, set_, resize_).
-  if (!borrowed.empty() && schema.is_mutable()) {
-    for (const auto& b : borrowed) {
+  if (!borrowed_.empty() && schema.is_mutable()) {
+    for (const auto& b : borrowed_) {
       sync_back_if_changed(b.flagos, b.alias, b.alias_storage);
     }
   }
-
-  if (C10_UNLIKELY(to_native_device)) {
-    // e.g. _to_copy(x, device="cpu"): the result belongs to that device.
-    for (auto& b : borrowed) {
-      release_borrowed(std::move(b.alias), b.alias_storage);
-    }
-    return;
-  }
-  const size_t nret = schema.returns().size();
-  for (size_t i = stack->size() - nret; i < stack->size(); ++i) {
-    c10::IValue& v = (*stack)[i];
-    if (v.isTensor()) {
-      v = unwrap_result(std::move(v).toTensor(), borrowed, foreign, index);
-    } else if (v.isTensorList()) {
-      auto list = std::move(v).toTensorList();
-      c10::List<at::Tensor> out;
-      out.reserve(list.size());
-      for (size_t j = 0; j < list.size(); ++j) {
-        at::Tensor t = list.extract(j);
-        out.push_back(unwrap_result(std::move(t), borrowed, foreign, index));
+  // With an explicit native device argument (_to_copy(x, device="cpu")) the
+  // results belong to that device.
+  if (C10_LIKELY(!to_native_device_)) {
+    const size_t nret = schema.returns().size();
+    for (size_t i = stack->size() - nret; i < stack->size(); ++i) {
+      c10::IValue& v = (*stack)[i];
+      if (v.isTensor()) {
+        v = unwrap_result(std::move(v).toTensor());
+      } else if (v.isTensorList()) {
+        auto list = std::move(v).toTensorList();
+        c10::List<at::Tensor> out;
+        out.reserve(list.size());
+        for (size_t j = 0; j < list.size(); ++j) {
+          out.push_back(unwrap_result(list.extract(j)));
+        }
+        v = std::move(out);
       }
-      v = std::move(out);
     }
   }
-  for (auto& b : borrowed) {
+  for (auto& b : borrowed_) {
     release_borrowed(std::move(b.alias), b.alias_storage);
   }
+  borrowed_.clear();
+}
+
+namespace {
+
+void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  RoutedArgs args;
+  args.unwrap(stack, schema.arguments().size());
+  op.redispatchBoxed(c10::DispatchKeySet(g_backing.key), stack);
+  args.finish(schema, stack);
 }
 
 void native_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
