@@ -4,8 +4,11 @@ Rules come in three layers (file < env < runtime). Resolving them gives, per
 operator, a default rule and optional per-dtype rules. An operator whose
 routes are all native gets no Python kernel: the C++ native route runs it and
 only its dispatch-log label is set. Any other operator gets one Python kernel,
-registered at PrivateUse1 through its own `torch.library.Library`, so that a
-later route change can destroy it and the C++ kernel takes over again.
+registered once at PrivateUse1 through its own `torch.library.Library` as a
+trampoline to a cell: a later route change swaps the cell (torch 2.11 refuses
+a second Python kernel for the same op and key, and a fallback re-plans its
+own operator while it runs); a route back to native destroys the Library and
+the C++ kernel takes over again.
 
 The kernel is assembled when the route changes, from closures that already
 hold everything a call needs (the backend function, the counter cell, the log
