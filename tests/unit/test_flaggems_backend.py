@@ -114,6 +114,23 @@ def test_python_exception_falls_back_for_that_dtype_once_logged(fake_gems):
     assert routing.explain("add.Tensor", torch.float32).reason is None
 
 
+def test_plain_route_runs_in_the_cpp_kernel_and_dtype_splits_in_python(fake_gems):
+    routing.set_route("add.Tensor", "flaggems")
+    assert isinstance(core.STATE.libs["add.Tensor"][1], torch_fl._C.PyRoute)
+    x = torch.ones(2, device="flagos", dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        x + x  # fails on the fake, re-plans float64 to native from inside the call
+    assert isinstance(core.STATE.libs["add.Tensor"][1], torch_fl._C.PyRoute)  # same kernel, new state
+    with routing.route({"add.Tensor[float32]": "flaggems_python"}):
+        assert isinstance(core.STATE.libs["add.Tensor"][1], torch.library.Library)
+        y = torch.ones(2, device="flagos")
+        assert torch.equal((y + y).cpu(), torch.full((2,), 2.0))
+    assert isinstance(core.STATE.libs["add.Tensor"][1], torch_fl._C.PyRoute)
+    routing.set_route("add.Tensor", "native")
+    assert "add.Tensor" not in core.STATE.libs
+
+
 def test_in_place_failure_is_not_rerun(fake_gems):
     routing.set_route("add_.Tensor", "flaggems")
     x = torch.ones(3, device="flagos")

@@ -7,6 +7,7 @@
 
 namespace torch_fl {
 void bind_on_native(py::module& m);
+void bind_py_route(py::module& m);
 namespace {
 
 at::Tensor as_native(const at::Tensor& t) {
@@ -54,6 +55,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace torch_fl;
   m.doc() = "torch_fl C++ core: the flagos device over a native backing device";
   bind_on_native(m);
+  bind_py_route(m);
   m.def("_init", &init, py::arg("backing"), py::arg("host_devices"));
   m.def("_backing", [] { return std::string(c10::DeviceTypeName(backing().type, true)); });
   m.def("_initialized", [] { return backing().initialized; });

@@ -5,7 +5,13 @@
 // mostly interpreter work; this one walks the arguments once in C++.
 #include "flagos.h"
 
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/library.h>
+
+#include <array>
+#include <iostream>
 #include <torch/extension.h>
 
 namespace torch_fl {
@@ -123,6 +129,201 @@ void bind_on_native(py::module& m) {
         }
         return to_flagos(result, walk);
       });
+}
+
+}  // namespace torch_fl
+
+// ---------------------------------------------------------------------------
+// PyRoute: the PrivateUse1 kernel of an operator routed to a Python backend
+// (FlagGems). It calls the backend's function on native aliases with the
+// boxed call handled in C++: no torch.library Python kernel, no wrapper
+// frames, no alias objects per call. The routing layer keeps the policy in
+// Python: `on_error(exc, args, kwargs)` and `other_dtype(*args, **kwargs)`
+// receive the caller's flagos arguments.
+namespace torch_fl {
+namespace {
+
+struct PyRouteState {
+  py::object fn;           // called with native arguments, as the aten operator
+  py::object on_error;     // (exception, args, kwargs) -> result
+  py::object other_dtype;  // called like the operator for the dtypes in `other`
+  py::object cell;         // the routing layer's [calls, fallbacks, failures]
+  std::array<bool, static_cast<size_t>(c10::ScalarType::NumOptions)> other{};
+  std::string line;  // the dispatch-log line, printed when `log`
+  bool log = false;
+
+  // The last reference may be dropped by a kernel call without the GIL.
+  ~PyRouteState() {
+    py::gil_scoped_acquire gil;
+    fn = on_error = other_dtype = cell = py::object();
+  }
+};
+
+c10::ScalarType first_dtype(const torch::jit::Stack& stack, size_t first) {
+  for (size_t i = first; i < stack.size(); ++i) {
+    if (stack[i].isTensor()) {
+      return stack[i].toTensor().scalar_type();
+    }
+    if (stack[i].isTensorList()) {
+      auto list = stack[i].toTensorList();
+      if (list.size() > 0) {
+        return list.get(0).scalar_type();
+      }
+    }
+  }
+  return c10::ScalarType::Undefined;
+}
+
+// The operator's arguments as Python (args, kwargs), taken off the stack.
+std::pair<py::tuple, py::dict> pop_python_args(const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
+  const auto& params = schema.arguments();
+  const size_t first = stack->size() - params.size();
+  size_t npos = 0;
+  while (npos < params.size() && !params[npos].kwarg_only()) {
+    ++npos;
+  }
+  py::tuple args(npos);
+  py::dict kwargs;
+  for (size_t i = 0; i < params.size(); ++i) {
+    py::object obj = torch::jit::toPyObject(std::move((*stack)[first + i]));
+    if (i < npos) {
+      PyTuple_SET_ITEM(args.ptr(), i, obj.release().ptr());
+    } else {
+      kwargs[py::str(params[i].name())] = std::move(obj);
+    }
+  }
+  stack->erase(stack->begin() + first, stack->end());
+  return {std::move(args), std::move(kwargs)};
+}
+
+void push_python_result(const c10::FunctionSchema& schema, const py::object& result, torch::jit::Stack* stack) {
+  const auto& returns = schema.returns();
+  if (returns.size() == 1) {
+    stack->push_back(torch::jit::toIValue(result, returns[0].real_type()));
+  } else if (!returns.empty()) {
+    auto items = py::reinterpret_borrow<py::sequence>(result);
+    TORCH_CHECK(static_cast<size_t>(py::len(items)) == returns.size(), "flagos: the routed kernel of ",
+                schema.name(), " returned ", std::to_string(py::len(items)), " values, the operator has ",
+                std::to_string(returns.size()));
+    for (size_t i = 0; i < returns.size(); ++i) {
+      stack->push_back(torch::jit::toIValue(items[i], returns[i].real_type()));
+    }
+  }
+}
+
+void count_call(const py::object& cell) {
+  PyObject* list = cell.ptr();
+  PyObject* next = PyNumber_Add(PyList_GET_ITEM(list, 0), py::int_(1).ptr());
+  if (next != nullptr) {
+    PyList_SetItem(list, 0, next);  // steals `next`
+  }
+}
+
+class PyRouteKernel final : public c10::OperatorKernel {
+ public:
+  using Slot = std::shared_ptr<std::shared_ptr<PyRouteState>>;
+  explicit PyRouteKernel(Slot slot) : slot_(std::move(slot)) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    // A route change may swap the state during this call (a fallback
+    // re-plans its own operator): the call keeps the state it started with.
+    std::shared_ptr<PyRouteState> st = std::atomic_load(slot_.get());
+    const auto& schema = op.schema();
+    const size_t nargs = schema.arguments().size();
+    if (C10_UNLIKELY(st->log)) {
+      std::cerr << st->line << std::flush;
+    }
+    const c10::ScalarType dtype = first_dtype(*stack, stack->size() - nargs);
+    if (C10_UNLIKELY(dtype != c10::ScalarType::Undefined && st->other[static_cast<size_t>(dtype)])) {
+      py::gil_scoped_acquire gil;
+      auto [args, kwargs] = pop_python_args(schema, stack);
+      push_python_result(schema, st->other_dtype(*args, **kwargs), stack);
+      return;
+    }
+    std::vector<c10::IValue> original(stack->end() - nargs, stack->end());  // for the error path
+    RoutedArgs routed;
+    routed.unwrap(stack, nargs);
+    {
+      py::gil_scoped_acquire gil;
+      count_call(st->cell);
+      auto [args, kwargs] = pop_python_args(schema, stack);
+      py::object result;
+      try {
+        // Launch on the arguments' device (a flagos stream is a CUDA stream).
+        c10::OptionalDeviceGuard guard;
+        if (routed.index() >= 0 && routed.index() != current_device()) {
+          guard.reset_device(c10::Device(kFlagos, routed.index()));
+        }
+        result = st->fn(*args, **kwargs);
+      } catch (py::error_already_set& e) {
+        stack->insert(stack->end(), original.begin(), original.end());
+        auto [fargs, fkwargs] = pop_python_args(schema, stack);
+        push_python_result(schema, st->on_error(e.value(), fargs, fkwargs), stack);
+        return;  // the policy returned flagos results, or raised
+      }
+      push_python_result(schema, result, stack);
+    }
+    routed.finish(schema, stack);
+  }
+
+ private:
+  Slot slot_;
+};
+
+struct NoWarnings final : c10::WarningHandler {
+  void process(const c10::Warning&) override {}
+};
+
+// Python handle of one operator's PyRoute registration.
+struct PyRoute {
+  std::string op;
+  PyRouteKernel::Slot slot = std::make_shared<std::shared_ptr<PyRouteState>>();
+  torch::Library* library = nullptr;
+
+  void update(py::object fn, py::object on_error, py::object other_dtype, const std::vector<py::object>& other,
+              py::object cell, const std::string& label, bool log) {
+    auto st = std::make_shared<PyRouteState>();
+    st->fn = std::move(fn);
+    st->on_error = std::move(on_error);
+    st->other_dtype = std::move(other_dtype);
+    st->cell = std::move(cell);
+    for (const auto& d : other) {
+      TORCH_CHECK(THPDtype_Check(d.ptr()), "PyRoute.update: `other` must hold torch.dtype objects");
+      st->other[static_cast<size_t>(reinterpret_cast<THPDtype*>(d.ptr())->scalar_type)] = true;
+    }
+    st->line = "[flagos dispatch] " + op + " -> " + label + "\n";
+    st->log = log;
+    // Registered once; later updates swap the state behind the kernel
+    // (replacing a kernel that may be running is not safe).
+    std::atomic_store(slot.get(), std::move(st));
+    if (library == nullptr) {
+      NoWarnings quiet;  // overriding the native route's kernel is the point
+      c10::WarningUtils::WarningHandlerGuard guard(&quiet);
+      library = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+      library->impl(op.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<PyRouteKernel>(slot)));
+    }
+  }
+
+  void destroy() {
+    NoWarnings quiet;
+    c10::WarningUtils::WarningHandlerGuard guard(&quiet);
+    delete library;  // the native route takes the operator back
+    library = nullptr;
+  }
+};
+
+}  // namespace
+
+void bind_py_route(py::module& m) {
+  py::class_<PyRoute>(m, "PyRoute",
+                      "PyRoute(op).update(fn, on_error, other_dtype, other, cell, label, log): a C++ PrivateUse1 "
+                      "kernel for aten::op that calls fn on native aliases; destroy() gives op back to the native "
+                      "route.")
+      .def(py::init([](std::string op) { return PyRoute{std::move(op)}; }), py::arg("op"))
+      .def("update", &PyRoute::update, py::arg("fn"), py::arg("on_error"), py::arg("other_dtype"), py::arg("other"),
+           py::arg("cell"), py::arg("label"), py::arg("log"))
+      .def("destroy", &PyRoute::destroy)
+      .def_property_readonly("registered", [](const PyRoute& r) { return r.library != nullptr; });
 }
 
 }  // namespace torch_fl

@@ -2,13 +2,15 @@
 
 Rules come in three layers (file < env < runtime). Resolving them gives, per
 operator, a default rule and optional per-dtype rules. An operator whose
-routes are all native gets no Python kernel: the C++ native route runs it and
-only its dispatch-log label is set. Any other operator gets one Python kernel,
-registered once at PrivateUse1 through its own `torch.library.Library` as a
-trampoline to a cell: a later route change swaps the cell (torch 2.11 refuses
-a second Python kernel for the same op and key, and a fallback re-plans its
-own operator while it runs); a route back to native destroys the Library and
-the C++ kernel takes over again.
+routes are all native gets no kernel of ours: the C++ native route runs it and
+only its dispatch-log label is set. An operator routed to FlagGems (other
+dtypes native or falling back) gets a C++ kernel, `torch_fl._C.PyRoute`, that
+calls the FlagGems function itself. Any other operator gets one Python
+kernel, registered once at PrivateUse1 through its own `torch.library.Library`
+as a trampoline to a cell. Either is registered once and a later plan of the
+same kind swaps its state (torch 2.11 refuses a second Python kernel for the
+same op and key, and a failing kernel re-plans its own operator while it
+runs); a route back to native removes it and the C++ native route takes over.
 
 The kernel is assembled when the route changes, from closures that already
 hold everything a call needs (the backend function, the counter cell, the log
@@ -270,22 +272,26 @@ def _make_callable(op: str, target: Target, native_run, mutable: bool):
         cell[1] += 1
         return native_run(*args, **kwargs)
 
+    bad_reason = f"{backend} does not support that dtype"
+
+    def on_bad_dtype(*args, **kwargs):
+        dt = _dtype_of(args, kwargs)
+        if strict:
+            raise _strict_error(op, backend, f"{backend} does not support {names.dtype_name(dt)}")
+        cell[1] += 1
+        _warn_once(
+            op,
+            backend,
+            dt,
+            f"flagos: {op} ({names.dtype_name(dt)}) routed to '{backend}' ran natively instead: {bad_reason}.",
+        )
+        return native_run(*args, **kwargs)
+
     if bad_dtypes:
-        bad_reason = f"{backend} does not support that dtype"
 
         def kernel(*args, **kwargs):
-            dt = _dtype_of(args, kwargs)
-            if dt in bad_dtypes:
-                if strict:
-                    raise _strict_error(op, backend, f"{backend} does not support {names.dtype_name(dt)}")
-                cell[1] += 1
-                _warn_once(
-                    op,
-                    backend,
-                    dt,
-                    f"flagos: {op} ({names.dtype_name(dt)}) routed to '{backend}' ran natively instead: {bad_reason}.",
-                )
-                return native_run(*args, **kwargs)
+            if _dtype_of(args, kwargs) in bad_dtypes:
+                return on_bad_dtype(*args, **kwargs)
             if not counts_itself:
                 cell[0] += 1
             try:
@@ -310,6 +316,10 @@ def _make_callable(op: str, target: Target, native_run, mutable: bool):
             except Exception as e:  # noqa: BLE001
                 return on_error(e, args, kwargs)
 
+    if isinstance(fn, torch_fl._C.OnNative) and not counts_itself:
+        # What the C++ kernel (torch_fl._C.PyRoute) needs to run this route
+        # without a Python frame per call; the policies stay here.
+        kernel.py_route = (fn.fn, on_error, on_bad_dtype, frozenset(bad_dtypes), cell)
     return kernel
 
 
@@ -379,11 +389,45 @@ def _set_label(op: str, label: str | None) -> None:
         STATE.labels[op] = label
 
 
+def _unregister(handle) -> None:
+    """Remove an operator's kernel (torch.library.Library or PyRoute): the C++ native route takes over."""
+    if isinstance(handle, torch_fl._C.PyRoute):
+        handle.destroy()
+    else:
+        handle._destroy()
+
+
+def _py_route_parts(op: str, plan: tuple):
+    """PyRoute.update arguments, or None when the plan needs the Python kernel.
+
+    Eligible: the default target is a Python backend kernel (FlagGems) and
+    every per-dtype entry runs natively or falls back (what a kernel failure
+    adds); those dtypes, and the ones the backend lacks, go to `other_dtype`.
+    """
+    default, by, *_ = plan
+    if default.kind in ("native", "fallback") or any(t.kind not in ("native", "fallback") for _, t in by):
+        return None
+    native_run = _native_runner(op)
+    mutable = names.is_mutable(op)
+    parts = getattr(_make_callable(op, default, native_run, mutable), "py_route", None)
+    if parts is None:
+        return None
+    fn, on_error, on_bad_dtype, bad_dtypes, cell = parts
+    per_dtype = {d: _make_callable(op, t, native_run, mutable) for d, t in by}
+    get = per_dtype.get
+
+    def other_dtype(*args, **kwargs):
+        return get(_dtype_of(args, kwargs), on_bad_dtype)(*args, **kwargs)
+
+    other = sorted(bad_dtypes | {d for d in per_dtype if isinstance(d, torch.dtype)}, key=str)
+    return fn, on_error, other_dtype, other, cell
+
+
 def _apply_op(op: str, route: OpRoute | None) -> None:
     if route is None:
         old = STATE.libs.pop(op, None)
         if old is not None:
-            old[1]._destroy()
+            _unregister(old[1])
         _set_label(op, None)
         return
     plan = _plan(op, route)
@@ -392,10 +436,26 @@ def _apply_op(op: str, route: OpRoute | None) -> None:
     old = STATE.libs.get(op)
     if not _needs_kernel(plan):
         if old is not None:
-            STATE.libs.pop(op)[1]._destroy()  # the C++ native route takes over again
+            _unregister(STATE.libs.pop(op)[1])  # the C++ native route takes over again
         return
     if old is not None and old[0] == plan:
         return
+    parts = _py_route_parts(op, plan)
+    if parts is not None:
+        # The common case: one Python backend (FlagGems), native or fallback
+        # for the other dtypes. A C++ kernel runs it; it is registered once
+        # and a later plan of the same shape swaps its state, also from inside
+        # a call (a failing kernel re-plans its own operator).
+        if old is not None and not isinstance(old[1], torch_fl._C.PyRoute):
+            _unregister(old[1])
+            old = None
+        handle = old[1] if old is not None else torch_fl._C.PyRoute(op)
+        handle.update(*parts, label=plan[0].backend, log=STATE.log_dispatch)
+        STATE.libs[op] = (plan, handle, None)
+        return
+    if old is not None and isinstance(old[1], torch_fl._C.PyRoute):
+        _unregister(old[1])
+        old = None
     if old is not None:
         _, lib, cell = old
         cell[0] = _build_kernel(op, plan)

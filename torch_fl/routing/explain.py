@@ -112,5 +112,11 @@ def explain(op: str, dtype=None) -> Explanation:
             notes.append(f"{r.backend}: {b.unavailable_reason()}")
     if core.core_op(norm):
         notes.append(f"aten::{norm} is implemented by the flagos core (metadata op); only native routes apply")
-    kernel = "python kernel (torch.library, PrivateUse1)" if norm in core.STATE.libs else "C++ native route"
+    entry = core.STATE.libs.get(norm)
+    if entry is None:
+        kernel = "C++ native route"
+    elif isinstance(entry[1], torch_fl._C.PyRoute):
+        kernel = "C++ kernel calling the backend's function (PyRoute, PrivateUse1)"
+    else:
+        kernel = "python kernel (torch.library, PrivateUse1)"
     return Explanation(norm, dtype, routed, runs, target.reason, cands, sorted(set(notes)), kernel, winner is None)
