@@ -353,6 +353,7 @@ def _parse(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results"), help="output folder")
     p.add_argument("--name", default=None, help="output file stem (default e2e-<backing>-<model>[-quick])")
+    p.add_argument("--deadline", type=float, default=None, help="start no round that would end after this many seconds")
     p.add_argument("--child-timeout", type=int, default=300, help="seconds per child process")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--ckpt", default=None, help=argparse.SUPPRESS)
@@ -393,6 +394,42 @@ def main(argv=None) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
 
+    def write_json(raw: list, rounds: int) -> tuple[dict, Path]:
+        """The report so far (written after every round: a run cut short keeps what it measured)."""
+        summary = _summarise(raw, variants, args.tasks)
+        gpu = None
+        if on_gpu:
+            gpu = torch.cuda.get_device_name(0)
+        report = {
+            "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
+            "argv": sys.argv,
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "wall_s": round(time.perf_counter() - started, 1),
+            "environment": {
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+                "torch": torch.__version__,
+                "cuda": torch.version.cuda,
+                "gpu": gpu,
+                "cpu_count": os.cpu_count(),
+                "transformers": _version("transformers"),
+                "triton": _version("triton"),
+                "flag_gems": _version("flag_gems") or _version("flag-gems"),
+                "torch_fl_git": _git_rev(),
+            },
+            "backing": backing,
+            "model": spec if qwen3.is_builtin(spec) else str(spec),
+            "sizes": {t: sizes[t] for t in args.tasks},
+            "rounds": rounds,
+            "variants": variants,
+            "skipped": skipped,
+            "summary": summary,
+            "raw": raw,
+        }
+        json_path = out_dir / f"{name}.json"
+        json_path.write_text(json.dumps(report, indent=1) + "\n")
+        return report, json_path
+
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="torch_fl_e2e_") as tmp:
         if qwen3.is_builtin(spec):
@@ -404,7 +441,14 @@ def main(argv=None) -> int:
         else:
             ckpt = spec
         raw = []
+        stop_at = started + args.deadline if args.deadline else float("inf")
+        round_s = 0.0
         for r in range(args.rounds):
+            if r > 0 and time.perf_counter() + round_s > stop_at:  # another round would end past the deadline
+                print(f"deadline: stopping after {r} round(s)", flush=True)
+                args.rounds = r
+                break
+            round_start = time.perf_counter()
             order = variants[r % len(variants) :] + variants[: r % len(variants)]
             for v in order:
                 print(f"round {r + 1}/{args.rounds}: {v} ...", end=" ", flush=True)
@@ -416,39 +460,12 @@ def main(argv=None) -> int:
                     for t, x in res["tasks"].items()
                 )
                 print(brief or res.get("error", "no result")[:200], f"[{res.get('wall_s', '?')} s]", flush=True)
+            round_s = time.perf_counter() - round_start
+            write_json(raw, r + 1)
 
-    summary = _summarise(raw, variants, args.tasks)
-    gpu = None
-    if on_gpu:
-        gpu = torch.cuda.get_device_name(0)
-    report = {
-        "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
-        "argv": sys.argv,
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "wall_s": round(time.perf_counter() - started, 1),
-        "environment": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-            "gpu": gpu,
-            "cpu_count": os.cpu_count(),
-            "transformers": _version("transformers"),
-            "triton": _version("triton"),
-            "flag_gems": _version("flag_gems") or _version("flag-gems"),
-            "torch_fl_git": _git_rev(),
-        },
-        "backing": backing,
-        "model": spec if qwen3.is_builtin(spec) else str(spec),
-        "sizes": {t: sizes[t] for t in args.tasks},
-        "rounds": args.rounds,
-        "variants": variants,
-        "skipped": skipped,
-        "summary": summary,
-        "raw": raw,
-    }
-    json_path = out_dir / f"{name}.json"
-    json_path.write_text(json.dumps(report, indent=1) + "\n")
+    report, json_path = write_json(raw, args.rounds)
+    summary = report["summary"]
+    gpu = report["environment"]["gpu"]
     title = f"Qwen3 {model_tag} on {gpu or 'host CPU'}, median of {args.rounds} rounds ({report['date'][:10]})"
     png = _chart(summary, args.tasks, out_dir / f"{name}.png", title)
     print()

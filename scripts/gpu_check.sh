@@ -1,20 +1,46 @@
 #!/usr/bin/env bash
-# What the lead runs on the H200 (device tool), from the repo root:
-#   bash scripts/gpu_check.sh [pytest selection...]
-# Builds the core against the machine's torch, runs the cuda/anyplatform
-# tests and the overhead benchmark; logs and JSON go to $OUT.
+# Every GPU check except the benchmarks, on the H200 (device tool), from the repo root:
+#   bash scripts/gpu_check.sh            # carry .whl (../shared/tools/gpu-wheels.sh) for FlagGems
+# Builds the core against the machine's torch, then runs in parallel (one GPU,
+# 16 cores; none of these is timed):
+#   - every test outside tests/integration/ops (core, cuda backing, routing, Qwen3-0.6B infer/train)
+#   - tests/integration/ops: anyplatform + cuda + flaggems markers, over pytest-xdist workers
+#   - the OpInfo sweep on the CUDA backing, native route, with backward
+#   - the OpInfo sweep routing every overload FlagGems implements to flaggems
+# Each job stops by DEADLINE seconds (sweeps start no new op after it); logs
+# and JSON go to $OUT. SWEEPS=0: the tests alone. Benchmarks run alone: scripts/gpu_bench.sh.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
+DEADLINE=${DEADLINE:-420}
+export PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site
 fi
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)' | tee -a "$OUT/gpu.txt"
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 -c 'import torch, triton, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda,
+    "triton", triton.__version__, "transformers", transformers.__version__)'
+  python3 -c 'import flag_gems; print("flag_gems", flag_gems.__version__)' 2>&1 | tail -1
+  date -u +"%Y-%m-%d %H:%M UTC"
+} | tee "$OUT/gpu.txt"
 start=$(date +%s)
 python3 -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-echo "build: $(( $(date +%s) - start )) s"
-sel=${*:-tests}
-python3 -m pytest -q -p no:cacheprovider -rs -m "(anyplatform or cuda or flaggems or flaggems_python) and not slow" $sel 2>&1 | tee "$OUT/pytest.log" | tail -25
-python3 benchmarks/overhead.py --out "$OUT/overhead_cuda.json" 2>&1 | tail -14
+echo "build: $(( $(date +%s) - start )) s"; rm -f "$OUT/build.log"  # $OUT returns 8 files at most
+
+markers="anyplatform or cuda or flaggems or flaggems_python"
+hard=$(( DEADLINE + 60 ))  # pytest has no deadline of its own: stop it a minute after the sweeps'
+# SIGINT, not TERM: pytest then still prints its summary of what failed so far
+pytest=(timeout -s INT "$hard" python3 -m pytest -q -p no:cacheprovider -rfEs --tb=short -p no:benchmark)
+"${pytest[@]}" -n "${CORE_WORKERS:-4}" tests --ignore=tests/integration/ops > "$OUT/pytest_core.log" 2>&1 &
+"${pytest[@]}" -n "${OPS_WORKERS:-6}" -m "$markers" tests/integration/ops > "$OUT/pytest_ops.log" 2>&1 &
+if [[ ${SWEEPS:-1} == 1 ]]; then
+  sweep=(python3 -m torch_fl.conformance --backward --timeout 120 --deadline "$DEADLINE" --no-progress)
+  "${sweep[@]}" --jobs 4 --json "$OUT/sweep_cuda.json" > "$OUT/sweep_cuda.log" 2>&1 &
+  "${sweep[@]}" --jobs 3 --backend flaggems --route-ops "${FLAGGEMS_ROUTES:-all}" \
+    --json "$OUT/sweep_flaggems.json" > "$OUT/sweep_flaggems.log" 2>&1 &
+fi
+wait
+for f in pytest_core pytest_ops; do echo "== $f"; tail -4 "$OUT/$f.log"; done
+for f in sweep_cuda sweep_flaggems; do [[ -f $OUT/$f.log ]] && { echo "== $f"; grep -E "ops in|deadline" "$OUT/$f.log"; }; done
+echo "total: $(( $(date +%s) - start )) s"

@@ -56,6 +56,9 @@ def test_flaggems_source_dir_must_hold_flaggems(monkeypatch, tmp_path):
     (tmp_path / "src" / "flag_gems").mkdir(parents=True)
     (tmp_path / "src" / "flag_gems" / "__init__.py").write_text("")
     assert flaggems.source_dir() == str(tmp_path / "src")
+    # flag_gems itself sets the variable to its package folder on import
+    monkeypatch.setenv("FLAGGEMS_SOURCE_DIR", str(tmp_path / "src" / "flag_gems"))
+    assert flaggems.source_dir() == str(tmp_path / "src")
 
 
 def test_routed_call_runs_on_native_aliases_and_returns_flagos_on_the_same_device(fake_gems):

@@ -71,14 +71,18 @@ def source_dir() -> str | None:
     raw = os.environ.get(SOURCE_DIR_ENV, "").strip()
     if not raw:
         return None
-    for cand in (os.path.join(raw, "src"), raw):
+    # A checkout (src/flag_gems), the folder holding the package, or the package
+    # folder itself: importing flag_gems sets this variable to its own package
+    # folder, so child processes of a FlagGems user inherit that form.
+    for cand in (os.path.join(raw, "src"), raw, os.path.dirname(os.path.normpath(raw))):
         if os.path.isfile(os.path.join(cand, "flag_gems", "__init__.py")):
             return os.path.abspath(cand)
     from torch_fl.routing.errors import RoutingError
 
     raise RoutingError(
-        f"{SOURCE_DIR_ENV}={raw!r} holds no FlagGems source (looked for src/flag_gems/__init__.py and "
-        "flag_gems/__init__.py). Point it at a FlagGems checkout, or unset it to use the installed flag_gems."
+        f"{SOURCE_DIR_ENV}={raw!r} holds no FlagGems source (looked for src/flag_gems/__init__.py, "
+        "flag_gems/__init__.py and __init__.py of a flag_gems folder). Point it at a FlagGems checkout, "
+        "or unset it to use the installed flag_gems."
     )
 
 

@@ -25,7 +25,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         "--route-ops",
         type=_csv,
         default=list(FIRST_PHASE_OVERLOADS),
-        help="aten overloads routed to --backend (comma list; default: FEP first-phase operators)",
+        help="aten overloads routed to --backend (comma list; `all`: every overload the backend "
+        "implements; default: FEP first-phase operators)",
     )
     p.add_argument("--dtypes", default=None, help="comma list of dtypes (default: float32,int64,bool,complex64)")
     p.add_argument("--limit", type=int, default=None, help="at most N sample inputs per op and dtype")
@@ -45,6 +46,12 @@ def build_run_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", dest="json_out", default=None, help="write results to this JSON file")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (0: run in this process)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one op may take before its worker is killed")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="seconds after which no new op is started; unstarted ops are listed in the JSON as not run",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress output")
     p.add_argument("-v", "--verbose", action="store_true", help="print every op's outcome")
     return p
@@ -94,6 +101,7 @@ def run_main(argv: list[str]) -> int:
         print(f"no OpInfo matches {patterns}", file=sys.stderr)
         return 2
     args.startup_timeout = 180.0
+    args.stop_at = time.monotonic() + args.deadline if args.deadline else float("inf")
     if args.jobs > 1 and not args.threads:
         args.threads = max(1, (os.cpu_count() or 1) // args.jobs)
     print(
@@ -111,8 +119,9 @@ def run_main(argv: list[str]) -> int:
     close()
     seconds = time.perf_counter() - start
     summary = sw.summarize(results)
+    not_run = sorted(set(map(op_key, ops)) - set(results))
     doc = {
-        "meta": sw.metadata(args, seconds, refused),
+        "meta": {**sw.metadata(args, seconds, refused), "not_run": not_run},
         "summary": summary,
         "ops": {k: {kk: vv for kk, vv in results[k].items() if kk != "op"} for k in sorted(results)},
     }
@@ -121,6 +130,8 @@ def run_main(argv: list[str]) -> int:
         with open(args.json_out, "w") as f:
             json.dump(doc, f, indent=1, sort_keys=False)
             f.write("\n")
+    if not_run:
+        print(f"deadline reached: {len(not_run)} ops not run", file=sys.stderr)
     rate = summary["pass_rate_judged"]
     print(
         f"{summary['ops']} ops in {seconds:.0f}s: pass {summary['pass']}, fail {summary['fail']}, "

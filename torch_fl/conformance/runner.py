@@ -1,4 +1,9 @@
-"""Run one OpInfo's sample inputs on flagos and on CPU and compare them.
+"""Run one OpInfo's sample inputs on flagos and on a reference and compare them.
+
+The reference is CPU on host backing. On a CUDA backing the forward result is
+compared with native CUDA (flagos runs CUDA's kernels: same RNG stream, same
+dtype support) and gradients with CPU, TF32 off (native CUDA backward cannot
+run beside torch_fl in one process).
 
 Every sample is generated on flagos (as PyTorch's own TestCommon.test_compare_cpu
 does for a device), copied to CPU byte for byte (same sizes, strides and
@@ -146,15 +151,44 @@ def tensor_to_flagos(t: torch.Tensor) -> torch.Tensor:
     return copy_exact(t, DEVICE)
 
 
-def _to_cpu_value(v):
-    """Flagos tensors -> exact CPU copies; a flagos device argument -> cpu. Other values unchanged."""
+def _to_device_value(v, device: str):
+    """Flagos tensors -> exact copies on `device`; a flagos device argument -> `device`. Others unchanged."""
     if isinstance(v, torch.Tensor):
-        return copy_exact(v, "cpu") if v.device.type == DEVICE else v
+        return copy_exact(v, device) if v.device.type == DEVICE else v
     if isinstance(v, torch.device) and v.type == DEVICE:
-        return torch.device("cpu")
+        return torch.device(device)
     if isinstance(v, str) and v.split(":")[0] == DEVICE:
-        return "cpu"
+        return device
     return v
+
+
+def _to_cpu_value(v):
+    return _to_device_value(v, "cpu")
+
+
+def _to_cuda_value(v):
+    return _to_device_value(v, "cuda")
+
+
+def full_precision_on_cuda() -> None:
+    """Gradients are compared with CPU fp32: no TF32 in CUDA matmuls and convolutions (cuDNN allows it by default)."""
+    if forward_reference_device() == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+
+def forward_reference_device() -> str:
+    """Where the forward reference runs: the backing device's own kernels.
+
+    On a CUDA backing flagos runs CUDA's kernels, so it is compared with
+    native CUDA (same RNG stream, same sort order among ties, same dtype
+    support); comparing with CPU would report CUDA-vs-CPU differences as
+    flagos failures. Gradients are compared with CPU: native CUDA backward
+    cannot run in a process that imported torch_fl (README, Limitations).
+    """
+    import torch_fl
+
+    return torch_fl.backing()
 
 
 def _mentions_flagos(tree) -> bool:
@@ -200,10 +234,12 @@ def _tolerance(op, dtype):
 
 
 def _devices_ok(actual, expected) -> str | None:
+    """Every output the reference made on its device (CPU, or CUDA on a CUDA backing) is a flagos tensor."""
     flat_a, _ = tree_flatten(actual)
     flat_e, _ = tree_flatten(expected)
+    ref = next((e.device.type for e in flat_e if isinstance(e, torch.Tensor) and e.device.type == "cuda"), "cpu")
     for i, (a, e) in enumerate(zip(flat_a, flat_e, strict=False)):
-        if isinstance(e, torch.Tensor) and e.device.type == "cpu":
+        if isinstance(e, torch.Tensor) and e.device.type == ref:
             if not isinstance(a, torch.Tensor):
                 return f"output {i}: expected a tensor, got {type(a).__name__}"
             if a.device.type != DEVICE:
@@ -216,7 +252,7 @@ def _to_cpu(v):
 
 
 def compare(actual, expected, rtol=None, atol=None, metadata_only=False, cpu_outputs_ok=False) -> None:
-    """Raise AssertionError unless the flagos result `actual` matches the CPU `expected`."""
+    """Raise AssertionError unless the flagos result `actual` matches the reference `expected`."""
     bad = None if cpu_outputs_ok else _devices_ok(actual, expected)
     if bad:
         raise AssertionError(bad)
@@ -265,18 +301,28 @@ def run_sample(op, sample, *, backward: bool, rtol, atol, metadata_only: bool) -
     f_inp, f_args, f_kwargs = sample.input, sample.args, sample.kwargs
     if not _mentions_flagos((f_inp, f_args, f_kwargs)):
         return "skip", "sample has no flagos tensor or device (it runs on CPU by construction)"
-    # CPU copy first: the flagos run may modify its inputs in place.
+    # Reference copies first: the flagos run may modify its inputs in place.
     c_inp, c_args, c_kwargs = tree_map(_to_cpu_value, (f_inp, f_args, f_kwargs))
+    on_cuda = forward_reference_device() == "cuda"
+    if on_cuda:
+        n_inp, n_args, n_kwargs = tree_map(_to_cuda_value, (f_inp, f_args, f_kwargs))
     try:
         expected = sample.output_process_fn_grad(_call(op, c_inp, c_args, c_kwargs))
     except Exception as e:  # the reference rejects the sample: nothing to compare
         return "skip", f"CPU reference raised {_short(e)}"
+    forward_expected = expected
+    if on_cuda:
+        try:
+            with torch.no_grad():
+                forward_expected = sample.output_process_fn_grad(_call(op, n_inp, n_args, n_kwargs))
+        except Exception as e:  # native CUDA has no kernel for it (integer matmul, ...): nothing to compare
+            return "skip", f"native cuda raised {_short(e)}"
     try:
         actual = sample.output_process_fn_grad(_call(op, f_inp, f_args, f_kwargs))
     except Exception as e:
         return "error", f"forward: {_short(e)}"
     try:
-        compare(actual, expected, rtol, atol, metadata_only, cpu_outputs_ok=_asks_for_cpu((f_args, f_kwargs)))
+        compare(actual, forward_expected, rtol, atol, metadata_only, cpu_outputs_ok=_asks_for_cpu((f_args, f_kwargs)))
     except AssertionError as e:
         return "fail", f"forward: {_short(e)}"
     except Exception as e:

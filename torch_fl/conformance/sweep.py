@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from torch_fl.conformance.runner import OpResult, op_key
+from torch_fl.conformance.runner import OpResult, full_precision_on_cuda, op_key
 
 RESULT_TAG = "@@RESULT "
 READY_TAG = "@@READY"
@@ -56,6 +56,19 @@ def select_ops(op_db, patterns: list[str] | None, limit_ops: int | None = None) 
     return ops[:limit_ops] if limit_ops else ops
 
 
+def expand_route_ops(backend: str, overloads) -> list[str]:
+    """`overloads` with `all` replaced by every overload `backend` implements (FlagGems: its own table)."""
+    if "all" not in overloads:
+        return list(overloads)
+    from torch_fl import backends
+
+    b = backends.get(backend)
+    if b.unavailable_reason():
+        raise SystemExit(f"--route-ops all: backend {backend} is unavailable: {b.unavailable_reason()}")
+    rest = [ov for ov in overloads if ov != "all"]
+    return rest + sorted(set(b.supported_ops()) - set(rest))
+
+
 def apply_backend(backend: str, overloads) -> dict:
     """Route `overloads` to `backend` through torch_fl.routing; {overload: error} for those it refused."""
     if backend == "native":
@@ -63,6 +76,7 @@ def apply_backend(backend: str, overloads) -> dict:
     from torch_fl import routing  # the routing layer (set_route contract)
 
     refused = {}
+    overloads = expand_route_ops(backend, overloads)
     for ov in overloads:
         try:
             routing.set_route(ov, backend)
@@ -74,13 +88,14 @@ def apply_backend(backend: str, overloads) -> dict:
 # -------------------------------------------------------------- the worker
 def worker_main(args) -> int:
     """Child side: read op names on stdin, write one result line per op."""
-    from torch_fl.conformance.runner import load_op_db, parse_dtypes, run_op
+    from torch_fl.conformance.runner import load_op_db, parse_dtypes
 
     result_out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # anything an op prints goes to stderr, not into the protocol
     sys.stdout = sys.stderr
     if args.threads:
         torch.set_num_threads(args.threads)
+    full_precision_on_cuda()
     refused = apply_backend(args.backend, args.route_ops)
     by_key = {op_key(op): op for op in load_op_db()}
     dtypes = parse_dtypes(args.dtypes)
@@ -89,8 +104,8 @@ def worker_main(args) -> int:
         key = line.strip()
         if not key:
             continue
-        res = run_op(by_key[key], dtypes, limit=args.limit, backward=args.backward)
-        result_out.write(RESULT_TAG + json.dumps({"op": key, **res.as_dict()}) + "\n")
+        res = run_routed(by_key[key], dtypes, args)
+        result_out.write(RESULT_TAG + json.dumps({"op": key, **res}) + "\n")
     return 0
 
 
@@ -191,7 +206,7 @@ def run_in_workers(keys: list[str], cfg, progress, refused: dict) -> dict:
 
     def slot() -> None:
         w = None
-        while True:
+        while time.monotonic() < getattr(cfg, "stop_at", float("inf")):
             try:
                 key = todo.get_nowait()
             except queue.Empty:
@@ -237,17 +252,38 @@ def run_in_workers(keys: list[str], cfg, progress, refused: dict) -> dict:
 
 
 def run_in_process(ops: list, cfg, progress) -> tuple[dict, dict]:
-    from torch_fl.conformance.runner import parse_dtypes, run_op
+    from torch_fl.conformance.runner import parse_dtypes
 
+    full_precision_on_cuda()
     refused = apply_backend(cfg.backend, cfg.route_ops)
     dtypes = parse_dtypes(cfg.dtypes)
     results = {}
+    stop_at = getattr(cfg, "stop_at", float("inf"))
     for op in ops:
-        res = run_op(op, dtypes, limit=cfg.limit, backward=cfg.backward)
-        out = {"op": res.name, **res.as_dict()}
-        results[res.name] = out
-        progress(res.name, out)
+        if time.monotonic() >= stop_at:
+            break
+        out = {"op": op_key(op), **run_routed(op, dtypes, cfg)}
+        results[out["op"]] = out
+        progress(out["op"], out)
     return results, refused
+
+
+def run_routed(op, dtypes, cfg) -> dict:
+    """run_op's result; on a non-native sweep also `routed`: {overload: calls} that reached the backend,
+    and `fell_back`: {overload: fallbacks}, so a failure can be traced to the kernels it went through."""
+    from torch_fl.conformance.runner import run_op
+
+    if cfg.backend == "native":
+        return run_op(op, dtypes, limit=cfg.limit, backward=cfg.backward).as_dict()
+    from torch_fl import backends, routing
+
+    name = backends.stats_name(cfg.backend)
+    routing.reset_stats()
+    out = run_op(op, dtypes, limit=cfg.limit, backward=cfg.backward).as_dict()
+    rows = [r for r in routing.stats() if r.backend == name]
+    out["routed"] = {r.op: r.calls for r in rows if r.calls}
+    out["fell_back"] = {r.op: r.fallbacks + r.failures for r in rows if r.fallbacks or r.failures}
+    return out
 
 
 def summarize(results: dict) -> dict:
@@ -269,7 +305,7 @@ def metadata(cfg, seconds: float, refused: dict | None = None) -> dict:
 
     return {
         "backend": cfg.backend,
-        "route_ops": list(cfg.route_ops) if cfg.backend != "native" else [],
+        "route_ops": expand_route_ops(cfg.backend, cfg.route_ops) if cfg.backend != "native" else [],
         "refused_routes": refused or {},
         "backing": torch_fl.backing(),
         "torch": torch.__version__,

@@ -152,10 +152,27 @@ struct PyRouteState {
   std::string line;  // the dispatch-log line, printed when `log`
   bool log = false;
 
-  // The last reference may be dropped by a kernel call without the GIL.
+  // The last reference may be dropped by a kernel call without the GIL, or
+  // by the dispatcher's own destruction after Python has shut down (the
+  // registration is never deleted at exit): then the objects are gone with
+  // the interpreter and taking the GIL would abort the process.
   ~PyRouteState() {
+    if (!python_alive()) {
+      for (py::object* o : {&fn, &on_error, &other_dtype, &cell}) {
+        o->release();
+      }
+      return;
+    }
     py::gil_scoped_acquire gil;
     fn = on_error = other_dtype = cell = py::object();
+  }
+
+  static bool python_alive() {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+    return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
   }
 };
 

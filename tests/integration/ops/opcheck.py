@@ -66,9 +66,17 @@ INTS = (torch.int64, torch.int32)
 BOOL = (torch.bool,)
 
 
-def tolerance(dtype: torch.dtype) -> tuple[float, float]:
+# Gradients: a backward formula is several kernels, each rounding its result
+# to the dtype (rsqrt's is grad * -0.5 * rsqrt(x)**3: four roundings). In
+# half precision (2**-11 ~ 4.9e-4 relative per rounding) CUDA and CPU then
+# differ by up to ~6 units in the last place (measured 2.8e-3 relative on the
+# H200); 5e-3 allows that. fp32 and bf16 keep the FEP bounds above.
+GRAD_TOLERANCES = {**TOLERANCES, torch.float16: (5e-3, 5e-3)}
+
+
+def tolerance(dtype: torch.dtype, table: dict = TOLERANCES) -> tuple[float, float]:
     """(rtol, atol) for `dtype`; exact (0, 0) for integer and bool."""
-    return TOLERANCES.get(dtype, (0.0, 0.0))
+    return table.get(dtype, (0.0, 0.0))
 
 
 # ---------------------------------------------------------------- comparing
@@ -85,11 +93,29 @@ def assert_on_flagos_like(actual, expected) -> None:
             assert a.dtype == e.dtype, f"dtype {a.dtype} != {e.dtype}"
 
 
-def assert_close_to(actual, expected, dtype: torch.dtype) -> None:
-    """Values of `actual` (any device) match `expected` within the FEP tolerance for `dtype`."""
-    rtol, atol = tolerance(dtype)
-    cpu = tree_map(lambda t: t.detach().cpu() if isinstance(t, torch.Tensor) else t, (actual, expected))
-    torch.testing.assert_close(cpu[0], cpu[1], rtol=rtol, atol=atol, equal_nan=True, check_device=False)
+def assert_close_to(actual, expected, table: dict = TOLERANCES) -> None:
+    """Values of `actual` (any device) match `expected` within the tolerance for each result's dtype.
+
+    The result's dtype, not the inputs': int64 / 2 is a float32 result and
+    gets the float32 bound; a comparison of floats is a bool and is exact.
+    """
+    flat_a, _ = tree_flatten(actual)
+    flat_e, _ = tree_flatten(expected)
+    assert len(flat_a) == len(flat_e), f"{len(flat_a)} results, expected {len(flat_e)}"
+    for i, (a, e) in enumerate(zip(flat_a, flat_e, strict=True)):
+        if not isinstance(e, torch.Tensor):
+            assert a == e, f"result {i}: {a!r} != {e!r}"
+            continue
+        rtol, atol = tolerance(e.dtype, table)
+        torch.testing.assert_close(
+            a.detach().cpu(),
+            e.detach().cpu(),
+            rtol=rtol,
+            atol=atol,
+            equal_nan=True,
+            check_device=False,
+            msg=lambda m, i=i: f"result {i}: {m}",
+        )
 
 
 class _TargetDevice:
@@ -229,6 +255,11 @@ class OpSpec:
     call: str
     grad: bool = False
     extra_cases: Sequence[Case] = field(default_factory=tuple)
+    # Known FlagGems defects: case -> why FlagGems gets it wrong, or None. Such
+    # cases are strict xfails of the FlagGems comparison (a fix upstream turns
+    # them into failures to clean up) and the operator stays native for them
+    # in configs/backends_flaggems.conf.
+    flaggems_defect: Callable[[Case], str | None] = lambda case: None
 
     def cases(self) -> list[Case]:
         return [Case(i, d) for i in self.inputs for d in self.dtypes] + list(self.extra_cases)
@@ -251,22 +282,52 @@ class OpSpec:
         """Run on flagos and on the reference (CPU or native CUDA); compare results and gradients."""
         args, kwargs = self.build(case)
         ref_args, ref_kwargs = to_device((args, kwargs), reference_device_move, reference_name.split()[-1])
+        cpu_args, cpu_kwargs = to_device((args, kwargs), _cpu, "cpu")
         f_args, f_kwargs = to_device((args, kwargs), tensor_to_flagos, "flagos")
-        if reference_name == "native cuda":
-            # Native CUDA backward cannot run in a process that imported torch_fl
-            # (README, Limitations): forward against CUDA, gradients against CPU.
-            with torch.no_grad():
-                expected = self.fn(*ref_args, **ref_kwargs)
-            ref_grads = run_with_grads(self.fn, args, kwargs)[1]
-        else:
-            expected, ref_grads = run_with_grads(self.fn, ref_args, ref_kwargs)
-        actual, grads = run_with_grads(self.fn, f_args, f_kwargs)
+        try:
+            if reference_name == "native cuda":
+                # Native CUDA backward cannot run in a process that imported torch_fl
+                # (README, Limitations): forward against CUDA, gradients against CPU.
+                with torch.no_grad():
+                    expected = self.fn(*ref_args, **ref_kwargs)
+                ref_grads = run_with_grads(self.fn, cpu_args, cpu_kwargs)[1]
+            else:
+                expected, ref_grads = run_with_grads(self.fn, ref_args, ref_kwargs)
+        except NotImplementedError as e:  # the reference has no kernel for this dtype
+            self._expect_same_refusal(e, f_args, f_kwargs, reference_name)
+        try:
+            actual, grads = run_with_grads(self.fn, f_args, f_kwargs)
+        except NotImplementedError as e:
+            self._skip_if_backing_refuses_too(e, case)
+            raise
         assert_on_flagos_like(actual, tree_map(lambda t: t.cpu() if isinstance(t, torch.Tensor) else t, expected))
-        assert_close_to(actual, expected, case.dtype)
+        assert_close_to(actual, expected)
         assert (grads is None) == (ref_grads is None), f"gradients on flagos: {grads is not None}, {reference_name}"
         if grads is not None:
             assert_on_flagos_like(list(grads), [g.cpu() for g in ref_grads])
-            assert_close_to(list(grads), list(ref_grads), case.dtype)
+            assert_close_to(list(grads), list(ref_grads), GRAD_TOLERANCES)
+
+    def _expect_same_refusal(self, ref_error: Exception, f_args, f_kwargs, reference_name: str):
+        """The reference has no kernel (CUDA has no integer matmul): flagos must refuse the same way."""
+        with pytest.raises(type(ref_error)) as got:
+            run_with_grads(self.fn, f_args, f_kwargs)
+        assert str(got.value).splitlines()[0] == str(ref_error).splitlines()[0], (
+            f"flagos refused differently from {reference_name}: {got.value} vs {ref_error}"
+        )
+        pytest.skip(f"{reference_name} has no kernel: {str(ref_error).splitlines()[0]} (flagos says the same)")
+
+    def _skip_if_backing_refuses_too(self, error: Exception, case: Case) -> None:
+        """Flagos raised NotImplementedError: a skip when the backing device's own kernel raises it too."""
+        if not ON_CUDA:
+            return
+        args, kwargs = self.build(case)
+        c_args, c_kwargs = to_device((args, kwargs), _native_cuda, "cuda")
+        try:
+            with torch.no_grad():
+                self.fn(*c_args, **c_kwargs)
+        except NotImplementedError as native_error:
+            if str(native_error).splitlines()[0] == str(error).splitlines()[0]:
+                pytest.skip(f"the cuda backing has no kernel: {str(error).splitlines()[0]} (native CUDA says the same)")
 
 
 def reduction_inputs(cases: dict) -> list[Inputs]:
@@ -369,9 +430,11 @@ class OpTests:
 
     @pytest.mark.flaggems
     @requires_routing
-    def test_flaggems_matches_native_cuda(self, case):
+    def test_flaggems_matches_native_cuda(self, case, request):
         from torch_fl import routing
 
+        if defect := self.spec.flaggems_defect(case):
+            request.applymarker(pytest.mark.xfail(reason=f"FlagGems defect: {defect}", strict=True))
         with routing.route({self.spec.overload: "flaggems"}):
             self.spec.check_against(case, _native_cuda, "native cuda")
 
