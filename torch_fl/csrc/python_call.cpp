@@ -149,8 +149,7 @@ struct PyRouteState {
   py::object other_dtype;  // called like the operator for the dtypes in `other`
   py::object cell;         // the routing layer's [calls, fallbacks, failures]
   std::array<bool, static_cast<size_t>(c10::ScalarType::NumOptions)> other{};
-  std::string line;  // the dispatch-log line, printed when `log`
-  bool log = false;
+  std::string line;  // the dispatch-log line, printed while g_route_flags.log_dispatch is on
 
   // The last reference may be dropped by a kernel call without the GIL, or
   // by the dispatcher's own destruction after Python has shut down (the
@@ -247,7 +246,7 @@ class PyRouteKernel final : public c10::OperatorKernel {
     std::shared_ptr<PyRouteState> st = std::atomic_load(slot_.get());
     const auto& schema = op.schema();
     const size_t nargs = schema.arguments().size();
-    if (C10_UNLIKELY(st->log)) {
+    if (C10_UNLIKELY(g_route_flags.log_dispatch)) {  // one switch for every route (set_flags)
       std::cerr << st->line << std::flush;
     }
     const c10::ScalarType dtype = first_dtype(*stack, stack->size() - nargs);
@@ -298,7 +297,7 @@ struct PyRoute {
   torch::Library* library = nullptr;
 
   void update(py::object fn, py::object on_error, py::object other_dtype, const std::vector<py::object>& other,
-              py::object cell, const std::string& label, bool log) {
+              py::object cell, const std::string& label) {
     auto st = std::make_shared<PyRouteState>();
     st->fn = std::move(fn);
     st->on_error = std::move(on_error);
@@ -309,7 +308,6 @@ struct PyRoute {
       st->other[static_cast<size_t>(reinterpret_cast<THPDtype*>(d.ptr())->scalar_type)] = true;
     }
     st->line = "[flagos dispatch] " + op + " -> " + label + "\n";
-    st->log = log;
     // Registered once; later updates swap the state behind the kernel
     // (replacing a kernel that may be running is not safe).
     std::atomic_store(slot.get(), std::move(st));
@@ -333,12 +331,12 @@ struct PyRoute {
 
 void bind_py_route(py::module& m) {
   py::class_<PyRoute>(m, "PyRoute",
-                      "PyRoute(op).update(fn, on_error, other_dtype, other, cell, label, log): a C++ PrivateUse1 "
+                      "PyRoute(op).update(fn, on_error, other_dtype, other, cell, label): a C++ PrivateUse1 "
                       "kernel for aten::op that calls fn on native aliases; destroy() gives op back to the native "
                       "route.")
       .def(py::init([](std::string op) { return PyRoute{std::move(op)}; }), py::arg("op"))
       .def("update", &PyRoute::update, py::arg("fn"), py::arg("on_error"), py::arg("other_dtype"), py::arg("other"),
-           py::arg("cell"), py::arg("label"), py::arg("log"))
+           py::arg("cell"), py::arg("label"))
       .def("destroy", &PyRoute::destroy)
       .def_property_readonly("registered", [](const PyRoute& r) { return r.library != nullptr; });
 }

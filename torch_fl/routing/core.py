@@ -450,7 +450,7 @@ def _apply_op(op: str, route: OpRoute | None) -> None:
             _unregister(old[1])
             old = None
         handle = old[1] if old is not None else torch_fl._C.PyRoute(op)
-        handle.update(*parts, label=plan[0].backend, log=STATE.log_dispatch)
+        handle.update(*parts, label=plan[0].backend)
         STATE.libs[op] = (plan, handle, None)
         return
     if old is not None and isinstance(old[1], torch_fl._C.PyRoute):
