@@ -11,3 +11,59 @@ def test_ci_subset_passes():
     assert len(results) >= len(SUBSET_CI)  # some names have several variants
     bad = {k: (r["status"], r["first_error"]) for k, r in results.items() if r["status"] != "pass"}
     assert not bad, bad
+
+
+def _cli(*argv, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "sweep.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch_fl.conformance", *argv, "--no-progress", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    return proc, (json.loads(out.read_text()) if out.exists() else None)
+
+
+@pytest.mark.anyplatform
+def test_routed_sweep_names_the_overloads_each_op_went_through(tmp_path):
+    proc, doc = _cli(
+        "--backend",
+        "cpu_fallback",
+        "--route-ops",
+        "abs,add.Tensor",
+        "--ops",
+        "abs,add,neg",
+        "--jobs",
+        "1",
+        tmp_path=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert doc["meta"]["route_ops"] == ["abs", "add.Tensor"] and doc["meta"]["not_run"] == []
+    ops = doc["ops"]
+    assert ops["abs"]["routed"].get("abs", 0) > 0 and ops["add"]["routed"].get("add.Tensor", 0) > 0
+    assert "abs" not in ops["neg"]["routed"] and ops["neg"]["fell_back"] == {}
+
+
+@pytest.mark.anyplatform
+def test_deadline_lists_ops_it_did_not_start(tmp_path):
+    proc, doc = _cli("--ops", "nn.functional.*", "--jobs", "1", "--deadline", "0.001", tmp_path=tmp_path)
+    assert doc is not None, proc.stderr[-2000:]
+    assert len(doc["meta"]["not_run"]) > 50  # the op in flight (if any) finishes, no new one starts
+    assert not set(doc["ops"]) & set(doc["meta"]["not_run"])
+    assert "deadline reached" in proc.stderr
+
+
+@pytest.mark.anyplatform
+def test_route_ops_all_needs_an_available_backend(tmp_path):
+    import torch_fl
+
+    if torch_fl.backing() != "cpu":
+        pytest.skip("host backing only: flaggems is unavailable there")
+    proc, doc = _cli("--backend", "flaggems", "--route-ops", "all", "--ops", "abs", "--jobs", "0", tmp_path=tmp_path)
+    assert proc.returncode != 0 and doc is None
+    assert "--route-ops all: backend flaggems is unavailable" in proc.stderr
