@@ -7,23 +7,8 @@
 # (ROUNDS rounds, default 3) or the demo (native routes, then the FlagGems
 # profile); JSON, PNG and logs go to $OUT. Correctness checks: scripts/gpu_check.sh.
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 STEP=${STEP:-all}
-export PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-fi
-{
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  python3 -c 'import torch, triton, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda,
-    "triton", triton.__version__, "transformers", transformers.__version__)'
-  python3 -c 'import flag_gems; print("flag_gems", flag_gems.__version__)' 2>&1 | tail -1
-  date -u +"%Y-%m-%d %H:%M UTC"
-} | tee "$OUT/versions.txt"
-start=$(date +%s)
-python3 -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-echo "build: $(( $(date +%s) - start )) s"; rm -f "$OUT/build.log"
+source scripts/gpu_setup.sh
 if [[ $STEP == all || $STEP == overhead ]]; then
   python3 benchmarks/overhead.py --out "$OUT/overhead_cuda.json" 2>&1 | tee "$OUT/overhead.log" | tail -16
 fi

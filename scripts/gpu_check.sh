@@ -10,23 +10,8 @@
 # Each job stops by DEADLINE seconds (sweeps start no new op after it); logs
 # and JSON go to $OUT. SWEEPS=0: the tests alone. Benchmarks run alone: scripts/gpu_bench.sh.
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 DEADLINE=${DEADLINE:-420}
-export PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-fi
-{
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  python3 -c 'import torch, triton, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda,
-    "triton", triton.__version__, "transformers", transformers.__version__)'
-  python3 -c 'import flag_gems; print("flag_gems", flag_gems.__version__)' 2>&1 | tail -1
-  date -u +"%Y-%m-%d %H:%M UTC"
-} | tee "$OUT/gpu.txt"
-start=$(date +%s)
-python3 -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-echo "build: $(( $(date +%s) - start )) s"; rm -f "$OUT/build.log"  # $OUT returns 8 files at most
+source scripts/gpu_setup.sh
 
 markers="anyplatform or cuda or flaggems or flaggems_python"
 hard=$(( DEADLINE + 60 ))  # pytest has no deadline of its own: stop it a minute after the sweeps'
