@@ -6,7 +6,8 @@
 #   - every test outside tests/integration/ops (core, cuda backing, routing, Qwen3-0.6B infer/train)
 #   - tests/integration/ops: anyplatform + cuda + flaggems markers, over pytest-xdist workers
 #   - the OpInfo sweep on the CUDA backing, native route, with backward
-#   - the OpInfo sweep routing every overload FlagGems implements to flaggems
+#   - the OpInfo sweep through FlagGems: each op with its own overloads routed to flaggems
+#     (FLAGGEMS_ROUTES=all routes every FlagGems overload for every op: far slower)
 # Each job stops by DEADLINE seconds (sweeps start no new op after it); logs
 # and JSON go to $OUT. SWEEPS=0: the tests alone. Benchmarks run alone: scripts/gpu_bench.sh.
 set -uo pipefail
@@ -22,7 +23,7 @@ pytest=(timeout -s INT "$hard" python3 -m pytest -q -p no:cacheprovider -rfEs --
 if [[ ${SWEEPS:-1} == 1 ]]; then
   sweep=(python3 -m torch_fl.conformance --backward --timeout 120 --deadline "$DEADLINE" --no-progress)
   "${sweep[@]}" --jobs 4 --json "$OUT/sweep_cuda.json" > "$OUT/sweep_cuda.log" 2>&1 &
-  "${sweep[@]}" --jobs 3 --backend flaggems --route-ops "${FLAGGEMS_ROUTES:-all}" \
+  "${sweep[@]}" --jobs 3 --backend flaggems --route-ops "${FLAGGEMS_ROUTES:-own}" \
     --json "$OUT/sweep_flaggems.json" > "$OUT/sweep_flaggems.log" 2>&1 &
 fi
 wait

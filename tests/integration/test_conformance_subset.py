@@ -67,3 +67,24 @@ def test_route_ops_all_needs_an_available_backend(tmp_path):
     proc, doc = _cli("--backend", "flaggems", "--route-ops", "all", "--ops", "abs", "--jobs", "0", tmp_path=tmp_path)
     assert proc.returncode != 0 and doc is None
     assert "--route-ops all: backend flaggems is unavailable" in proc.stderr
+
+
+@pytest.mark.anyplatform
+def test_own_routes_each_op_to_its_own_overloads_only(tmp_path):
+    proc, doc = _cli(
+        "--backend",
+        "cpu_fallback",
+        "--route-ops",
+        "own",
+        "--ops",
+        "nn.functional.silu,mul",
+        "--backward",
+        "--jobs",
+        "1",
+        tmp_path=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert doc["meta"]["route_ops"] == ["own"]
+    silu, mul = doc["ops"]["nn.functional.silu"], doc["ops"]["mul"]
+    assert set(silu["routed"]) == {"silu", "silu_backward"}  # its forward and backward, nothing else
+    assert set(mul["routed"]) == {"mul.Tensor"}  # the gradient's own mul calls are mul's

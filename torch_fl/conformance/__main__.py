@@ -26,7 +26,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         type=_csv,
         default=list(FIRST_PHASE_OVERLOADS),
         help="aten overloads routed to --backend (comma list; `all`: every overload the backend "
-        "implements; default: FEP first-phase operators)",
+        "implements; `own`: per op, only that op's overloads the backend implements; "
+        "default: FEP first-phase operators)",
     )
     p.add_argument("--dtypes", default=None, help="comma list of dtypes (default: float32,int64,bool,complex64)")
     p.add_argument("--limit", type=int, default=None, help="at most N sample inputs per op and dtype")

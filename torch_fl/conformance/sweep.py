@@ -56,8 +56,27 @@ def select_ops(op_db, patterns: list[str] | None, limit_ops: int | None = None) 
     return ops[:limit_ops] if limit_ops else ops
 
 
+OWN = "own"  # --route-ops own: per op, only the overloads of that op
+
+
+def own_overloads(op, supported) -> list[str]:
+    """The overloads in `supported` that are `op`'s own: its aten name, in-place and backward variants.
+
+    Routing only these while `op` runs attributes a failure to the backend's
+    kernels for that operator (sample generation and reference stay native).
+    """
+    # aten_name is "linalg_svd" for linalg.svd but "nn.functional.silu" for silu
+    aten = (getattr(op, "aten_name", None) or op.name).split(".")[-1]
+    bases = {aten, f"{aten}_", f"{aten}_backward"}
+    if getattr(op, "aten_backward_name", None):
+        bases.add(op.aten_backward_name)
+    return sorted(ov for ov in supported if ov.split(".")[0] in bases)
+
+
 def expand_route_ops(backend: str, overloads) -> list[str]:
     """`overloads` with `all` replaced by every overload `backend` implements (FlagGems: its own table)."""
+    if OWN in overloads:
+        return [OWN]
     if "all" not in overloads:
         return list(overloads)
     from torch_fl import backends
@@ -77,6 +96,8 @@ def apply_backend(backend: str, overloads) -> dict:
 
     refused = {}
     overloads = expand_route_ops(backend, overloads)
+    if overloads == [OWN]:
+        return {}  # routed per op by run_routed
     for ov in overloads:
         try:
             routing.set_route(ov, backend)
@@ -278,8 +299,28 @@ def run_routed(op, dtypes, cfg) -> dict:
     from torch_fl import backends, routing
 
     name = backends.stats_name(cfg.backend)
+    routes: dict[str, str] = {}
+    if list(cfg.route_ops) == [OWN]:
+        supported = backends.get(cfg.backend).supported_ops() or ()
+        own = own_overloads(op, supported)
+        if not own:
+            return {
+                **OpResult(op_key(op), skip_reason=f"{cfg.backend} implements none of this op's overloads").as_dict(),
+                "routed": {},
+                "fell_back": {},
+            }
+        from torch_fl.routing import core
+        from torch_fl.routing.errors import RoutingError
+
+        for ov in own:
+            try:
+                core.parse_op_key(ov)  # FlagGems' table may name overloads this torch does not have
+            except RoutingError:
+                continue
+            routes[ov] = cfg.backend
     routing.reset_stats()
-    out = run_op(op, dtypes, limit=cfg.limit, backward=cfg.backward).as_dict()
+    with routing.route(routes):
+        out = run_op(op, dtypes, limit=cfg.limit, backward=cfg.backward).as_dict()
     rows = [r for r in routing.stats() if r.backend == name]
     out["routed"] = {r.op: r.calls for r in rows if r.calls}
     out["fell_back"] = {r.op: r.fallbacks + r.failures for r in rows if r.fallbacks or r.failures}
