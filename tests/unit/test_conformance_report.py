@@ -1,0 +1,55 @@
+"""docs/operator-support.md is generated from sweep JSON: the three columns and the summary rows."""
+
+import pytest
+
+from torch_fl.conformance.report import NOT_RUN, render
+
+pytestmark = pytest.mark.anyplatform
+
+
+def sweep(backing, ops, route_ops=()):
+    counts = {"pass": 0, "fail": 0, "error": 0, "skip": 0}
+    for r in ops.values():
+        counts[r["status"]] += 1
+    judged = counts["pass"] + counts["fail"] + counts["error"]
+    return {
+        "meta": {
+            "backend": "flaggems" if route_ops else "native",
+            "route_ops": list(route_ops),
+            "backing": backing,
+            "torch": "t",
+            "dtypes": "default",
+            "backward": True,
+            "seconds": 1.0,
+        },
+        "summary": {"ops": len(ops), **counts, "pass_rate_judged": counts["pass"] / judged if judged else None},
+        "ops": ops,
+    }
+
+
+def op(status, passed=1, judged=1, error=None):
+    c = {
+        "pass": passed,
+        "fail": judged - passed if status == "fail" else 0,
+        "error": judged - passed if status == "error" else 0,
+        "skip": 0,
+    }
+    return {"status": status, "counts": c, "first_error": error, "skip_reason": None}
+
+
+def test_host_only_says_what_was_not_run():
+    text = render(sweep("cpu", {"abs": op("pass")}), None)
+    assert f"| native | cuda | {NOT_RUN}" in text and f"| flaggems | cuda | {NOT_RUN}" in text
+    assert f"| `abs` | pass (1/1) | {NOT_RUN} | {NOT_RUN} |  |" in text
+
+
+def test_all_three_columns_and_the_cuda_failures():
+    host = sweep("cpu", {"abs": op("pass"), "mul": op("pass")})
+    cuda = sweep("cuda", {"abs": op("pass"), "mul": op("fail", 1, 2, "[float32 sample 1] forward: boom")})
+    gems = sweep("cuda", {"abs": op("error", 0, 1, "x")}, route_ops=["own"])
+    text = render(host, gems, cuda)
+    assert "| flaggems (each op's own overloads) | cuda | 1 | 0 | 0 | 1 |" in text
+    assert "## Native failures (cuda)" in text and "| `mul` | fail | [float32 sample 1] forward: boom |" in text
+    assert "## Native failures (host)" not in text
+    assert "| `abs` | pass (1/1) | pass (1/1) | error (0/1) |" in text
+    assert "| `mul` | pass (1/1) | fail (1/2) | — |" in text
