@@ -29,19 +29,16 @@ def _cli(*argv, tmp_path):
     return proc, (json.loads(out.read_text()) if out.exists() else None)
 
 
+def _cpu_fallback_sweep(route_ops, ops, *extra, tmp_path):
+    """A sweep that routes `route_ops` to cpu_fallback (a backend every host has) over `ops`."""
+    return _cli(
+        "--backend", "cpu_fallback", "--route-ops", route_ops, "--ops", ops, "--jobs", "1", *extra, tmp_path=tmp_path
+    )
+
+
 @pytest.mark.anyplatform
 def test_routed_sweep_names_the_overloads_each_op_went_through(tmp_path):
-    proc, doc = _cli(
-        "--backend",
-        "cpu_fallback",
-        "--route-ops",
-        "abs,add.Tensor",
-        "--ops",
-        "abs,add,neg",
-        "--jobs",
-        "1",
-        tmp_path=tmp_path,
-    )
+    proc, doc = _cpu_fallback_sweep("abs,add.Tensor", "abs,add,neg", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert doc["meta"]["route_ops"] == ["abs", "add.Tensor"] and doc["meta"]["not_run"] == []
     ops = doc["ops"]
@@ -71,18 +68,7 @@ def test_route_ops_all_needs_an_available_backend(tmp_path):
 
 @pytest.mark.anyplatform
 def test_own_routes_each_op_to_its_own_overloads_only(tmp_path):
-    proc, doc = _cli(
-        "--backend",
-        "cpu_fallback",
-        "--route-ops",
-        "own",
-        "--ops",
-        "nn.functional.silu,mul",
-        "--backward",
-        "--jobs",
-        "1",
-        tmp_path=tmp_path,
-    )
+    proc, doc = _cpu_fallback_sweep("own", "nn.functional.silu,mul", "--backward", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert doc["meta"]["route_ops"] == ["own"]
     silu, mul = doc["ops"]["nn.functional.silu"], doc["ops"]["mul"]
