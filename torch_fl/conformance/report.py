@@ -12,12 +12,6 @@ NOT_RUN = "not run (needs H200)"
 
 # Diagnosed causes of known native failures (kept here so the generated doc states them).
 KNOWN_CAUSES = {
-    "sgn": "core bug: torch._efficientzerotensor on flagos runs the CPU kernel and the result loses the "
-    "ZeroTensor key, leaving a tensor over a 0-byte storage; reading it segfaults (sgn's real-input "
-    "backward returns such a zero tensor).",
-    "nn.functional.scaled_dot_product_attention": "core bug (amp_sdpa.cpp): with an attn_mask that requires "
-    "grad, flagos picks the fused CPU flash kernel, which is not differentiable w.r.t. the mask; CPU "
-    "picks the math kernel.",
     "istft": "open: with complex64 input (sample 8) a gradient that CPU returns is None on flagos; not yet diagnosed.",
 }
 
