@@ -11,9 +11,7 @@ import json
 NOT_RUN = "not run (needs H200)"
 
 # Diagnosed causes of known native failures (kept here so the generated doc states them).
-KNOWN_CAUSES = {
-    "istft": "open: with complex64 input (sample 8) a gradient that CPU returns is None on flagos; not yet diagnosed.",
-}
+KNOWN_CAUSES: dict[str, str] = {}
 
 
 def _load(path: str | None) -> dict | None:

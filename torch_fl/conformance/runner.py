@@ -345,7 +345,17 @@ def run_sample(op, sample, *, backward: bool, rtol, atol, metadata_only: bool) -
     except Exception as e:
         return "error", f"backward: {_short(e)}"
     try:
-        compare(list(g_actual), list(g_expected), rtol, atol, metadata_only)
+        # A sample tensor that is a leaf *and* a view (istft's window[:8], made
+        # under no_grad) gets no gradient from PyTorch on CPU either; its exact
+        # CPU copy is a plain leaf and does. Compare the other gradients.
+        keep = [not (t.is_leaf and t._base is not None) for t in _grad_leaves((f_inp, f_args, f_kwargs))]
+        compare(
+            [g for g, k in zip(g_actual, keep, strict=True) if k],
+            [g for g, k in zip(g_expected, keep, strict=True) if k],
+            rtol,
+            atol,
+            metadata_only,
+        )
     except AssertionError as e:
         return "fail", f"backward: {_short(e)}"
     return "pass", None
