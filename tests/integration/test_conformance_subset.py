@@ -74,3 +74,28 @@ def test_own_routes_each_op_to_its_own_overloads_only(tmp_path):
     silu, mul = doc["ops"]["nn.functional.silu"], doc["ops"]["mul"]
     assert set(silu["routed"]) == {"silu", "silu_backward"}  # its forward and backward, nothing else
     assert set(mul["routed"]) == {"mul.Tensor"}  # the gradient's own mul calls are mul's
+
+
+@pytest.mark.anyplatform
+def test_cuda_backing_branch_forward_from_native_gradients_from_cpu(monkeypatch):
+    # The CUDA-backing branch on host: "native cuda" stands in as a second CPU run.
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    from torch_fl.conformance import runner
+
+    monkeypatch.setattr(runner, "forward_reference_device", lambda: "cuda")
+    native_copies = []
+
+    def to_native(v):
+        native_copies.append(v)
+        return runner._to_cpu_value(v)
+
+    monkeypatch.setattr(runner, "_to_cuda_value", to_native)
+    ops = {op.name: op for op in op_db if op.name in ("mul", "nn.functional.silu", "sort")}
+    assert len(ops) == 3
+    for name, op in ops.items():
+        for backward in (False, True):
+            native_copies.clear()
+            res = runner.run_op(op, [runner.torch.float32], limit=4, backward=backward)
+            assert res.status == "pass", (name, backward, res.first_error)
+            assert native_copies, "the forward reference did not run on the backing device"

@@ -30,6 +30,7 @@ def run_sweep(patterns=None, *, backend="native", dtypes=None, limit=None, backw
         startup_timeout=120.0,
         threads=1 if jobs > 1 else 0,
         route_ops=list(FIRST_PHASE_OVERLOADS),
+        stop_at=float("inf"),  # no deadline
     )
     ops = select_ops(load_op_db(), patterns)
     if jobs == 0:

@@ -227,7 +227,7 @@ def run_in_workers(keys: list[str], cfg, progress, refused: dict) -> dict:
 
     def slot() -> None:
         w = None
-        while time.monotonic() < getattr(cfg, "stop_at", float("inf")):
+        while time.monotonic() < cfg.stop_at:
             try:
                 key = todo.get_nowait()
             except queue.Empty:
@@ -279,9 +279,8 @@ def run_in_process(ops: list, cfg, progress) -> tuple[dict, dict]:
     refused = apply_backend(cfg.backend, cfg.route_ops)
     dtypes = parse_dtypes(cfg.dtypes)
     results = {}
-    stop_at = getattr(cfg, "stop_at", float("inf"))
     for op in ops:
-        if time.monotonic() >= stop_at:
+        if time.monotonic() >= cfg.stop_at:
             break
         out = {"op": op_key(op), **run_routed(op, dtypes, cfg)}
         results[out["op"]] = out
@@ -301,23 +300,18 @@ def run_routed(op, dtypes, cfg) -> dict:
     name = backends.stats_name(cfg.backend)
     routes: dict[str, str] = {}
     if list(cfg.route_ops) == [OWN]:
-        supported = backends.get(cfg.backend).supported_ops() or ()
-        own = own_overloads(op, supported)
-        if not own:
-            return {
-                **OpResult(op_key(op), skip_reason=f"{cfg.backend} implements none of this op's overloads").as_dict(),
-                "routed": {},
-                "fell_back": {},
-            }
         from torch_fl.routing import core
         from torch_fl.routing.errors import RoutingError
 
-        for ov in own:
+        for ov in own_overloads(op, backends.get(cfg.backend).supported_ops() or ()):
             try:
                 core.parse_op_key(ov)  # FlagGems' table may name overloads this torch does not have
             except RoutingError:
                 continue
             routes[ov] = cfg.backend
+        if not routes:  # nothing of the backend's would run: a pass here would be the native route's
+            why = f"{cfg.backend} implements none of this op's overloads (for this torch)"
+            return {**OpResult(op_key(op), skip_reason=why).as_dict(), "routed": {}, "fell_back": {}}
     routing.reset_stats()
     with routing.route(routes):
         out = run_op(op, dtypes, limit=cfg.limit, backward=cfg.backward).as_dict()
