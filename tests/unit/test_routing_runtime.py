@@ -128,6 +128,23 @@ def test_dispatch_log_names_the_backend_as_written(routing_state, capfd):
     assert "[flagos dispatch] mul.Tensor -> native\n" in err
 
 
+def test_dispatch_log_block_reaches_python_routed_kernels_and_restores(routing_state, capfd):
+    # A route to an unavailable backend runs a Python fallback kernel: the
+    # C++ switch alone (torch_fl._C._set_log_dispatch) does not reach it.
+    routing.set_route("neg", "ascend")
+    x = torch.ones(2, device="flagos")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", routing.FallbackWarning)
+        with routing.dispatch_log():
+            x.neg()
+            x.abs()
+        x.neg()
+    err = capfd.readouterr().err
+    assert err.count("[flagos dispatch] neg -> ascend\n") == 1
+    assert f"[flagos dispatch] abs -> {torch_fl.backing()}\n" in err
+    assert not core.STATE.log_dispatch
+
+
 def test_logging_off_prints_nothing(routing_state, capfd):
     core.set_flags(log_dispatch=False)
     routing.set_route("neg", "cpu_fallback")
@@ -143,3 +160,39 @@ def test_reset_stats_zeroes_python_and_native_counts(routing_state):
     assert routing.stats()
     routing.reset_stats()
     assert routing.stats() == []
+
+
+def _rms_norm_grads():
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, device="flagos", requires_grad=True)
+    w = torch.randn(4, device="flagos", requires_grad=True)
+    y = torch.rms_norm(x, [4], w)
+    return y, torch.autograd.grad(y.sum(), [x, w])
+
+
+def test_routed_op_that_pytorch_differentiates_by_decomposing_keeps_its_gradients(routing_state):
+    # rms_norm has no derivative of its own; a kernel of ours at PrivateUse1
+    # took its decomposition away from autograd and gradients silently stopped.
+    y_ref, g_ref = _rms_norm_grads()
+    routing.reset_stats()
+    routing.set_route("rms_norm", "cpu_fallback")
+    with pytest.warns(FallbackWarning, match="rms_norm .float32. routed to 'cpu_fallback' ran as PyTorch's decomp"):
+        y, g = _rms_norm_grads()
+    assert y.grad_fn is not None
+    for a, b in zip(g, g_ref, strict=True):
+        assert torch.equal(a.cpu(), b.cpu())
+    assert row("rms_norm", "cpu_fallback") == routing.OpStat("rms_norm", "cpu_fallback", 0, 1, 0)
+    with torch.no_grad():  # no gradient needed: the routed kernel runs
+        out = torch.rms_norm(torch.ones(2, 4, device="flagos"), [4])
+    assert torch.allclose(out.cpu(), torch.ones(2, 4))
+    assert row("rms_norm", "cpu_fallback").calls == 1
+    routing.set_route("rms_norm", "native")  # native again: PyTorch's own behaviour
+    _, g = _rms_norm_grads()
+    assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(g, g_ref, strict=True))
+
+
+def test_strict_refuses_the_decomposition_of_a_routed_op_that_needs_a_gradient(routing_state):
+    core.set_flags(strict=True)
+    routing.set_route("rms_norm", "cpu_fallback")
+    with pytest.raises(RuntimeError, match="has no backward for it, and FLAGOS_STRICT=1"):
+        _rms_norm_grads()

@@ -124,6 +124,24 @@ def reset_stats() -> None:
         cell[0] = cell[1] = cell[2] = 0  # in place: kernels hold these cells
 
 
+def set_log_dispatch(enabled: bool) -> None:
+    """Print `[flagos dispatch] <overload> -> <backend>` per routed call from the next call on
+    (what FLAGOS_LOG_DISPATCH=1 does at import); every route's kernel is rebuilt, so the per-call
+    path keeps reading no flag while logging is off."""
+    core.set_flags(log_dispatch=enabled)
+
+
+@contextlib.contextmanager
+def dispatch_log(enabled: bool = True):
+    """`with routing.dispatch_log(): ...` logs the calls inside; the previous setting is restored on exit."""
+    before = core.STATE.log_dispatch
+    set_log_dispatch(enabled)
+    try:
+        yield
+    finally:
+        set_log_dispatch(before)
+
+
 def config_file() -> str | None:
     """The routing file in effect (the shipped default or FLAGOS_BACKEND_CONFIG)."""
     return core.STATE.config_file
@@ -187,11 +205,13 @@ __all__ = [
     "RoutingError",
     "clear_route",
     "config_file",
+    "dispatch_log",
     "explain",
     "load_config",
     "notes",
     "reset_stats",
     "route",
+    "set_log_dispatch",
     "set_route",
     "stats",
     "table",

@@ -30,7 +30,7 @@ import torch
 
 import torch_fl
 from torch_fl import backends
-from torch_fl.routing import names
+from torch_fl.routing import autograd_guard, names
 from torch_fl.routing.config import LAYER_RUNTIME, Rule
 from torch_fl.routing.errors import FallbackWarning, RoutingError
 
@@ -423,12 +423,40 @@ def _py_route_parts(op: str, plan: tuple):
     return fn, on_error, other_dtype, other, cell
 
 
+def _autograd_fallback(op: str, backend: str):
+    """What the autograd guard does when a routed op needs a gradient and runs as its decomposition."""
+    cell = _cell(op, backend)
+    strict = STATE.strict
+    why = f"it needs a gradient, which PyTorch gets by decomposing {op}, and '{backend}' has no backward for it"
+
+    def on_fallback(args, kwargs):
+        if strict:
+            raise _strict_error(op, backend, why)
+        cell[1] += 1
+        dt = _dtype_of(args, kwargs)
+        _warn_once(
+            op,
+            backend,
+            dt,
+            f"flagos: {op} ({names.dtype_name(dt)}) routed to '{backend}' ran as PyTorch's decomposition: "
+            f"{why}. Its parts run as routed; calls without gradients use '{backend}'.",
+        )
+
+    return on_fallback
+
+
+def _routed_backend(plan: tuple) -> str:
+    default, by, *_ = plan
+    return next(t.backend for t in (default, *(t for _, t in by)) if t.kind != "native")
+
+
 def _apply_op(op: str, route: OpRoute | None) -> None:
     if route is None:
         old = STATE.libs.pop(op, None)
         if old is not None:
             _unregister(old[1])
         _set_label(op, None)
+        autograd_guard.set_routed(op, None)
         return
     plan = _plan(op, route)
     default = plan[0]
@@ -437,9 +465,12 @@ def _apply_op(op: str, route: OpRoute | None) -> None:
     if not _needs_kernel(plan):
         if old is not None:
             _unregister(STATE.libs.pop(op)[1])  # the C++ native route takes over again
+        autograd_guard.set_routed(op, None)
         return
     if old is not None and old[0] == plan:
         return
+    backend = _routed_backend(plan)
+    autograd_guard.set_routed(op, backend, _autograd_fallback(op, backend))
     parts = _py_route_parts(op, plan)
     if parts is not None:
         # The common case: one Python backend (FlagGems), native or fallback
