@@ -99,3 +99,123 @@ def test_cuda_backing_branch_forward_from_native_gradients_from_cpu(monkeypatch)
             res = runner.run_op(op, [runner.torch.float32], limit=4, backward=backward)
             assert res.status == "pass", (name, backward, res.first_error)
             assert native_copies, "the forward reference did not run on the backing device"
+
+
+def _cuda_branch_on_host(monkeypatch):
+    """The CUDA-backing branch of run_sample on host: "native cuda" runs as plain CPU copies,
+    whose ids are recorded so an op can tell the CPU reference from the "native" run."""
+    from torch_fl.conformance import runner
+
+    monkeypatch.setattr(runner, "forward_reference_device", lambda: "cuda")
+    native_ids = set()
+
+    def to_native(v):
+        out = runner._to_device_value(v, "cpu")
+        native_ids.add(id(out))
+        return out
+
+    monkeypatch.setattr(runner, "_to_cuda_value", to_native)
+    return runner, native_ids
+
+
+def _sample():
+    import torch
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    return SampleInput(torch.randn(3, 4, device="flagos", requires_grad=True))
+
+
+@pytest.mark.anyplatform
+def test_cuda_backing_gradients_not_judged_where_cpu_forward_differs(monkeypatch):
+    # Dropout masks, singular vectors' signs: CPU gradients are no reference
+    # when CPU's forward is not CUDA's.
+    import torch
+
+    runner, native_ids = _cuda_branch_on_host(monkeypatch)
+
+    def op(x):
+        on_cpu_reference = x.device.type == "cpu" and id(x) not in native_ids
+        return x * (3.0 if on_cpu_reference else 2.0)
+
+    status, note = runner.run_sample(op, _sample(), backward=True, rtol=None, atol=None, metadata_only=False)
+    assert (status, note) == ("pass", runner.NOT_JUDGED_NOTE)
+    assert torch.is_grad_enabled()
+
+
+class _ScaledGrad(__import__("torch").autograd.Function):
+    """x * 2 whose CPU gradient is off by 1e-4 relative (another algorithm's rounding)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * (2 * (1 + 1e-4) if g.device.type == "cpu" else 2)
+
+
+@pytest.mark.anyplatform
+def test_cuda_backing_gradients_use_the_cuda_vs_cpu_tolerance(monkeypatch):
+    from torch_fl.conformance import runner
+
+    # The host-backing branch (CPU reference, default fp32 tolerance): the difference fails.
+    monkeypatch.setattr(runner, "forward_reference_device", lambda: "cpu")
+    status, note = runner.run_sample(
+        _ScaledGrad.apply, _sample(), backward=True, rtol=None, atol=None, metadata_only=False
+    )
+    assert status == "fail" and "backward" in note
+    # CUDA backing: PyTorch's CUDA-vs-CPU tolerance (1e-3) accepts it.
+    runner, _ = _cuda_branch_on_host(monkeypatch)
+    status, note = runner.run_sample(
+        _ScaledGrad.apply, _sample(), backward=True, rtol=None, atol=None, metadata_only=False
+    )
+    assert (status, note) == ("pass", None)
+
+
+@pytest.mark.anyplatform
+def test_full_precision_on_cuda_works_when_pytorch_locked_the_flags(monkeypatch):
+    # PyTorch's test utilities call disable_global_flags(); setting
+    # torch.backends.cudnn.allow_tf32 then raises (seen under pytest on the H200).
+    import torch
+
+    from torch_fl.conformance import runner
+
+    monkeypatch.setattr(runner, "forward_reference_device", lambda: "cuda")
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.disable_global_flags()
+    try:
+        runner.full_precision_on_cuda()
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    finally:
+        # torch.backends is a module wrapper: unlock through the real module's globals.
+        torch.backends.disable_global_flags.__globals__["__allow_nonbracketed_mutation_flag"] = True
+        torch.backends.cuda.matmul.allow_tf32 = before[0]
+        torch.backends.cudnn.allow_tf32 = before[1]
+
+
+@pytest.mark.anyplatform
+def test_outputs_on_a_device_the_sample_names_are_right():
+    import torch
+
+    from torch_fl.conformance import runner
+
+    out = torch.zeros(2)  # zeros_like(x, device="cuda") on a GPU: a CUDA result, not a flagos one
+    assert runner._names_native_device(((), {"device": "cuda"})) and runner._names_native_device(
+        ((), {"device": "cpu"})
+    )
+    assert not runner._names_native_device(((), {"device": "flagos:0"}))
+    runner.compare(out, out, native_outputs_ok=True)
+    with pytest.raises(AssertionError, match="expected a flagos tensor"):
+        runner.compare(out, out)
+
+
+@pytest.mark.anyplatform
+def test_jiterator_ops_are_skipped_with_the_reason():
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    from torch_fl.conformance import runner
+
+    ops = [op for op in op_db if op.name.startswith("jiterator_")]
+    assert ops
+    res = runner.run_op(ops[0], [runner.torch.float32], limit=1)
+    assert res.status == "skip" and "jiterator" in res.skip_reason

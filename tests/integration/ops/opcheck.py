@@ -406,11 +406,12 @@ def run_in_process(spec: OpSpec, capfd) -> list[str]:
     ns: dict = {"torch": torch, "F": torch.nn.functional}
     exec(textwrap.dedent(spec.setup), ns)
     capfd.readouterr()
-    torch_fl._C._set_log_dispatch(True)
-    try:
+    from torch_fl import routing
+
+    # The public switch: every route's kernel logs (FlagGems routes held by
+    # Python kernels too, which the C++ switch alone would not reach).
+    with routing.dispatch_log():
         eval(spec.call, ns)
-    finally:
-        torch_fl._C._set_log_dispatch(False)
     return dispatch_lines(capfd.readouterr().err)
 
 
