@@ -53,3 +53,22 @@ def test_all_three_columns_and_the_cuda_failures():
     assert "## Native failures (host)" not in text
     assert "| `abs` | pass (1/1) | pass (1/1) | error (0/1) |" in text
     assert "| `mul` | pass (1/1) | fail (1/2) | — |" in text
+
+
+def test_flaggems_runs_merge_later_wins_and_unreached_ops_are_listed():
+    from torch_fl.conformance.report import merge
+
+    first = sweep("cuda", {"abs": op("pass"), "hstack": op("fail", 0, 1, "grads None")}, route_ops=["own"])
+    first["meta"].update(date="d1", not_run=["mean", "sum"])
+    second = sweep("cuda", {"hstack": op("pass"), "mean": op("pass")}, route_ops=["own"])
+    second["meta"].update(date="d2", not_run=[])
+    doc = merge([first, second])
+    assert doc["ops"]["hstack"]["status"] == "pass" and doc["ops"]["abs"]["status"] == "pass"
+    assert doc["meta"]["not_run"] == ["sum"] and doc["meta"]["seconds"] == 2.0
+    assert doc["summary"]["ops"] == 3 and doc["summary"]["pass"] == 3
+    assert "1 ops not run (deadline)" in render(sweep("cpu", {"abs": op("pass")}), doc)
+    doc["ops"]["abs"].update(routed={}, fell_back={"abs": 3})  # every sample needed a gradient, say
+    assert f"| `abs` | — | {NOT_RUN} | pass (1/1), no call ran on FlagGems (all fell back) |" in render(sweep("cpu", {}), doc)
+    native = sweep("cuda", {"abs": op("pass")})
+    with pytest.raises(ValueError, match="different backend"):
+        merge([first, native])

@@ -1,6 +1,10 @@
 """Writes docs/operator-support.md from sweep JSON.
 
-python -m torch_fl.conformance report --native N.json [--cuda C.json] [--flaggems F.json] -o OUT.md
+python -m torch_fl.conformance report --native N.json [--cuda C.json] [--flaggems F.json [F2.json ...]] -o OUT.md
+
+Several --flaggems files (a sweep cut short by its deadline, then one over the
+ops it did not reach or re-ran) are merged: an op's result comes from the last
+file that has it.
 """
 
 from __future__ import annotations
@@ -21,12 +25,41 @@ def _load(path: str | None) -> dict | None:
         return json.load(f)
 
 
+def merge(docs: list[dict]) -> dict:
+    """One sweep document from several runs of the same route: later runs win per op."""
+    from torch_fl.conformance.sweep import summarize
+
+    first = docs[0]
+    for d in docs[1:]:
+        for key in ("backend", "route_ops", "backing"):
+            if d["meta"].get(key) != first["meta"].get(key):
+                raise ValueError(
+                    f"cannot merge sweeps with different {key}: {first['meta'].get(key)} vs {d['meta'].get(key)}"
+                )
+    ops: dict = {}
+    for d in docs:
+        ops.update(d["ops"])
+    meta = dict(docs[-1]["meta"])
+    meta["seconds"] = sum(d["meta"]["seconds"] for d in docs)
+    meta["date"] = ", ".join(d["meta"]["date"] for d in docs)
+    meta["not_run"] = sorted({k for d in docs for k in d["meta"].get("not_run", [])} - set(ops))
+    return {"meta": meta, "summary": summarize(ops), "ops": ops}
+
+
 def _cell(result: dict | None) -> str:
     if result is None:
         return "—"
     c = result["counts"]
     judged = c["pass"] + c["fail"] + c["error"]
     text = f"{result['status']} ({c['pass']}/{judged})" if judged else result["status"]
+    return text
+
+
+def _flaggems_cell(result: dict | None) -> str:
+    """The FlagGems status, saying so when every routed call fell back (a pass of the native route then)."""
+    text = _cell(result)
+    if result and result.get("fell_back") and not any(result.get("routed", {}).values()):
+        text += ", no call ran on FlagGems (all fell back)"
     return text
 
 
@@ -40,9 +73,10 @@ def _note(result: dict | None) -> str:
 def _summary_lines(name: str, doc: dict) -> list[str]:
     s, m = doc["summary"], doc["meta"]
     rate = f"{s['pass_rate_judged']:.2%}" if s["pass_rate_judged"] is not None else "n/a"
+    not_run = f", {len(m['not_run'])} ops not run (deadline)" if m.get("not_run") else ""
     return [
         f"| {name} | {m['backing']} | {s['ops']} | {s['pass']} | {s['fail']} | {s['error']} | {s['skip']} | {rate} "
-        f"| {m['seconds']:.0f} s | torch {m['torch']}, dtypes {m['dtypes']}, backward {m['backward']} |"
+        f"| {m['seconds']:.0f} s | torch {m['torch']}, dtypes {m['dtypes']}, backward {m['backward']}{not_run} |"
     ]
 
 
@@ -93,7 +127,7 @@ def render(native: dict, flaggems: dict | None, cuda: dict | None = None) -> str
     for key in sorted(set(native["ops"]) | set(cu_ops) | set(fg_ops)):
         n, c, f = native["ops"].get(key), cu_ops.get(key), fg_ops.get(key)
         ccell = _cell(c) if cuda else NOT_RUN
-        fcell = _cell(f) if flaggems else NOT_RUN
+        fcell = _flaggems_cell(f) if flaggems else NOT_RUN
         note = _note(n) or _note(c) or _note(f)
         lines.append(f"| `{key}` | {_cell(n)} | {ccell} | {fcell} | {note} |")
     return "\n".join(lines) + "\n"
@@ -110,10 +144,13 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m torch_fl.conformance report", description=__doc__)
     p.add_argument("--native", required=True, help="JSON of the native sweep")
     p.add_argument("--cuda", default=None, help="JSON of the native sweep on a CUDA backing (from an H200)")
-    p.add_argument("--flaggems", default=None, help="JSON of the FlagGems-route sweep (from an H200)")
+    p.add_argument(
+        "--flaggems", nargs="+", default=None, help="JSON of the FlagGems-route sweep (from an H200); several merge"
+    )
     p.add_argument("-o", "--output", default="docs/operator-support.md")
     args = p.parse_args(argv)
-    text = render(_load(args.native), _load(args.flaggems), _load(args.cuda))
+    flaggems = merge([_load(f) for f in args.flaggems]) if args.flaggems else None
+    text = render(_load(args.native), flaggems, _load(args.cuda))
     with open(args.output, "w") as f:
         f.write(text)
     print(f"wrote {args.output}")
