@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmarks on the H200 (device tool), from the repo root, alone on the machine:
 #   bash scripts/gpu_bench.sh                      # overhead, then e2e: about 9 minutes
-#   STEP=overhead|e2e|profile|demo bash scripts/gpu_bench.sh
+#   STEP=overhead|e2e|profile|profile+overhead|demo bash scripts/gpu_bench.sh
 # Carry .whl (../shared/tools/gpu-wheels.sh) for the FlagGems rows. Installs the
 # wheels, builds the core, then runs benchmarks/overhead.py, benchmarks/e2e.py
 # (ROUNDS rounds, default 3; E2E_DEADLINE=seconds starts no round that would end
@@ -11,11 +11,14 @@
 set -uo pipefail
 STEP=${STEP:-all}
 source scripts/gpu_setup.sh
-if [[ $STEP == all || $STEP == overhead ]]; then
+if [[ $STEP == all || $STEP == overhead || $STEP == profile+overhead ]]; then
   python3 benchmarks/overhead.py --out "$OUT/overhead_cuda.json" 2>&1 | tee "$OUT/overhead.log" | tail -16
 fi
-if [[ $STEP == profile ]]; then  # where the e2e time goes (docs/verification.md section 8)
-  python3 benchmarks/profile_decode.py --task prefill > "$OUT/profile_prefill.txt" 2>&1; tail -30 "$OUT/profile_prefill.txt"
+if [[ $STEP == profile || $STEP == profile+overhead ]]; then  # where the e2e time goes (docs/verification.md section 8)
+  python3 benchmarks/profile_decode.py --task prefill --trace-dir "$OUT" > "$OUT/profile_prefill.txt" 2>&1; tail -30 "$OUT/profile_prefill.txt"
+  # e2e.py runs prefill after decode in one process: flagos prefill was slower there than alone
+  python3 benchmarks/profile_decode.py --task prefill --after-decode 64 > "$OUT/profile_prefill_after_decode.txt" 2>&1
+  grep "===" "$OUT/profile_prefill_after_decode.txt"
   python3 benchmarks/profile_decode.py --task decode > "$OUT/profile_decode.txt" 2>&1; tail -30 "$OUT/profile_decode.txt"
 fi
 if [[ $STEP == demo ]]; then

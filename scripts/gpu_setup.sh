@@ -1,6 +1,9 @@
 # Sourced by scripts/gpu_check.sh and scripts/gpu_bench.sh on the GPU machine:
 # installs the carried wheels (.whl/, from ../shared/tools/gpu-wheels.sh), writes
 # the versions to $OUT/versions.txt, builds the core against the machine's torch.
+# Sourced twice in one command (gpu_bench.sh, then gpu_check.sh), it sets up once.
+start=$(date +%s)
+[[ -n ${FLAGOS_GPU_READY:-} ]] && return 0
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -17,3 +20,4 @@ fi
 start=$(date +%s)
 python3 -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"; rm -f "$OUT/build.log"  # $OUT returns 8 files at most
+export FLAGOS_GPU_READY=1
