@@ -77,5 +77,7 @@ def set_routed(op: str, backend: str | None, on_fallback: Callable | None = None
     entry[0][1] = on_fallback
 
 
-def guarded_ops() -> list[str]:
-    return sorted(_GUARDS)
+def is_guarded(op: str) -> bool:
+    """True while `op` is routed and its gradient comes from the decomposition."""
+    entry = _GUARDS.get(op)
+    return entry is not None and entry[0][0] is not None

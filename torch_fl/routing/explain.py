@@ -8,7 +8,7 @@ import torch
 
 import torch_fl
 from torch_fl import backends
-from torch_fl.routing import core, names
+from torch_fl.routing import autograd_guard, core, names
 from torch_fl.routing.config import Rule
 
 
@@ -113,6 +113,11 @@ def explain(op: str, dtype=None) -> Explanation:
     if core.core_op(norm):
         notes.append(f"aten::{norm} is implemented by the flagos core (metadata op); only native routes apply")
     entry = core.STATE.libs.get(norm)
+    if entry is not None and autograd_guard.is_guarded(norm):
+        notes.append(
+            f"PyTorch differentiates aten::{norm} by decomposing it: calls that need a gradient run that "
+            f"decomposition (counted as a fallback of '{routed}'), the others '{routed}'"
+        )
     if entry is None:
         kernel = "C++ native route"
     elif isinstance(entry[1], torch_fl._C.PyRoute):
