@@ -1,6 +1,7 @@
 """CI slice of the OpInfo sweep: ~40 representative ops pass on flagos (native route)."""
 
 import pytest
+import torch
 
 from torch_fl.conformance import SUBSET_CI, run_sweep
 
@@ -119,7 +120,6 @@ def _cuda_branch_on_host(monkeypatch):
 
 
 def _sample():
-    import torch
     from torch.testing._internal.opinfo.core import SampleInput
 
     return SampleInput(torch.randn(3, 4, device="flagos", requires_grad=True))
@@ -129,8 +129,6 @@ def _sample():
 def test_cuda_backing_gradients_not_judged_where_cpu_forward_differs(monkeypatch):
     # Dropout masks, singular vectors' signs: CPU gradients are no reference
     # when CPU's forward is not CUDA's.
-    import torch
-
     runner, native_ids = _cuda_branch_on_host(monkeypatch)
 
     def op(x):
@@ -142,7 +140,7 @@ def test_cuda_backing_gradients_not_judged_where_cpu_forward_differs(monkeypatch
     assert torch.is_grad_enabled()
 
 
-class _ScaledGrad(__import__("torch").autograd.Function):
+class _ScaledGrad(torch.autograd.Function):
     """x * 2 whose CPU gradient is off by 1e-4 relative (another algorithm's rounding)."""
 
     @staticmethod
@@ -176,8 +174,6 @@ def test_cuda_backing_gradients_use_the_cuda_vs_cpu_tolerance(monkeypatch):
 def test_full_precision_on_cuda_works_when_pytorch_locked_the_flags(monkeypatch):
     # PyTorch's test utilities call disable_global_flags(); setting
     # torch.backends.cudnn.allow_tf32 then raises (seen under pytest on the H200).
-    import torch
-
     from torch_fl.conformance import runner
 
     monkeypatch.setattr(runner, "forward_reference_device", lambda: "cuda")
@@ -195,8 +191,6 @@ def test_full_precision_on_cuda_works_when_pytorch_locked_the_flags(monkeypatch)
 
 @pytest.mark.anyplatform
 def test_outputs_on_a_device_the_sample_names_are_right():
-    import torch
-
     from torch_fl.conformance import runner
 
     out = torch.zeros(2)  # zeros_like(x, device="cuda") on a GPU: a CUDA result, not a flagos one
