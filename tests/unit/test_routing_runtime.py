@@ -197,3 +197,14 @@ def test_strict_refuses_the_decomposition_of_a_routed_op_that_needs_a_gradient(r
     routing.set_route("rms_norm", "cpu_fallback")
     with pytest.raises(RuntimeError, match="has no backward for it, and FLAGOS_STRICT=1"):
         _rms_norm_grads()
+
+
+def test_decomposition_of_a_dtype_routed_natively_is_no_fallback(routing_state):
+    # rms_norm[float64] routed away, float32 native: a float32 gradient call is plain PyTorch.
+    routing.reset_stats()
+    routing.set_route("rms_norm[float64]", "cpu_fallback")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        _, g = _rms_norm_grads()
+    assert all(t is not None for t in g)
+    assert row("rms_norm", "cpu_fallback") is None

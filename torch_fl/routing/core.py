@@ -423,17 +423,22 @@ def _py_route_parts(op: str, plan: tuple):
     return fn, on_error, other_dtype, other, cell
 
 
-def _autograd_fallback(op: str, backend: str):
-    """What the autograd guard does when a routed op needs a gradient and runs as its decomposition."""
-    cell = _cell(op, backend)
+def _autograd_fallback(op: str, plan: tuple):
+    """What the autograd guard does when a call of a routed op needs a gradient and runs as its decomposition."""
+    default, by, *_ = plan
+    targets = dict(by)
     strict = STATE.strict
-    why = f"it needs a gradient, which PyTorch gets by decomposing {op}, and '{backend}' has no backward for it"
 
     def on_fallback(args, kwargs):
+        dt = _dtype_of(args, kwargs)
+        target = targets.get(dt, default)
+        if target.kind == "native":
+            return  # this dtype is routed natively: the decomposition is what native does
+        backend = target.backend
+        why = f"it needs a gradient, which PyTorch gets by decomposing {op}, and '{backend}' has no backward for it"
         if strict:
             raise _strict_error(op, backend, why)
-        cell[1] += 1
-        dt = _dtype_of(args, kwargs)
+        _cell(op, backend)[1] += 1
         _warn_once(
             op,
             backend,
@@ -469,8 +474,7 @@ def _apply_op(op: str, route: OpRoute | None) -> None:
         return
     if old is not None and old[0] == plan:
         return
-    backend = _routed_backend(plan)
-    autograd_guard.set_routed(op, backend, _autograd_fallback(op, backend))
+    autograd_guard.set_routed(op, _routed_backend(plan), _autograd_fallback(op, plan))
     parts = _py_route_parts(op, plan)
     if parts is not None:
         # The common case: one Python backend (FlagGems), native or fallback
