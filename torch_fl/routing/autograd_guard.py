@@ -26,7 +26,7 @@ from torch.utils._pytree import tree_flatten
 
 from torch_fl.routing import names
 
-# op -> [routed backend or None, on_fallback(args, kwargs)]; the library keeps the kernel alive.
+# op -> ([on_fallback(args, kwargs), or None while native], the library that keeps the kernel alive)
 _GUARDS: dict[str, tuple[list, torch.library.Library]] = {}
 
 
@@ -49,9 +49,9 @@ def _register(op: str, cell: list) -> torch.library.Library:
     fn = getattr(packet, overload or "default")
 
     def guard(*args, **kwargs):
-        backend, on_fallback = cell
-        if backend is None or _needs_grad(args, kwargs):
-            if backend is not None:
+        on_fallback = cell[0]
+        if on_fallback is None or _needs_grad(args, kwargs):
+            if on_fallback is not None:
                 on_fallback(args, kwargs)
             return fn.decompose(*args, **kwargs)
         with torch._C._AutoDispatchBelowAutograd():
@@ -65,16 +65,16 @@ def _register(op: str, cell: list) -> torch.library.Library:
     return lib
 
 
-def set_routed(op: str, backend: str | None, on_fallback: Callable | None = None) -> None:
-    """`op` now has a kernel of ours routing it to `backend` (None: native again)."""
+def set_routed(op: str, on_fallback: Callable | None) -> None:
+    """`op` now has a kernel of ours at PrivateUse1; `on_fallback(args, kwargs)` accounts for a call that
+    needs a gradient (and may raise under FLAGOS_STRICT=1). None: the op is native again."""
     entry = _GUARDS.get(op)
     if entry is None:
-        if backend is None or not decomposed_for_autograd(op):
+        if on_fallback is None or not decomposed_for_autograd(op):
             return
-        cell: list = [None, None]
+        cell: list = [None]
         entry = _GUARDS[op] = (cell, _register(op, cell))
-    entry[0][0] = backend
-    entry[0][1] = on_fallback
+    entry[0][0] = on_fallback
 
 
 def is_guarded(op: str) -> bool:

@@ -52,7 +52,7 @@ class _State:
         self.libs: dict[str, tuple[tuple, torch.library.Library, list]] = {}
         self.labels: dict[str, str] = {}  # op -> native dispatch-log label we set
         self.cells: dict[tuple[str, str], list[int]] = {}  # (op, stats backend) -> [calls, fallbacks, failures]
-        self.warned: set[tuple[str, str, str]] = set()
+        self.warned: set[tuple[str, str, torch.dtype | None]] = set()
         self.failed: dict[str, set[tuple[str, torch.dtype | None]]] = {}  # op -> {(backend, dtype)}
         self.glob_notes: list[str] = []
         self.resolved: dict[str, OpRoute] = {}
@@ -181,12 +181,13 @@ def _native_runner(op: str):
     return functools.partial(torch_fl._C._run_cpu_fallback, name, overload)
 
 
-def _warn_once(op: str, backend: str, dtype, message: str) -> None:
-    key = (op, backend, names.dtype_name(dtype))
+def _warn_once(op: str, backend: str, dtype, message) -> None:
+    """Warn once per (op, backend, dtype); `message()` builds the text only for that first warning."""
+    key = (op, backend, dtype)
     if key in STATE.warned:
         return
     STATE.warned.add(key)
-    warnings.warn(message, FallbackWarning, stacklevel=4)
+    warnings.warn(message(), FallbackWarning, stacklevel=4)
 
 
 def _strict_error(op: str, backend: str, why: str) -> RuntimeError:
@@ -226,14 +227,15 @@ def _make_callable(op: str, target: Target, native_run, mutable: bool):
                 raise _strict_error(op, backend, reason)
             cell[1] += 1
             dt = _dtype_of(args, kwargs)
-            if (op, backend, names.dtype_name(dt)) not in STATE.warned:
-                _warn_once(
-                    op,
-                    backend,
-                    dt,
+            _warn_once(
+                op,
+                backend,
+                dt,
+                lambda: (
                     f"flagos: {op} ({names.dtype_name(dt)}) routed to '{backend}' ran "
-                    f"natively instead: {reason}. Explain: python -m torch_fl explain {op}",
-                )
+                    f"natively instead: {reason}. Explain: python -m torch_fl explain {op}"
+                ),
+            )
             return native_run(*args, **kwargs)
 
         return fallback
@@ -259,8 +261,10 @@ def _make_callable(op: str, target: Target, native_run, mutable: bool):
             op,
             backend,
             dt,
-            f"flagos: {op} ({names.dtype_name(dt)}) on '{backend}': {why}; "
-            f"this and later {names.dtype_name(dt)} calls run natively.",
+            lambda: (
+                f"flagos: {op} ({names.dtype_name(dt)}) on '{backend}': {why}; "
+                f"this and later {names.dtype_name(dt)} calls run natively."
+            ),
         )
         _refresh(op)  # later calls of this dtype go straight to native
         if mutable:
@@ -283,7 +287,7 @@ def _make_callable(op: str, target: Target, native_run, mutable: bool):
             op,
             backend,
             dt,
-            f"flagos: {op} ({names.dtype_name(dt)}) routed to '{backend}' ran natively instead: {bad_reason}.",
+            lambda: f"flagos: {op} ({names.dtype_name(dt)}) routed to '{backend}' ran natively instead: {bad_reason}.",
         )
         return native_run(*args, **kwargs)
 
@@ -426,33 +430,38 @@ def _py_route_parts(op: str, plan: tuple):
 def _autograd_fallback(op: str, plan: tuple):
     """What the autograd guard does when a call of a routed op needs a gradient and runs as its decomposition."""
     default, by, *_ = plan
-    targets = dict(by)
     strict = STATE.strict
+
+    def accounting(t: Target):
+        # None for a native target: its decomposition is simply what native does.
+        return None if t.kind == "native" else (t.backend, _cell(op, t.backend))
+
+    per_dtype = {d: accounting(t) for d, t in by}
+    other = accounting(default)
+
+    def why(backend: str) -> str:
+        return f"it needs a gradient, which PyTorch gets by decomposing {op}, and '{backend}' has no backward for it"
 
     def on_fallback(args, kwargs):
         dt = _dtype_of(args, kwargs)
-        target = targets.get(dt, default)
-        if target.kind == "native":
-            return  # this dtype is routed natively: the decomposition is what native does
-        backend = target.backend
-        why = f"it needs a gradient, which PyTorch gets by decomposing {op}, and '{backend}' has no backward for it"
+        hit = per_dtype.get(dt, other)
+        if hit is None:
+            return
+        backend, cell = hit
         if strict:
-            raise _strict_error(op, backend, why)
-        _cell(op, backend)[1] += 1
+            raise _strict_error(op, backend, why(backend))
+        cell[1] += 1
         _warn_once(
             op,
             backend,
             dt,
-            f"flagos: {op} ({names.dtype_name(dt)}) routed to '{backend}' ran as PyTorch's decomposition: "
-            f"{why}. Its parts run as routed; calls without gradients use '{backend}'.",
+            lambda: (
+                f"flagos: {op} ({names.dtype_name(dt)}) routed to '{backend}' ran as PyTorch's decomposition: "
+                f"{why(backend)}. Its parts run as routed; calls without gradients use '{backend}'."
+            ),
         )
 
     return on_fallback
-
-
-def _routed_backend(plan: tuple) -> str:
-    default, by, *_ = plan
-    return next(t.backend for t in (default, *(t for _, t in by)) if t.kind != "native")
 
 
 def _apply_op(op: str, route: OpRoute | None) -> None:
@@ -474,7 +483,7 @@ def _apply_op(op: str, route: OpRoute | None) -> None:
         return
     if old is not None and old[0] == plan:
         return
-    autograd_guard.set_routed(op, _routed_backend(plan), _autograd_fallback(op, plan))
+    autograd_guard.set_routed(op, _autograd_fallback(op, plan))
     parts = _py_route_parts(op, plan)
     if parts is not None:
         # The common case: one Python backend (FlagGems), native or fallback
