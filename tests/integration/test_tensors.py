@@ -153,3 +153,48 @@ def test_complex_and_conjugate_views():
     torch.testing.assert_close(fz.conj().cpu(), z.conj())
     torch.testing.assert_close(torch.view_as_real(fz).cpu(), torch.view_as_real(z))
     torch.testing.assert_close((fz.conj() * fz).cpu(), z.conj() * z)
+
+
+def test_typed_native_kernels_handle_every_argument_and_result_kind():
+    """The hottest ops have typed kernels (native_typed.cpp): lists, optional
+    lists, tuples, vectors, bools, device arguments and in-place returns must
+    behave as on the boxed route, i.e. as on the backing device."""
+    last = torch.flagos.device_count() - 1
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    fa, fb = a.to("flagos"), b.to("flagos")
+    # tensor lists (ITensorListRef) with a flagos device index taken from the inputs
+    cat = torch.cat([fa.to(f"flagos:{last}"), fb.to(f"flagos:{last}")])
+    assert cat.device == torch.device("flagos", last)
+    torch.testing.assert_close(cat.cpu(), torch.cat([a, b]))
+    # optional tensor lists (index.Tensor)
+    idx = torch.tensor([2, 0])
+    torch.testing.assert_close(fa[idx.to("flagos"), 1:].cpu(), a[idx, 1:])
+    # tuples and bools
+    logp = torch.log_softmax(fa, 1)
+    target = torch.tensor([0, 3, 1])
+    nll = torch.nn.functional.nll_loss
+    torch.testing.assert_close(nll(logp, target.to("flagos")).cpu(), nll(a.log_softmax(1), target))
+    y, mean, rstd = torch.native_layer_norm(fa, (4,), None, None, 1e-5)
+    assert all(t.device.type == "flagos" for t in (y, mean, rstd))
+    torch.testing.assert_close(y.cpu(), torch.native_layer_norm(a, (4,), None, None, 1e-5)[0])
+    assert torch.equal(fa, a.to("flagos")) and not torch.equal(fa, fb)
+    # in place: the caller's own tensor comes back; a dtype change between
+    # calls reaches the recycled aliases
+    c = fa.clone()
+    assert c.add_(fb) is c and c.masked_fill_(c > 0, 0.0) is c
+    torch.testing.assert_close(c.cpu(), (a + b).masked_fill(a + b > 0, 0.0))
+    ints = torch.arange(6, device="flagos")
+    assert (ints * 2).cpu().tolist() == [0, 2, 4, 6, 8, 10] and (ints * 2).dtype == torch.long
+    cpu_dst = torch.empty(3, 4)
+    assert cpu_dst.copy_(fa) is cpu_dst and torch.equal(cpu_dst, a)
+    # void (in-place lists) and vector results (_foreach ops)
+    params = [fa.clone(), fb.clone()]
+    torch._foreach_add_(params, 1.0)
+    torch.testing.assert_close([p.cpu() for p in params], [a + 1, b + 1])
+    roots = torch._foreach_sqrt([fa.abs(), fb.abs()])
+    assert all(r.device.type == "flagos" for r in roots)
+    torch.testing.assert_close([r.cpu() for r in roots], [a.abs().sqrt(), b.abs().sqrt()])
+    # device arguments: factories on a named device, copies to a native one
+    assert torch.full((2,), 3.0, device=f"flagos:{last}").device.index == last
+    assert torch.arange(1, 4, device=f"flagos:{last}").device.index == last
+    assert fa.to("cpu", torch.float64).device.type == "cpu"

@@ -87,13 +87,17 @@ at::Tensor borrow_native(const at::Tensor& flagos) {
   at::Tensor alias = std::move(alias_pool.back());
   alias_pool.pop_back();
   auto* impl = alias.unsafeGetTensorImpl();
-  c10::Storage storage = impl->storage();
-  c10::StorageImpl* st = storage.unsafeGetStorageImpl();
-  st->set_data_ptr_noswap(c10::DataPtr(src->mutable_data(), src, &borrowed_deleter,
-                                       c10::Device(b.type, b.host ? -1 : flagos.device().index())));
+  // The recycled alias keeps its own StorageImpl: only the bytes it points at
+  // change (no reference counting on the hot path).
+  c10::StorageImpl* st = impl->unsafe_storage().unsafeGetStorageImpl();
+  const c10::Device device(b.type, b.host ? -1 : flagos.device().index());
+  st->set_data_ptr_noswap(c10::DataPtr(src->mutable_data(), src, &borrowed_deleter, device));
   st->set_nbytes(src->nbytes());
   st->set_resizable(src->resizable());
-  impl->set_storage_and_dtype(std::move(storage), flagos.dtype());
+  // The TensorImpl caches its device: refresh it (and the dtype) on change.
+  if (impl->dtype() != flagos.dtype() || impl->device() != device) {
+    impl->set_storage_and_dtype(impl->storage(), flagos.dtype());
+  }
   set_geometry(impl, flagos);
   return alias;
 }

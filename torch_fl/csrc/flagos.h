@@ -10,6 +10,8 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
+#include <atomic>
+#include <optional>
 #include <string>
 
 namespace torch_fl {
@@ -90,11 +92,29 @@ void register_autocast_and_sdp();
 // results become the caller's own tensors, out= arguments follow resizes).
 class RoutedArgs {
  public:
+  // Boxed calls: every argument and result on the stack.
   void unwrap(std::vector<c10::IValue>* stack, size_t nargs);
   void finish(const c10::FunctionSchema& schema, std::vector<c10::IValue>* stack);
   c10::DeviceIndex index() const {
     return index_;
   }
+
+  // Typed calls (native_typed.cpp), one argument or result at a time, in the
+  // same order as the boxed path: arguments, call, sync_mutated (mutable
+  // schemas), results, release.
+  at::Tensor arg(const at::Tensor& t) {
+    if (t.defined() && t.device().type() == kFlagos) {
+      return borrow(t);
+    }
+    note_foreign(t);
+    return t;
+  }
+  std::optional<c10::Device> device_arg(std::optional<c10::Device> d);
+  at::Tensor result(at::Tensor&& r) const {
+    return C10_LIKELY(!to_native_device_) ? unwrap_result(std::move(r)) : std::move(r);
+  }
+  void sync_mutated();
+  void release();
 
  private:
   struct Borrowed {
@@ -113,6 +133,22 @@ class RoutedArgs {
 };
 
 // --- native route state (native_route.cpp) ---
+// Calls of one operator on the native route and the CPU fallback. Never freed
+// (reset zeroes them), so a kernel may keep the pointer.
+struct OpCounts {
+  std::atomic<int64_t> native{0};
+  std::atomic<int64_t> cpu_fallback{0};
+};
+OpCounts* op_counts(const c10::OperatorHandle& op);
+// One '[flagos dispatch] <overload> -> <label>' line on stderr.
+void log_dispatch(const c10::OperatorHandle& op);
+// Registers typed native kernels for the operators models call most (before
+// the boxed route, which then leaves those operators alone).
+void register_typed_native_route(torch::Library& lib);
+// True when the native route may own `op` at PrivateUse1: the backing device
+// runs it and PyTorch does not decompose it above autograd.
+bool native_route_may_own(const c10::OperatorHandle& op);
+
 struct RouteFlags {
   bool log_dispatch = false;
   bool log_fallback = false;

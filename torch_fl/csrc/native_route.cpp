@@ -22,10 +22,6 @@ RouteFlags g_route_flags;
 namespace {
 
 // --------------------------------------------------------------- statistics
-struct OpCounts {
-  std::atomic<int64_t> native{0};
-  std::atomic<int64_t> cpu_fallback{0};
-};
 std::mutex stats_mutex;
 // Keyed by the schema's address: stable for the operator's lifetime. Entries
 // are never erased (reset zeroes them), so cached pointers stay valid.
@@ -75,6 +71,12 @@ std::mutex label_mutex;
 std::string default_label = "native";
 std::unordered_map<std::string, std::string> labels;
 
+}  // namespace
+
+OpCounts* op_counts(const c10::OperatorHandle& op) {
+  return counts_slow(&op.schema());
+}
+
 void log_dispatch(const c10::OperatorHandle& op) {
   std::string name = overload_name(op.operator_name());
   std::string label;
@@ -85,6 +87,8 @@ void log_dispatch(const c10::OperatorHandle& op) {
   }
   std::cerr << "[flagos dispatch] " << name << " -> " << label << std::endl;
 }
+
+namespace {
 
 // ---------------------------------------------------------------- the route
 inline bool is_flagos(const at::Tensor& t) {
@@ -112,7 +116,6 @@ void RoutedArgs::note_foreign(const at::Tensor& t) {
 }
 
 void RoutedArgs::unwrap(torch::jit::Stack* stack, size_t nargs) {
-  const Backing& bk = g_backing;
   for (size_t i = stack->size() - nargs; i < stack->size(); ++i) {
     c10::IValue& v = (*stack)[i];
     if (v.isTensor()) {
@@ -146,17 +149,25 @@ void RoutedArgs::unwrap(torch::jit::Stack* stack, size_t nargs) {
       }
       v = std::move(out);
     } else if (v.isDevice()) {
-      c10::Device d = v.toDevice();
-      to_native_device_ = d.type() != kFlagos;
-      if (d.type() == kFlagos) {
-        // A device argument names where results go (factories, _to_copy).
-        if (d.has_index()) {
-          index_ = d.index();
-        }
-        v = c10::Device(bk.type, bk.host ? -1 : d.index());
-      }
+      v = *device_arg(v.toDevice());
     }
   }
+}
+
+std::optional<c10::Device> RoutedArgs::device_arg(std::optional<c10::Device> d) {
+  if (!d.has_value()) {
+    return d;
+  }
+  to_native_device_ = d->type() != kFlagos;
+  if (d->type() != kFlagos) {
+    return d;
+  }
+  // A device argument names where results go (factories, _to_copy).
+  if (d->has_index()) {
+    index_ = d->index();
+  }
+  const Backing& bk = g_backing;
+  return c10::Device(bk.type, bk.host ? -1 : d->index());
 }
 
 at::Tensor RoutedArgs::unwrap_result(at::Tensor&& r) const {
@@ -183,11 +194,8 @@ at::Tensor RoutedArgs::unwrap_result(at::Tensor&& r) const {
 }
 
 void RoutedArgs::finish(const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
-  // Arguments the kernel may have resized or re-pointed (out=, set_, resize_).
-  if (!borrowed_.empty() && schema.is_mutable()) {
-    for (const auto& b : borrowed_) {
-      sync_back_if_changed(b.flagos, b.alias, b.alias_storage);
-    }
+  if (schema.is_mutable()) {
+    sync_mutated();
   }
   // With an explicit native device argument (_to_copy(x, device="cpu")) the
   // results belong to that device.
@@ -208,6 +216,17 @@ void RoutedArgs::finish(const c10::FunctionSchema& schema, torch::jit::Stack* st
       }
     }
   }
+  release();
+}
+
+void RoutedArgs::sync_mutated() {
+  // Arguments the kernel may have resized or re-pointed (out=, set_, resize_).
+  for (const auto& b : borrowed_) {
+    sync_back_if_changed(b.flagos, b.alias, b.alias_storage);
+  }
+}
+
+void RoutedArgs::release() {
   for (auto& b : borrowed_) {
     release_borrowed(std::move(b.alias), b.alias_storage);
   }
@@ -283,6 +302,12 @@ bool makes_views(const c10::FunctionSchema& schema) {
 
 }  // namespace
 
+bool native_route_may_own(const c10::OperatorHandle& op) {
+  return !op.hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) &&
+         !op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
+         op.hasComputedKernelForDispatchKey(g_backing.key) && !makes_views(op.schema());
+}
+
 void register_native_route() {
   new_library("_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__)
       .fallback(torch::CppFunction::makeFromBoxedFunction<&native_fallback>());
@@ -294,6 +319,9 @@ void register_native_route() {
   // kernel, route the op itself natively: one kernel call, and the dispatch
   // log names the operator the user called.
   auto& direct_library = new_library("aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  // The hottest operators get typed kernels first: the loop below skips
+  // operators that already have a PrivateUse1 kernel.
+  register_typed_native_route(direct_library);
   auto& dispatcher = c10::Dispatcher::singleton();
   for (const auto& name : dispatcher.getAllOpNames()) {
     if (name.name.rfind("aten::", 0) != 0) {

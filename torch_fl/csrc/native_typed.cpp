@@ -1,0 +1,296 @@
+// Typed native kernels for the operators models call most.
+//
+// The boxed route (native_route.cpp) serves every operator, but each call
+// packs its arguments into IValues, unpacks them for the backing kernel, and
+// packs and unpacks the results again. For the few dozen operators that make
+// up almost every call of a transformer (mm, mul, add, cat, mean, copies,
+// attention, the optimizer's _foreach ops) that boxing is most of what flagos
+// adds per call. Here each of them gets a kernel with its own C++ signature,
+// generated from ATen's at::_ops::<op>::schema: arguments are swapped for
+// borrowed aliases in place and the backing kernel is redispatched unboxed.
+// Behaviour is the boxed route's (RoutedArgs does both): same aliases, same
+// result wrapping, same out=/resize handling, same counts and dispatch log.
+#include "flagos.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/SmallVector.h>
+
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace torch_fl {
+
+namespace {
+
+// ------------------------------------------------------------ arguments
+// How one parameter type is held during the call (Held) and handed to the
+// backing kernel (pass). Everything not listed passes through untouched.
+template <class T>
+struct Param {
+  using Held = T;
+  static T map(RoutedArgs&, T v) {
+    return v;
+  }
+  static T pass(T v) {
+    return v;
+  }
+};
+
+template <>
+struct Param<const at::Tensor&> {
+  using Held = at::Tensor;
+  static at::Tensor map(RoutedArgs& a, const at::Tensor& t) {
+    return a.arg(t);
+  }
+  static const at::Tensor& pass(const at::Tensor& t) {
+    return t;
+  }
+};
+
+template <>
+struct Param<at::Tensor&> {
+  using Held = at::Tensor;
+  static at::Tensor map(RoutedArgs& a, const at::Tensor& t) {
+    return a.arg(t);
+  }
+  static at::Tensor& pass(at::Tensor& t) {
+    return t;
+  }
+};
+
+template <>
+struct Param<const std::optional<at::Tensor>&> {
+  using Held = std::optional<at::Tensor>;
+  static std::optional<at::Tensor> map(RoutedArgs& a, const std::optional<at::Tensor>& t) {
+    if (t.has_value()) {
+      return a.arg(*t);
+    }
+    return t;
+  }
+  static const std::optional<at::Tensor>& pass(const std::optional<at::Tensor>& t) {
+    return t;
+  }
+};
+
+using HeldList = c10::SmallVector<at::Tensor, 8>;
+
+template <class List>
+HeldList map_list(RoutedArgs& a, const List& list) {
+  HeldList out;
+  out.reserve(list.size());
+  for (const at::Tensor& t : list) {
+    out.push_back(a.arg(t));
+  }
+  return out;
+}
+
+template <>
+struct Param<at::TensorList> {
+  using Held = HeldList;
+  static HeldList map(RoutedArgs& a, at::TensorList list) {
+    return map_list(a, list);
+  }
+  static at::TensorList pass(const HeldList& held) {
+    return held;
+  }
+};
+
+template <>
+struct Param<const at::ITensorListRef&> {
+  using Held = HeldList;
+  static HeldList map(RoutedArgs& a, const at::ITensorListRef& list) {
+    return map_list(a, list);
+  }
+  static at::ITensorListRef pass(const HeldList& held) {
+    return at::ITensorListRef(at::TensorList(held));
+  }
+};
+
+template <>
+struct Param<const c10::List<std::optional<at::Tensor>>&> {
+  using Held = c10::List<std::optional<at::Tensor>>;
+  static Held map(RoutedArgs& a, const c10::List<std::optional<at::Tensor>>& list) {
+    Held out;
+    out.reserve(list.size());
+    for (std::optional<at::Tensor> t : list) {
+      out.push_back(t.has_value() ? std::optional<at::Tensor>(a.arg(*t)) : std::move(t));
+    }
+    return out;
+  }
+  static const Held& pass(const Held& held) {
+    return held;
+  }
+};
+
+template <>
+struct Param<std::optional<at::Device>> {
+  using Held = std::optional<at::Device>;
+  static Held map(RoutedArgs& a, std::optional<at::Device> d) {
+    return a.device_arg(d);
+  }
+  static Held pass(Held d) {
+    return d;
+  }
+};
+
+// -------------------------------------------------------------- results
+template <class T>
+T wrap(RoutedArgs&, T&& v) {
+  return std::forward<T>(v);  // scalars, bools, SymInts
+}
+
+at::Tensor wrap(RoutedArgs& a, at::Tensor&& t) {
+  return a.result(std::move(t));
+}
+
+std::vector<at::Tensor> wrap(RoutedArgs& a, std::vector<at::Tensor>&& ts) {
+  for (auto& t : ts) {
+    t = a.result(std::move(t));
+  }
+  return std::move(ts);
+}
+
+template <class... Ts>
+std::tuple<Ts...> wrap(RoutedArgs& a, std::tuple<Ts...>&& ts) {
+  return std::apply([&](auto&&... v) { return std::tuple<Ts...>{wrap(a, std::move(v))...}; }, std::move(ts));
+}
+
+// ---------------------------------------------------------------- kernel
+template <class Op, class Schema = typename Op::schema>
+struct Typed;
+
+template <class Op, class Ret, class... Args>
+struct Typed<Op, Ret(Args...)> {
+  using Held = std::tuple<typename Param<Args>::Held...>;
+
+  static inline std::optional<c10::TypedOperatorHandle<Ret(Args...)>> handle;
+  static inline OpCounts* counts = nullptr;
+  static inline bool mutates = false;
+
+  template <size_t... I>
+  static Ret redispatch(Held& held, std::index_sequence<I...>) {
+    return handle->redispatch(c10::DispatchKeySet(g_backing.key), Param<Args>::pass(std::get<I>(held))...);
+  }
+
+  // An in-place or out= kernel returns one of its own arguments: hand back
+  // the caller's tensor that stands where that alias was passed.
+  template <size_t... I>
+  static at::Tensor& caller_tensor(const at::Tensor& returned, Held& held, std::tuple<Args&&...> given,
+                                   std::index_sequence<I...>) {
+    at::Tensor* found = nullptr;
+    (
+        [&] {
+          if constexpr (std::is_same_v<std::tuple_element_t<I, std::tuple<Args...>>, at::Tensor&>) {
+            if (found == nullptr && &std::get<I>(held) == &returned) {
+              found = &std::get<I>(given);
+            }
+          }
+        }(),
+        ...);
+    TORCH_INTERNAL_ASSERT(found != nullptr, "flagos: ", handle->schema().name(),
+                          " returned a reference to none of its arguments");
+    return *found;
+  }
+
+  static Ret call(Args... args) {
+    const RouteFlags& f = g_route_flags;
+    if (C10_UNLIKELY(f.log_dispatch)) {
+      log_dispatch(*handle);
+    }
+    if (f.count) {
+      counts->native.fetch_add(1, std::memory_order_relaxed);
+    }
+    RoutedArgs a;
+    if constexpr (std::is_void_v<Ret>) {
+      run(a, args...);
+      a.release();
+    } else {
+      Ret out = run(a, args...);
+      a.release();  // after the held aliases are gone: only then are they recycled
+      return out;
+    }
+  }
+
+  static Ret run(RoutedArgs& a, Args... args) {
+    // Braced initialisation maps the arguments left to right, as the boxed
+    // route does (the first flagos argument names the result's device).
+    Held held{Param<Args>::map(a, args)...};
+    constexpr auto indices = std::index_sequence_for<Args...>{};
+    if constexpr (std::is_void_v<Ret>) {
+      redispatch(held, indices);
+      if (mutates) {
+        a.sync_mutated();
+      }
+    } else if constexpr (std::is_same_v<Ret, at::Tensor&>) {
+      at::Tensor& r = redispatch(held, indices);
+      if (mutates) {
+        a.sync_mutated();
+      }
+      return caller_tensor(r, held, std::forward_as_tuple(std::forward<Args>(args)...), indices);
+    } else {
+      Ret r = redispatch(held, indices);
+      if (mutates) {
+        a.sync_mutated();
+      }
+      return wrap(a, std::move(r));
+    }
+  }
+
+  static void add_to(torch::Library& lib) {
+    auto op = c10::Dispatcher::singleton().findSchema({Op::name, Op::overload_name});
+    if (!op || !native_route_may_own(*op)) {
+      return;  // the boxed route decides, e.g. a CPU fallback
+    }
+    handle = op->template typed<Ret(Args...)>();
+    counts = op_counts(*op);
+    mutates = op->schema().is_mutable();
+    std::string name = std::string(Op::name).substr(6);  // without "aten::"
+    if (Op::overload_name[0] != '\0') {
+      name += std::string(".") + Op::overload_name;
+    }
+    lib.impl(name.c_str(), TORCH_FN(call));
+  }
+};
+
+template <class... Ops>
+void add_all(torch::Library& lib) {
+  (Typed<Ops>::add_to(lib), ...);
+}
+
+}  // namespace
+
+void register_typed_native_route(torch::Library& lib) {
+  namespace o = at::_ops;
+  // What Qwen3 (and most transformers) call per token, per training step and
+  // per optimizer step; each is one line. Views are not here: they stay
+  // metadata operations on flagos.
+  add_all<
+      // linear layers, attention
+      o::mm, o::bmm, o::addmm, o::baddbmm, o::_scaled_dot_product_cudnn_attention,
+      o::_scaled_dot_product_cudnn_attention_backward, o::_scaled_dot_product_flash_attention,
+      o::_scaled_dot_product_flash_attention_backward, o::_scaled_dot_product_efficient_attention,
+      o::_scaled_dot_product_efficient_attention_backward, o::_scaled_dot_product_flash_attention_for_cpu,
+      o::_scaled_dot_product_flash_attention_for_cpu_backward,
+      // elementwise
+      o::add_Tensor, o::add__Tensor, o::add_Scalar, o::sub_Tensor, o::rsub_Scalar, o::mul_Tensor, o::mul__Tensor,
+      o::mul_Scalar, o::mul__Scalar, o::div_Tensor, o::div__Tensor, o::div_Scalar, o::pow_Tensor_Scalar, o::rsqrt,
+      o::sqrt, o::neg, o::abs, o::exp, o::cos, o::sin, o::tanh, o::sigmoid, o::silu, o::silu_backward, o::gelu,
+      o::gelu_backward, o::where_self, o::masked_fill_Scalar, o::masked_fill__Scalar, o::eq_Scalar, o::eq_Tensor,
+      o::ne_Scalar, o::ne_Tensor, o::lt_Scalar, o::le_Scalar, o::gt_Scalar, o::ge_Scalar, o::bitwise_and_Tensor,
+      o::bitwise_or_Tensor, o::bitwise_not, o::logical_not, o::fill__Scalar, o::zero_,
+      // reductions, normalisation, losses
+      o::mean_dim, o::sum, o::sum_dim_IntList, o::amax, o::max, o::argmax, o::all, o::any, o::cumsum, o::_softmax,
+      o::_softmax_backward_data, o::_log_softmax, o::_log_softmax_backward_data, o::nll_loss_forward,
+      o::nll_loss_backward, o::native_layer_norm, o::native_layer_norm_backward, o::equal,
+      // data movement, factories, embeddings
+      o::copy_, o::_to_copy, o::clone, o::cat, o::index_select, o::index_Tensor, o::embedding,
+      o::embedding_dense_backward, o::full, o::arange, o::arange_start, o::ones_like, o::zeros_like, o::triu,
+      o::tril,
+      // optimizer steps (foreach AdamW/SGD)
+      o::_foreach_add__Scalar, o::_foreach_add__List, o::_foreach_mul__Scalar, o::_foreach_mul__Tensor,
+      o::_foreach_lerp__Scalar, o::_foreach_addcmul__Scalar, o::_foreach_addcdiv__ScalarList,
+      o::_foreach_div__ScalarList, o::_foreach_sqrt, o::_foreach_add__ScalarList>(lib);
+}
+
+}  // namespace torch_fl
