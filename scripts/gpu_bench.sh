@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The benchmarks on the H200 (device tool), from the repo root, alone on the machine:
-#   bash scripts/gpu_bench.sh                      # overhead, then e2e: about 9 minutes
+#   bash scripts/gpu_bench.sh                      # overhead (+ route_breakdown.py), then e2e: about 9 minutes
 #   STEP=overhead|e2e|profile|profile+overhead|demo bash scripts/gpu_bench.sh
 # Carry .whl (../shared/tools/gpu-wheels.sh) for the FlagGems rows. Installs the
 # wheels, builds the core, then runs benchmarks/overhead.py, benchmarks/e2e.py
 # (ROUNDS rounds, default 3; E2E_DEADLINE=seconds starts no round that would end
-# later), benchmarks/profile_decode.py for prefill and decode, or the demo
+# later; E2E_VARIANTS=native,flagos limits the variants), benchmarks/profile_decode.py for prefill and decode, or the demo
 # (native routes, then the FlagGems profile); JSON, PNG and logs go to $OUT.
 # Correctness checks: scripts/gpu_check.sh.
 set -uo pipefail
@@ -13,6 +13,7 @@ STEP=${STEP:-all}
 source scripts/gpu_setup.sh
 if [[ $STEP == all || $STEP == overhead || $STEP == profile+overhead ]]; then
   python3 benchmarks/overhead.py --out "$OUT/overhead_cuda.json" 2>&1 | tee "$OUT/overhead.log" | tail -16
+  python3 benchmarks/route_breakdown.py --json "$OUT/route_breakdown.json" 2>&1 | tee -a "$OUT/overhead.log"
 fi
 if [[ $STEP == profile || $STEP == profile+overhead ]]; then  # where the e2e time goes (docs/verification.md section 8)
   python3 benchmarks/profile_decode.py --task prefill --trace-dir "$OUT" > "$OUT/profile_prefill.txt" 2>&1; tail -30 "$OUT/profile_prefill.txt"
@@ -27,6 +28,7 @@ if [[ $STEP == demo ]]; then
 fi
 if [[ $STEP == all || $STEP == e2e ]]; then
   python3 benchmarks/e2e.py --rounds "${ROUNDS:-3}" ${E2E_DEADLINE:+--deadline "$E2E_DEADLINE"} \
-    --out "$OUT" --name e2e-h200-qwen3-0.6b 2>&1 | tee "$OUT/e2e.log" | tail -25
+    ${E2E_VARIANTS:+--variants "$E2E_VARIANTS"} \
+    --out "$OUT" --name e2e-h200-qwen3-0.6b 2>&1 | tail -25
 fi
 echo "total: $(( $(date +%s) - start )) s"

@@ -260,6 +260,9 @@ class OpSpec:
     # them into failures to clean up) and the operator stays native for them
     # in configs/backends_flaggems.conf.
     flaggems_defect: Callable[[Case], str | None] = lambda case: None
+    # Defects whose visibility depends on memory FlagGems leaves unwritten:
+    # those cases may pass by chance, so their xfail is not strict.
+    flaggems_defect_may_pass: Callable[[Case], bool] = lambda case: False
 
     def cases(self) -> list[Case]:
         return [Case(i, d) for i in self.inputs for d in self.dtypes] + list(self.extra_cases)
@@ -435,7 +438,8 @@ class OpTests:
         from torch_fl import routing
 
         if defect := self.spec.flaggems_defect(case):
-            request.applymarker(pytest.mark.xfail(reason=f"FlagGems defect: {defect}", strict=True))
+            strict = not self.spec.flaggems_defect_may_pass(case)
+            request.applymarker(pytest.mark.xfail(reason=f"FlagGems defect: {defect}", strict=strict))
         with routing.route({self.spec.overload: "flaggems"}):
             self.spec.check_against(case, _native_cuda, "native cuda")
 

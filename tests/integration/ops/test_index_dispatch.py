@@ -42,6 +42,9 @@ def _flaggems_defect(case):
 SPEC = OpSpec(
     overload="index.Tensor",
     flaggems_defect=_flaggems_defect,
+    # An unwritten bool row matches by chance when its memory happens to hold
+    # the expected bytes (the H200 run of 2026-11-30 09:33 passed two_broadcast-bool).
+    flaggems_defect_may_pass=lambda case: case.dtype == torch.bool,
     fn=operator.getitem,
     inputs=INPUTS,
     dtypes=FLOATS + INTS + BOOL,

@@ -1,0 +1,106 @@
+"""Where a routed call's host time goes: the parts of overhead.py's gaps.
+
+overhead.py reports what a flagos call adds over native (small ops) and what a
+flaggems-routed call adds over calling flag_gems directly. This splits those
+gaps into parts, each timed as host microseconds per call in the same run:
+
+- the Python route machinery with a kernel that does nothing (a trivial
+  Python function routed through torch_fl._C.PyRoute vs called directly),
+- the FlagGems kernel called directly on persistent CUDA tensors vs on fresh
+  alias tensors each call (what the route hands it),
+- mm 64x64 on native vs flagos through torch.mm and the @ operator.
+
+    python benchmarks/route_breakdown.py [--calls N] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+import torch_fl
+
+
+def per_call_us(fn, calls: int, rounds: int = 5) -> float:
+    """Median over rounds of host microseconds per call (windows of 256 calls, device synced between)."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    for _ in range(200):
+        fn()
+    results = []
+    for _ in range(rounds):
+        total, done = 0.0, 0
+        while done < calls:
+            n = min(256, calls - done)
+            sync()
+            start = time.perf_counter()
+            for _ in range(n):
+                fn()
+            total += time.perf_counter() - start
+            done += n
+        results.append(total / calls * 1e6)
+    sync()
+    return statistics.median(results)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--calls", type=int, default=2000)
+    p.add_argument("--json", help="write the rows here")
+    args = p.parse_args(argv)
+    native = torch.device("cuda" if torch_fl.backing() == "cuda" else "cpu")
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(4, 4, generator=g).to(native), torch.randn(4, 4, generator=g).to(native)
+    fa, fb = torch_fl.as_flagos(a), torch_fl.as_flagos(b)
+    rows: dict[str, float] = {}
+
+    def row(name: str, fn) -> None:
+        rows[name] = per_call_us(fn, args.calls)
+        print(f"  {name:<58} {rows[name]:8.2f} us", flush=True)
+
+    def nothing(x, y, alpha=1):
+        return x
+
+    cell = [0, 0, 0]
+    route = torch_fl._C.PyRoute("add.Tensor")
+    route.update(nothing, lambda e, a, kw: None, lambda *a, **kw: None, [], cell, "breakdown")
+    try:
+        row("python kernel that does nothing, called directly", lambda: nothing(a, b, alpha=1))
+        row("python kernel that does nothing, routed (PyRoute)", lambda: fa + fb)
+    finally:
+        route.destroy()
+    row("add on the native route", lambda: fa + fb)
+    row("add native", lambda: a + b)
+
+    try:
+        from torch_fl.backends.flaggems import LOADER
+
+        gems_mul = LOADER.table.get("mul.Tensor") if torch_fl.backends.get("flaggems").available() else None
+    except Exception as e:  # noqa: BLE001 - reported, not fatal: the other rows stand
+        print(f"  flaggems rows skipped: {e}")
+        gems_mul = None
+    if gems_mul is None:
+        print("  flaggems rows skipped: flag_gems is not available here")
+    else:
+        row("flag_gems mul, direct, persistent CUDA tensors", lambda: gems_mul(a, b))
+        row("flag_gems mul, direct, fresh alias tensors per call", lambda: gems_mul(torch_fl.as_native(fa), b))
+        with torch_fl.routing.route({"mul.Tensor": "flaggems"}):
+            row("flag_gems mul, routed from flagos", lambda: fa * fb)
+
+    m1, m2 = torch.randn(64, 64, generator=g).to(native), torch.randn(64, 64, generator=g).to(native)
+    f1, f2 = torch_fl.as_flagos(m1), torch_fl.as_flagos(m2)
+    row("mm 64x64 native, torch.mm", lambda: torch.mm(m1, m2))
+    row("mm 64x64 flagos, torch.mm", lambda: torch.mm(f1, f2))
+    row("mm 64x64 native, @", lambda: m1 @ m2)
+    row("mm 64x64 flagos, @", lambda: f1 @ f2)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"backing": torch_fl.backing(), "torch": torch.__version__, "us_per_call": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
