@@ -3,6 +3,7 @@
     python benchmarks/e2e.py                          # GPU: Qwen3-0.6B architecture, all variants
     python benchmarks/e2e.py --model tiny --quick     # host smoke run
     python benchmarks/e2e.py --model /path/to/Qwen3-0.6B --rounds 5
+    python benchmarks/e2e.py --variants native,flagos --paired 6   # + in-process pairs
 
 Tasks (full sizes): decode (batch 1, 32-token prompt, 64 new tokens, greedy),
 prefill (8 x 512 tokens, one forward pass, logits of the last position as
@@ -23,6 +24,12 @@ the same way as the others. Rounds alternate between variants, rotating the
 order each round. Errors are recorded as results. Built-in models get random
 weights from --seed and are saved once to a temporary checkpoint that every
 child loads, so all variants hold identical weights.
+
+--paired N first runs decode and prefill on native and flagos in one child
+process, alternating call by call for N pairs: on a shared machine whose load
+drifts between processes, the median of per-pair ratios is the steadier
+number (training is not paired: native CUDA backward cannot share a process
+with torch_fl).
 
 Writes benchmarks/results/<name>.json (with the command line) and .png (if
 matplotlib is installed), and prints a Markdown table.
@@ -66,6 +73,85 @@ SIZES = {
 # ----------------------------------------------------------------------------- worker (child process)
 
 
+def _inference_call(task: str, model, sz: dict, seed: int, device):
+    """(fn, tokens per call) for decode or prefill on `model` (already on `device`)."""
+    import qwen3
+    import torch
+    import workloads
+
+    if task == "decode":
+        ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["prompt"], seed=seed + 1).to(device)
+        return (lambda: workloads.greedy(model, ids, sz["new_tokens"])), sz["batch"] * sz["new_tokens"]
+    ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["length"], seed=seed + 2).to(device)
+
+    @torch.no_grad()
+    def prefill():
+        return model(input_ids=ids, use_cache=False, logits_to_keep=1).logits
+
+    return prefill, sz["batch"] * sz["length"]
+
+
+def _paired_worker(args) -> dict:
+    """Native and flagos in one process, alternating call by call (ABBA order).
+
+    Machine load that drifts between child processes (the H200 host is
+    shared: native alone varied by 40 % between rounds) hits both devices of
+    a pair alike, so the median of per-pair ratios is far steadier than a
+    ratio of medians from different processes. Training is not paired: native
+    CUDA backward fails once torch_fl is imported (PyTorch issue 161129).
+    """
+    sys.path.insert(0, str(MODELS_DIR))
+    sys.path.insert(0, str(REPO))
+    import qwen3
+    import torch
+    import workloads
+
+    import torch_fl
+
+    native = torch.device("cuda", 0) if torch_fl.backing() == "cuda" else torch.device("cpu")
+    flagos = torch.device("flagos", 0)
+    dtype = _infer_dtype(args, torch_fl.backing() == "cuda")
+    sizes = json.loads(args.sizes)
+    out: dict = {"variant": "paired", "pid": os.getpid(), "backing": torch_fl.backing(), "tasks": {}}
+    models = {d: qwen3.build(args.ckpt, dtype=dtype).to(d) for d in (native, flagos)}
+    for task in [t for t in args.tasks.split(",") if t in ("decode", "prefill")]:
+        sz = sizes[task]
+        calls = {d: _inference_call(task, models[d], sz, args.seed, d) for d in models}
+        tokens = calls[native][1]
+        for d, (fn, _) in calls.items():
+            for _ in range(sz["warmup"]):
+                fn()
+            workloads.synchronize(d)
+        secs: dict = {native: [], flagos: []}
+        results = {}
+        for i in range(args.paired):
+            for d in (native, flagos) if i % 2 == 0 else (flagos, native):
+                t = time.perf_counter()
+                results[d] = calls[d][0]()
+                workloads.synchronize(d)
+                secs[d].append(time.perf_counter() - t)
+        ratios = [n / f for n, f in zip(secs[native], secs[flagos], strict=True)]
+        res = {
+            "pairs": args.paired,
+            "ratio_median": statistics.median(ratios),
+            "ratios": [round(r, 4) for r in ratios],
+            "native_tokens_per_s": tokens / statistics.median(secs[native]),
+            "flagos_tokens_per_s": tokens / statistics.median(secs[flagos]),
+        }
+        if task == "decode":
+            res["tokens_match_native"] = results[native].cpu().tolist() == results[flagos].cpu().tolist()
+        out["tasks"][task] = res
+    return out
+
+
+def _infer_dtype(args, on_gpu: bool):
+    import torch
+
+    if args.dtype == "auto":
+        return torch.bfloat16 if on_gpu else torch.float32
+    return getattr(torch, args.dtype)
+
+
 def _worker(args) -> dict:
     variant = args.worker
     sys.path.insert(0, str(MODELS_DIR))
@@ -91,11 +177,7 @@ def _worker(args) -> dict:
 
         flag_gems.enable()
         info["flag_gems"] = getattr(flag_gems, "__version__", "?")
-    on_gpu = info["backing"] == "cuda"
-    if args.dtype == "auto":
-        infer_dtype = torch.bfloat16 if on_gpu else torch.float32
-    else:
-        infer_dtype = getattr(torch, args.dtype)
+    infer_dtype = _infer_dtype(args, info["backing"] == "cuda")
     sizes = json.loads(args.sizes)
 
     def load(dtype):
@@ -125,25 +207,14 @@ def _worker(args) -> dict:
         res: dict = {}
         workloads.reset_peak_memory(device)
         model = load(torch.float32 if task == "train" else infer_dtype)
-        if task == "decode":
-            ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["prompt"], seed=args.seed + 1).to(device)
-            n = sz["new_tokens"]
+        if task in ("decode", "prefill"):
+            fn, tokens = _inference_call(task, model, sz, args.seed, device)
             if stats:
                 routing.reset_stats()
-            sec, out = timed(lambda: workloads.greedy(model, ids, n), sz["warmup"], sz["iters"])
-            res["tokens"] = out[:, sz["prompt"] :].cpu().tolist()
-            res["tokens_per_s"] = sz["batch"] * n / sec
-        elif task == "prefill":
-            ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["length"], seed=args.seed + 2).to(device)
-
-            @torch.no_grad()
-            def prefill():
-                return model(input_ids=ids, use_cache=False, logits_to_keep=1).logits
-
-            if stats:
-                routing.reset_stats()
-            sec, _ = timed(prefill, sz["warmup"], sz["iters"])
-            res["tokens_per_s"] = sz["batch"] * sz["length"] / sec
+            sec, out = timed(fn, sz["warmup"], sz["iters"])
+            if task == "decode":
+                res["tokens"] = out[:, sz["prompt"] :].cpu().tolist()
+            res["tokens_per_s"] = tokens / sec
         elif task == "train":
             ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["length"], seed=args.seed + 3).to(device)
             model.train()
@@ -224,6 +295,8 @@ def _run_child(variant, args, ckpt, sizes) -> dict:
         args.dtype,
         "--seed",
         str(args.seed),
+        "--paired",
+        str(args.paired),
     ]
     t = time.perf_counter()
     try:
@@ -313,6 +386,16 @@ def _table(summary: dict, tasks: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _paired_brief(paired: dict) -> str:
+    if "error" in paired:
+        return f"error: {paired['error'][:200]}"
+    parts = []
+    for t, r in paired["tasks"].items():
+        match = {True: ", greedy = native", False: ", greedy differs"}.get(r.get("tokens_match_native"), "")
+        parts.append(f"{t} {r['ratio_median']:.3f}x (median of {r['pairs']} pairs{match})")
+    return "; ".join(parts)
+
+
 def _chart(summary: dict, tasks: list[str], path: Path, title: str) -> str | None:
     try:
         import matplotlib
@@ -355,6 +438,13 @@ def _parse(argv=None):
     p.add_argument("--name", default=None, help="output file stem (default e2e-<backing>-<model>[-quick])")
     p.add_argument("--deadline", type=float, default=None, help="start no round that would end after this many seconds")
     p.add_argument("--child-timeout", type=int, default=300, help="seconds per child process")
+    p.add_argument(
+        "--paired",
+        type=int,
+        default=0,
+        help="also run decode and prefill on native and flagos in one process, alternating, for this many pairs "
+        "(before the rounds; the steadier ratio on a shared machine)",
+    )
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--ckpt", default=None, help=argparse.SUPPRESS)
     p.add_argument("--sizes", default=None, help=argparse.SUPPRESS)
@@ -364,7 +454,8 @@ def _parse(argv=None):
 def main(argv=None) -> int:
     args = _parse(argv)
     if args.worker:
-        print(RESULT_TAG + json.dumps(_worker(args)), flush=True)
+        worker = _paired_worker if args.worker == "paired" else _worker
+        print(RESULT_TAG + json.dumps(worker(args)), flush=True)
         return 0
 
     sys.path.insert(0, str(MODELS_DIR))
@@ -393,6 +484,8 @@ def main(argv=None) -> int:
     name = args.name or f"e2e-{backing}-{model_tag}{'-quick' if args.quick else ''}"
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
+
+    paired: dict | None = None
 
     def write_json(raw: list, rounds: int) -> tuple[dict, Path]:
         """The report so far (written after every round: a run cut short keeps what it measured)."""
@@ -424,6 +517,7 @@ def main(argv=None) -> int:
             "variants": variants,
             "skipped": skipped,
             "summary": summary,
+            "paired": paired,
             "raw": raw,
         }
         json_path = out_dir / f"{name}.json"
@@ -441,6 +535,10 @@ def main(argv=None) -> int:
         else:
             ckpt = spec
         raw = []
+        if args.paired > 0 and {"decode", "prefill"} & set(args.tasks):
+            print(f"paired: native and flagos alternating in one process, {args.paired} pairs ...", end=" ", flush=True)
+            paired = _run_child("paired", args, ckpt, sizes)
+            print(_paired_brief(paired), f"[{paired.get('wall_s', '?')} s]", flush=True)
         stop_at = started + args.deadline if args.deadline else float("inf")
         round_s = 0.0
         for r in range(args.rounds):
@@ -470,6 +568,8 @@ def main(argv=None) -> int:
     png = _chart(summary, args.tasks, out_dir / f"{name}.png", title)
     print()
     print(_table(summary, args.tasks))
+    if paired:
+        print(f"\npaired in one process: {_paired_brief(paired)}")
     for v, why in skipped.items():
         print(f"skipped {v}: {why}")
     print(f"\nwrote {json_path}" + (f" and {png}" if png else " (no PNG: matplotlib is not installed)"))

@@ -5,7 +5,8 @@
 # Carry .whl (../shared/tools/gpu-wheels.sh) for the FlagGems rows. Installs the
 # wheels, builds the core, then runs benchmarks/overhead.py, benchmarks/e2e.py
 # (ROUNDS rounds, default 3; E2E_DEADLINE=seconds starts no round that would end
-# later; E2E_VARIANTS=native,flagos limits the variants), benchmarks/profile_decode.py for prefill and decode, or the demo
+# later; E2E_VARIANTS=native,flagos limits the variants; PAIRS in-process
+# native/flagos pairs first, default 6), benchmarks/profile_decode.py for prefill and decode, or the demo
 # (native routes, then the FlagGems profile); JSON, PNG and logs go to $OUT.
 # Correctness checks: scripts/gpu_check.sh.
 set -uo pipefail
@@ -28,7 +29,7 @@ if [[ $STEP == demo ]]; then
 fi
 if [[ $STEP == all || $STEP == e2e ]]; then
   python3 benchmarks/e2e.py --rounds "${ROUNDS:-3}" ${E2E_DEADLINE:+--deadline "$E2E_DEADLINE"} \
-    ${E2E_VARIANTS:+--variants "$E2E_VARIANTS"} \
+    ${E2E_VARIANTS:+--variants "$E2E_VARIANTS"} --paired "${PAIRS:-6}" \
     --out "$OUT" --name e2e-h200-qwen3-0.6b 2>&1 | tail -25
 fi
 echo "total: $(( $(date +%s) - start )) s"

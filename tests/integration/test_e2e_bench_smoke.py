@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.anyplatform
 def test_e2e_benchmark_quick(tmp_path):
     cmd = [sys.executable, str(REPO / "benchmarks" / "e2e.py"), "--model", "tiny", "--quick", "--rounds", "1"]
-    cmd += ["--variants", "native,flagos", "--out", str(tmp_path), "--name", "smoke"]
+    cmd += ["--variants", "native,flagos", "--out", str(tmp_path), "--name", "smoke", "--paired", "2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "smoke.json").read_text())
@@ -34,3 +34,12 @@ def test_e2e_benchmark_quick(tmp_path):
     assert sum(flagos["decode"]["backends"].values()) > 0  # routing stats were collected in the child
     native_raw = [r for r in report["raw"] if r["variant"] == "native"]
     assert native_raw and all(r["torch_fl_imported"] is False for r in native_raw)
+    # --paired: native and flagos alternating in one child, per-pair ratios
+    paired = report["paired"]
+    assert paired["variant"] == "paired" and "error" not in paired, paired
+    for task in ("decode", "prefill"):
+        entry = paired["tasks"][task]
+        assert entry["pairs"] == 2 and len(entry["ratios"]) == 2 and entry["ratio_median"] > 0
+        assert entry["native_tokens_per_s"] > 0 and entry["flagos_tokens_per_s"] > 0
+    assert paired["tasks"]["decode"]["tokens_match_native"] is True
+    assert "train" not in paired["tasks"]  # native CUDA backward cannot share a process with torch_fl

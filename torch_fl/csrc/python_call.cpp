@@ -190,8 +190,27 @@ c10::ScalarType first_dtype(const torch::jit::Stack& stack, size_t first) {
   return c10::ScalarType::Undefined;
 }
 
+// Interned Python names of an operator's keyword-only arguments, made once
+// per kernel and kept for the process's life (dropping them would need the
+// GIL at exit).
+using KwargNames = c10::SmallVector<PyObject*, 4>;
+
+const KwargNames& kwarg_names(const c10::FunctionSchema& schema, std::optional<KwargNames>& cache) {
+  if (C10_UNLIKELY(!cache.has_value())) {
+    KwargNames names;
+    for (const auto& p : schema.arguments()) {
+      if (p.kwarg_only()) {
+        names.push_back(PyUnicode_InternFromString(p.name().c_str()));
+      }
+    }
+    cache = std::move(names);
+  }
+  return *cache;
+}
+
 // The operator's arguments as Python (args, kwargs), taken off the stack.
-std::pair<py::tuple, py::dict> pop_python_args(const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
+std::pair<py::tuple, py::dict> pop_python_args(const c10::FunctionSchema& schema, torch::jit::Stack* stack,
+                                               std::optional<KwargNames>& names_cache) {
   const auto& params = schema.arguments();
   const size_t first = stack->size() - params.size();
   size_t npos = 0;
@@ -200,12 +219,14 @@ std::pair<py::tuple, py::dict> pop_python_args(const c10::FunctionSchema& schema
   }
   py::tuple args(npos);
   py::dict kwargs;
+  const KwargNames* names = npos < params.size() ? &kwarg_names(schema, names_cache) : nullptr;
   for (size_t i = 0; i < params.size(); ++i) {
     py::object obj = torch::jit::toPyObject(std::move((*stack)[first + i]));
     if (i < npos) {
       PyTuple_SET_ITEM(args.ptr(), i, obj.release().ptr());
     } else {
-      kwargs[py::str(params[i].name())] = std::move(obj);
+      // kwarg-only arguments follow the positional ones, in schema order
+      PyDict_SetItem(kwargs.ptr(), (*names)[i - npos], obj.ptr());
     }
   }
   stack->erase(stack->begin() + first, stack->end());
@@ -237,32 +258,34 @@ void count_call(const py::object& cell) {
 
 class PyRouteKernel final : public c10::OperatorKernel {
  public:
+  // The state is read and swapped only with the GIL held (update() is
+  // called from Python), so a plain shared_ptr copy needs no atomics.
   using Slot = std::shared_ptr<std::shared_ptr<PyRouteState>>;
   explicit PyRouteKernel(Slot slot) : slot_(std::move(slot)) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
-    // A route change may swap the state during this call (a fallback
-    // re-plans its own operator): the call keeps the state it started with.
-    std::shared_ptr<PyRouteState> st = std::atomic_load(slot_.get());
     const auto& schema = op.schema();
     const size_t nargs = schema.arguments().size();
-    if (C10_UNLIKELY(g_route_flags.log_dispatch)) {  // one switch for every route (set_flags)
-      std::cerr << st->line << std::flush;
-    }
-    const c10::ScalarType dtype = first_dtype(*stack, stack->size() - nargs);
-    if (C10_UNLIKELY(dtype != c10::ScalarType::Undefined && st->other[static_cast<size_t>(dtype)])) {
-      py::gil_scoped_acquire gil;
-      auto [args, kwargs] = pop_python_args(schema, stack);
-      push_python_result(schema, st->other_dtype(*args, **kwargs), stack);
-      return;
-    }
-    std::vector<c10::IValue> original(stack->end() - nargs, stack->end());  // for the error path
     RoutedArgs routed;
-    routed.unwrap(stack, nargs);
     {
       py::gil_scoped_acquire gil;
+      // A route change may swap the state during this call (a fallback
+      // re-plans its own operator): the call keeps the state it started with.
+      std::shared_ptr<PyRouteState> st = *slot_;
+      if (C10_UNLIKELY(g_route_flags.log_dispatch)) {  // one switch for every route (set_flags)
+        std::cerr << st->line << std::flush;
+      }
+      const c10::ScalarType dtype = first_dtype(*stack, stack->size() - nargs);
+      if (C10_UNLIKELY(dtype != c10::ScalarType::Undefined && st->other[static_cast<size_t>(dtype)])) {
+        auto [args, kwargs] = pop_python_args(schema, stack, kwarg_names_);
+        push_python_result(schema, st->other_dtype(*args, **kwargs), stack);
+        return;
+      }
+      // The caller's arguments, for the error path.
+      c10::SmallVector<c10::IValue, 8> original(stack->end() - nargs, stack->end());
+      routed.unwrap(stack, nargs);
       count_call(st->cell);
-      auto [args, kwargs] = pop_python_args(schema, stack);
+      auto [args, kwargs] = pop_python_args(schema, stack, kwarg_names_);
       py::object result;
       try {
         // Launch on the arguments' device (a flagos stream is a CUDA stream).
@@ -273,7 +296,7 @@ class PyRouteKernel final : public c10::OperatorKernel {
         result = st->fn(*args, **kwargs);
       } catch (py::error_already_set& e) {
         stack->insert(stack->end(), original.begin(), original.end());
-        auto [fargs, fkwargs] = pop_python_args(schema, stack);
+        auto [fargs, fkwargs] = pop_python_args(schema, stack, kwarg_names_);
         push_python_result(schema, st->on_error(e.value(), fargs, fkwargs), stack);
         return;  // the policy returned flagos results, or raised
       }
@@ -284,6 +307,7 @@ class PyRouteKernel final : public c10::OperatorKernel {
 
  private:
   Slot slot_;
+  std::optional<KwargNames> kwarg_names_;  // filled on the first call, with the GIL
 };
 
 struct NoWarnings final : c10::WarningHandler {
@@ -309,8 +333,8 @@ struct PyRoute {
     }
     st->line = "[flagos dispatch] " + op + " -> " + label + "\n";
     // Registered once; later updates swap the state behind the kernel
-    // (replacing a kernel that may be running is not safe).
-    std::atomic_store(slot.get(), std::move(st));
+    // (replacing a kernel that may be running is not safe). The GIL is held.
+    *slot = std::move(st);
     if (library == nullptr) {
       NoWarnings quiet;  // overriding the native route's kernel is the point
       c10::WarningUtils::WarningHandlerGuard guard(&quiet);
