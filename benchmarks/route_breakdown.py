@@ -8,6 +8,11 @@ gaps into parts, each timed as host microseconds per call in the same run:
   Python function routed through torch_fl._C.PyRoute vs called directly),
 - the FlagGems kernel called directly on persistent CUDA tensors vs on fresh
   alias tensors each call (what the route hands it),
+- the native route's parts: an in-place add (no result to allocate or
+  adopt: dispatch and borrowed aliases only), an empty tensor (allocation and
+  free through the flagos allocator), a view (a metadata operation on flagos:
+  the dispatcher alone), an add on native aliases of flagos tensors (the
+  kernel on aliased memory, no flagos dispatch),
 - mm 64x64 on native vs flagos through torch.mm and the @ operator.
 
     python benchmarks/route_breakdown.py [--calls N] [--json PATH]
@@ -74,6 +79,15 @@ def main(argv=None) -> int:
         route.destroy()
     row("add on the native route", lambda: fa + fb)
     row("add native", lambda: a + b)
+    na, nb = torch_fl.as_native(fa), torch_fl.as_native(fb)
+    row("add native, on aliases of flagos tensors", lambda: na + nb)
+    ia, ifa = a.clone(), fa.clone()
+    row("add_ in place, native", lambda: ia.add_(b))
+    row("add_ in place, native route", lambda: ifa.add_(fb))
+    row("empty 4x4, native", lambda: torch.empty(4, 4, device=native))
+    row("empty 4x4, flagos", lambda: torch.empty(4, 4, device="flagos"))
+    row("view, native", lambda: a.view(16))
+    row("view, flagos", lambda: fa.view(16))
 
     try:
         from torch_fl.backends.flaggems import LOADER

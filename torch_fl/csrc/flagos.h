@@ -7,6 +7,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/util/MaybeOwned.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
@@ -101,10 +102,22 @@ class RoutedArgs {
 
   // Typed calls (native_typed.cpp), one argument or result at a time, in the
   // same order as the boxed path: arguments, call, sync_mutated (mutable
-  // schemas), results, release.
-  at::Tensor arg(const at::Tensor& t) {
+  // schemas), results, release. `t` must outlive the call unless `keep` (the
+  // caller's own arguments do): a tensor only Python holds must not be
+  // copied, because the first C++ reference to it takes the GIL (torch's
+  // PyObject preservation: refcount 1 -> 2 increfs its PyObject, 2 -> 1
+  // decrefs it).
+  c10::MaybeOwned<at::Tensor> arg(const at::Tensor& t, bool keep = false) {
     if (t.defined() && t.device().type() == kFlagos) {
-      return borrow(t);
+      return c10::MaybeOwned<at::Tensor>::owned(borrow(t, keep));
+    }
+    note_foreign(t);
+    return c10::MaybeOwned<at::Tensor>::borrowed(t);
+  }
+  // The same for an element of a list the kernel takes by value.
+  at::Tensor arg_value(const at::Tensor& t, bool keep = false) {
+    if (t.defined() && t.device().type() == kFlagos) {
+      return borrow(t, keep);
     }
     note_foreign(t);
     return t;
@@ -118,11 +131,11 @@ class RoutedArgs {
 
  private:
   struct Borrowed {
-    at::Tensor flagos;
+    c10::MaybeOwned<at::Tensor> flagos;  // owned where the boxed stack slot is overwritten
     at::Tensor alias;
     c10::StorageImpl* alias_storage;
   };
-  at::Tensor borrow(const at::Tensor& t);
+  at::Tensor borrow(const at::Tensor& t, bool keep);
   void note_foreign(const at::Tensor& t);
   at::Tensor unwrap_result(at::Tensor&& r) const;
 

@@ -97,12 +97,14 @@ inline bool is_flagos(const at::Tensor& t) {
 
 }  // namespace
 
-at::Tensor RoutedArgs::borrow(const at::Tensor& t) {
+at::Tensor RoutedArgs::borrow(const at::Tensor& t, bool keep) {
   at::Tensor alias = borrow_native(t);
   if (index_ < 0) {
     index_ = t.device().index();
   }
-  borrowed_.push_back({t, alias, alias.storage().unsafeGetStorageImpl()});
+  borrowed_.push_back({keep ? c10::MaybeOwned<at::Tensor>::owned(std::in_place, t)
+                            : c10::MaybeOwned<at::Tensor>::borrowed(t),
+                       alias, alias.storage().unsafeGetStorageImpl()});
   return alias;
 }
 
@@ -121,7 +123,7 @@ void RoutedArgs::unwrap(torch::jit::Stack* stack, size_t nargs) {
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
       if (is_flagos(t)) {
-        v = borrow(t);
+        v = borrow(t, /*keep=*/true);  // the stack slot holding `t` is overwritten
       } else {
         note_foreign(t);
       }
@@ -131,7 +133,7 @@ void RoutedArgs::unwrap(torch::jit::Stack* stack, size_t nargs) {
       for (size_t j = 0; j < list.size(); ++j) {
         at::Tensor t = list.get(j);
         if (is_flagos(t)) {
-          list.set(j, borrow(t));
+          list.set(j, borrow(t, /*keep=*/true));
         } else {
           note_foreign(t);
         }
@@ -142,7 +144,7 @@ void RoutedArgs::unwrap(torch::jit::Stack* stack, size_t nargs) {
       out.reserve(list.size());
       for (std::optional<at::Tensor> t : list) {
         if (t.has_value() && is_flagos(*t)) {
-          out.push_back(borrow(*t));
+          out.push_back(borrow(*t, /*keep=*/true));
         } else {
           out.push_back(std::move(t));
         }
@@ -184,7 +186,7 @@ at::Tensor RoutedArgs::unwrap_result(at::Tensor&& r) const {
   }
   for (const auto& b : borrowed_) {
     if (r.unsafeGetTensorImpl() == b.alias.unsafeGetTensorImpl()) {
-      return b.flagos;  // in-place and out= return the flagos argument itself
+      return *b.flagos;  // in-place and out= return the flagos argument itself
     }
   }
   // On a GPU the result's own device is right (cross-device copies); host
@@ -222,7 +224,7 @@ void RoutedArgs::finish(const c10::FunctionSchema& schema, torch::jit::Stack* st
 void RoutedArgs::sync_mutated() {
   // Arguments the kernel may have resized or re-pointed (out=, set_, resize_).
   for (const auto& b : borrowed_) {
-    sync_back_if_changed(b.flagos, b.alias, b.alias_storage);
+    sync_back_if_changed(*b.flagos, b.alias, b.alias_storage);
   }
 }
 

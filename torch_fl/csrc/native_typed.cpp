@@ -37,25 +37,28 @@ struct Param {
   }
 };
 
+// Tensors are held as a borrowed alias (flagos) or the caller's own tensor,
+// never as a copy of it (see RoutedArgs::arg).
 template <>
 struct Param<const at::Tensor&> {
-  using Held = at::Tensor;
-  static at::Tensor map(RoutedArgs& a, const at::Tensor& t) {
+  using Held = c10::MaybeOwned<at::Tensor>;
+  static Held map(RoutedArgs& a, const at::Tensor& t) {
     return a.arg(t);
   }
-  static const at::Tensor& pass(const at::Tensor& t) {
-    return t;
+  static const at::Tensor& pass(const Held& t) {
+    return *t;
   }
 };
 
 template <>
 struct Param<at::Tensor&> {
-  using Held = at::Tensor;
-  static at::Tensor map(RoutedArgs& a, const at::Tensor& t) {
+  using Held = c10::MaybeOwned<at::Tensor>;
+  static Held map(RoutedArgs& a, const at::Tensor& t) {
     return a.arg(t);
   }
-  static at::Tensor& pass(at::Tensor& t) {
-    return t;
+  static at::Tensor& pass(const Held& t) {
+    // Our own alias, or the caller's non-const tensor: writable either way.
+    return const_cast<at::Tensor&>(*t);
   }
 };
 
@@ -64,7 +67,7 @@ struct Param<const std::optional<at::Tensor>&> {
   using Held = std::optional<at::Tensor>;
   static std::optional<at::Tensor> map(RoutedArgs& a, const std::optional<at::Tensor>& t) {
     if (t.has_value()) {
-      return a.arg(*t);
+      return a.arg_value(*t);
     }
     return t;
   }
@@ -80,7 +83,7 @@ HeldList map_list(RoutedArgs& a, const List& list) {
   HeldList out;
   out.reserve(list.size());
   for (const at::Tensor& t : list) {
-    out.push_back(a.arg(t));
+    out.push_back(a.arg_value(t));  // the list's own elements outlive the call
   }
   return out;
 }
@@ -113,8 +116,8 @@ struct Param<const c10::List<std::optional<at::Tensor>>&> {
   static Held map(RoutedArgs& a, const c10::List<std::optional<at::Tensor>>& list) {
     Held out;
     out.reserve(list.size());
-    for (std::optional<at::Tensor> t : list) {
-      out.push_back(t.has_value() ? std::optional<at::Tensor>(a.arg(*t)) : std::move(t));
+    for (std::optional<at::Tensor> t : list) {  // a copy: the alias keeps what it borrows
+      out.push_back(t.has_value() ? std::optional<at::Tensor>(a.arg_value(*t, /*keep=*/true)) : std::move(t));
     }
     return out;
   }
@@ -182,7 +185,7 @@ struct Typed<Op, Ret(Args...)> {
     (
         [&] {
           if constexpr (std::is_same_v<std::tuple_element_t<I, std::tuple<Args...>>, at::Tensor&>) {
-            if (found == nullptr && &std::get<I>(held) == &returned) {
+            if (found == nullptr && &*std::get<I>(held) == &returned) {
               found = &std::get<I>(given);
             }
           }
