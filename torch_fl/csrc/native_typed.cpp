@@ -288,8 +288,8 @@ void register_typed_native_route(torch::Library& lib) {
       o::nll_loss_backward, o::native_layer_norm, o::native_layer_norm_backward, o::equal,
       // data movement, factories, embeddings
       o::copy_, o::_to_copy, o::clone, o::cat, o::index_select, o::index_Tensor, o::embedding,
-      o::embedding_dense_backward, o::full, o::arange, o::arange_start, o::ones_like, o::zeros_like, o::triu,
-      o::tril,
+      o::embedding_dense_backward, o::full, o::zeros, o::ones, o::arange, o::arange_start, o::ones_like,
+      o::zeros_like, o::triu, o::tril, o::stack, o::constant_pad_nd, o::slice_backward,
       // optimizer steps (foreach AdamW/SGD)
       o::_foreach_add__Scalar, o::_foreach_add__List, o::_foreach_mul__Scalar, o::_foreach_mul__Tensor,
       o::_foreach_lerp__Scalar, o::_foreach_addcmul__Scalar, o::_foreach_addcdiv__ScalarList,
