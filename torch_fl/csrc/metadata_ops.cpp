@@ -126,13 +126,17 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage_offset(self, std::move(empty), 0, {0}, {});
 }
 
-at::Tensor to_native_or_self(const at::Tensor& t) {
-  return t.device().type() == kFlagos ? native_alias(t, /*owning=*/false) : t;
+// The native alias of a flagos tensor, else the tensor itself, by reference:
+// a copy of a tensor only Python holds would take the GIL (RoutedArgs::arg).
+c10::MaybeOwned<at::Tensor> to_native_or_self(const at::Tensor& t) {
+  if (t.device().type() == kFlagos) {
+    return c10::MaybeOwned<at::Tensor>::owned(native_alias(t, /*owning=*/false));
+  }
+  return c10::MaybeOwned<at::Tensor>::borrowed(t);
 }
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  at::Tensor d = to_native_or_self(dst);
-  d.copy_(to_native_or_self(self), non_blocking);
+  to_native_or_self(dst)->copy_(*to_native_or_self(self), non_blocking);
   return dst;
 }
 
