@@ -11,6 +11,7 @@
 // Behaviour is the boxed route's (RoutedArgs does both): same aliases, same
 // result wrapping, same out=/resize handling, same counts and dispatch log.
 #include "flagos.h"
+#include "typed_ops.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/SmallVector.h>
@@ -256,44 +257,12 @@ struct Typed<Op, Ret(Args...)> {
   }
 };
 
-template <class... Ops>
-void add_all(torch::Library& lib) {
-  (Typed<Ops>::add_to(lib), ...);
-}
-
 }  // namespace
 
 void register_typed_native_route(torch::Library& lib) {
-  namespace o = at::_ops;
-  // What Qwen3 (and most transformers) call per token, per training step and
-  // per optimizer step; each is one line. Views are not here: they stay
-  // metadata operations on flagos.
-  add_all<
-      // linear layers, attention
-      o::mm, o::bmm, o::addmm, o::baddbmm, o::_scaled_dot_product_cudnn_attention,
-      o::_scaled_dot_product_cudnn_attention_backward, o::_scaled_dot_product_flash_attention,
-      o::_scaled_dot_product_flash_attention_backward, o::_scaled_dot_product_efficient_attention,
-      o::_scaled_dot_product_efficient_attention_backward, o::_scaled_dot_product_flash_attention_for_cpu,
-      o::_scaled_dot_product_flash_attention_for_cpu_backward,
-      // elementwise
-      o::add_Tensor, o::add__Tensor, o::add_Scalar, o::sub_Tensor, o::rsub_Scalar, o::mul_Tensor, o::mul__Tensor,
-      o::mul_Scalar, o::mul__Scalar, o::div_Tensor, o::div__Tensor, o::div_Scalar, o::pow_Tensor_Scalar, o::rsqrt,
-      o::sqrt, o::neg, o::abs, o::exp, o::cos, o::sin, o::tanh, o::sigmoid, o::silu, o::silu_backward, o::gelu,
-      o::gelu_backward, o::where_self, o::masked_fill_Scalar, o::masked_fill__Scalar, o::eq_Scalar, o::eq_Tensor,
-      o::ne_Scalar, o::ne_Tensor, o::lt_Scalar, o::le_Scalar, o::gt_Scalar, o::ge_Scalar, o::bitwise_and_Tensor,
-      o::bitwise_or_Tensor, o::bitwise_not, o::logical_not, o::fill__Scalar, o::zero_,
-      // reductions, normalisation, losses
-      o::mean_dim, o::sum, o::sum_dim_IntList, o::amax, o::max, o::argmax, o::all, o::any, o::cumsum, o::_softmax,
-      o::_softmax_backward_data, o::_log_softmax, o::_log_softmax_backward_data, o::nll_loss_forward,
-      o::nll_loss_backward, o::native_layer_norm, o::native_layer_norm_backward, o::equal,
-      // data movement, factories, embeddings
-      o::copy_, o::_to_copy, o::clone, o::cat, o::index_select, o::index_Tensor, o::embedding,
-      o::embedding_dense_backward, o::full, o::zeros, o::ones, o::arange, o::arange_start, o::ones_like,
-      o::zeros_like, o::triu, o::tril, o::stack, o::constant_pad_nd, o::slice_backward,
-      // optimizer steps (foreach AdamW/SGD)
-      o::_foreach_add__Scalar, o::_foreach_add__List, o::_foreach_mul__Scalar, o::_foreach_mul__Tensor,
-      o::_foreach_lerp__Scalar, o::_foreach_addcmul__Scalar, o::_foreach_addcdiv__ScalarList,
-      o::_foreach_div__ScalarList, o::_foreach_sqrt, o::_foreach_add__ScalarList>(lib);
+#define FLAGOS_ADD_TYPED(op) Typed<at::_ops::op>::add_to(lib);
+  FLAGOS_TYPED_OPS(FLAGOS_ADD_TYPED)
+#undef FLAGOS_ADD_TYPED
 }
 
 }  // namespace torch_fl

@@ -4,6 +4,9 @@
 // The Python version of this wrapper cost several microseconds per call,
 // mostly interpreter work; this one walks the arguments once in C++.
 #include "flagos.h"
+#include "typed_ops.h"
+
+#include <ATen/core/boxing/impl/boxing.h>
 
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -11,6 +14,7 @@
 #include <torch/library.h>
 
 #include <array>
+#include <unordered_map>
 #include <iostream>
 #include <torch/extension.h>
 
@@ -310,6 +314,59 @@ class PyRouteKernel final : public c10::OperatorKernel {
   std::optional<KwargNames> kwarg_names_;  // filled on the first call, with the GIL
 };
 
+// A typed front on PyRoute's boxed kernel, for the operators of typed_ops.h.
+// Called through the dispatcher's boxing, a boxed kernel's arguments are
+// copied into IValues with the GIL released (the binding released it): the
+// first C++ copy of a tensor only Python holds increfs its PyObject under the
+// GIL, and dropping the copy decrefs it, two GIL hand-offs per flagos
+// argument before the kernel takes the GIL itself. The front takes the GIL
+// once and boxes and unboxes under it.
+template <class Op, class Schema = typename Op::schema>
+struct PyFront;
+
+template <class Op, class Ret, class... Args>
+struct PyFront<Op, Ret(Args...)> {
+  // Set when the front is registered; a later registration replaces them.
+  static inline std::optional<c10::BoxedKernel> kernel;
+  static inline std::optional<c10::OperatorHandle> handle;
+
+  static Ret call(Args... args) {
+    py::gil_scoped_acquire gil;
+    return c10::impl::BoxedKernelWrapper<Ret(Args...)>::call(
+        *kernel, *handle, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), std::forward<Args>(args)...);
+  }
+
+  static void install(torch::Library& lib, const char* op, c10::BoxedKernel boxed) {
+    handle = c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
+    kernel = std::move(boxed);
+    lib.impl(op, TORCH_FN(call));
+  }
+};
+
+using FrontInstaller = void (*)(torch::Library&, const char*, c10::BoxedKernel);
+
+template <class Op>
+std::string overload_of() {
+  std::string name = std::string(Op::name).substr(6);  // without "aten::"
+  if (Op::overload_name[0] != '\0') {
+    name += std::string(".") + Op::overload_name;
+  }
+  return name;
+}
+
+// The typed front of an operator, or nullptr where it has none.
+FrontInstaller py_front(const std::string& op) {
+  static const auto* fronts = [] {
+    auto* m = new std::unordered_map<std::string, FrontInstaller>;  // leaked: used until exit
+#define FLAGOS_PY_FRONT(op) (*m)[overload_of<at::_ops::op>()] = &PyFront<at::_ops::op>::install;
+    FLAGOS_TYPED_OPS(FLAGOS_PY_FRONT)
+#undef FLAGOS_PY_FRONT
+    return m;
+  }();
+  auto it = fronts->find(op);
+  return it == fronts->end() ? nullptr : it->second;
+}
+
 struct NoWarnings final : c10::WarningHandler {
   void process(const c10::Warning&) override {}
 };
@@ -339,7 +396,11 @@ struct PyRoute {
       NoWarnings quiet;  // overriding the native route's kernel is the point
       c10::WarningUtils::WarningHandlerGuard guard(&quiet);
       library = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
-      library->impl(op.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<PyRouteKernel>(slot)));
+      if (FrontInstaller front = py_front(op)) {
+        front(*library, op.c_str(), c10::BoxedKernel::makeFromFunctor(std::make_unique<PyRouteKernel>(slot)));
+      } else {
+        library->impl(op.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<PyRouteKernel>(slot)));
+      }
     }
   }
 

@@ -1,0 +1,36 @@
+// The operators with typed kernels, as an X-macro over their at::_ops names:
+// the native route registers one per operator (native_typed.cpp), and a
+// route to a Python backend puts a typed front on its boxed kernel
+// (python_call.cpp). What Qwen3 (and most transformers) call per token, per
+// training step and per optimizer step. Views are not here: they stay
+// metadata operations on flagos.
+#pragma once
+
+// clang-format off
+#define FLAGOS_TYPED_OPS(X) \
+  /* linear layers, attention */ \
+  X(mm) X(bmm) X(addmm) X(baddbmm) X(_scaled_dot_product_cudnn_attention) \
+  X(_scaled_dot_product_cudnn_attention_backward) X(_scaled_dot_product_flash_attention) \
+  X(_scaled_dot_product_flash_attention_backward) X(_scaled_dot_product_efficient_attention) \
+  X(_scaled_dot_product_efficient_attention_backward) X(_scaled_dot_product_flash_attention_for_cpu) \
+  X(_scaled_dot_product_flash_attention_for_cpu_backward) \
+  /* elementwise */ \
+  X(add_Tensor) X(add__Tensor) X(add_Scalar) X(sub_Tensor) X(rsub_Scalar) X(mul_Tensor) X(mul__Tensor) \
+  X(mul_Scalar) X(mul__Scalar) X(div_Tensor) X(div__Tensor) X(div_Scalar) X(pow_Tensor_Scalar) X(rsqrt) \
+  X(sqrt) X(neg) X(abs) X(exp) X(cos) X(sin) X(tanh) X(sigmoid) X(silu) X(silu_backward) X(gelu) \
+  X(gelu_backward) X(where_self) X(masked_fill_Scalar) X(masked_fill__Scalar) X(eq_Scalar) X(eq_Tensor) \
+  X(ne_Scalar) X(ne_Tensor) X(lt_Scalar) X(le_Scalar) X(gt_Scalar) X(ge_Scalar) X(bitwise_and_Tensor) \
+  X(bitwise_or_Tensor) X(bitwise_not) X(logical_not) X(fill__Scalar) X(zero_) \
+  /* reductions, normalisation, losses */ \
+  X(mean_dim) X(sum) X(sum_dim_IntList) X(amax) X(max) X(argmax) X(all) X(any) X(cumsum) X(_softmax) \
+  X(_softmax_backward_data) X(_log_softmax) X(_log_softmax_backward_data) X(nll_loss_forward) \
+  X(nll_loss_backward) X(native_layer_norm) X(native_layer_norm_backward) X(equal) \
+  /* data movement, factories, embeddings */ \
+  X(copy_) X(_to_copy) X(clone) X(cat) X(index_select) X(index_Tensor) X(embedding) \
+  X(embedding_dense_backward) X(full) X(zeros) X(ones) X(arange) X(arange_start) X(ones_like) X(zeros_like) \
+  X(triu) X(tril) X(stack) X(constant_pad_nd) X(slice_backward) \
+  /* optimizer steps (foreach AdamW/SGD) */ \
+  X(_foreach_add__Scalar) X(_foreach_add__List) X(_foreach_mul__Scalar) X(_foreach_mul__Tensor) \
+  X(_foreach_lerp__Scalar) X(_foreach_addcmul__Scalar) X(_foreach_addcdiv__ScalarList) \
+  X(_foreach_div__ScalarList) X(_foreach_sqrt) X(_foreach_add__ScalarList)
+// clang-format on
