@@ -2,10 +2,12 @@
 //
 // The boxed route (native_route.cpp) serves every operator, but each call
 // packs its arguments into IValues, unpacks them for the backing kernel, and
-// packs and unpacks the results again. For the few dozen operators that make
-// up almost every call of a transformer (mm, mul, add, cat, mean, copies,
-// attention, the optimizer's _foreach ops) that boxing is most of what flagos
-// adds per call. Here each of them gets a kernel with its own C++ signature,
+// packs and unpacks the results again; the packing copies the caller's
+// tensors, which for a tensor only Python holds means two GIL hand-offs
+// (RoutedArgs::arg). For the operators that make up almost every call of a
+// transformer (typed_ops.h: mm, mul, add, cat, mean, copies, attention, the
+// optimizer's _foreach ops) that is most of what flagos adds per call. Here
+// each of them gets a kernel with its own C++ signature,
 // generated from ATen's at::_ops::<op>::schema: arguments are swapped for
 // borrowed aliases in place and the backing kernel is redispatched unboxed.
 // Behaviour is the boxed route's (RoutedArgs does both): same aliases, same
