@@ -184,9 +184,15 @@ at::Tensor RoutedArgs::unwrap_result(at::Tensor&& r) const {
       }
     }
   }
-  for (const auto& b : borrowed_) {
-    if (r.unsafeGetTensorImpl() == b.alias.unsafeGetTensorImpl()) {
-      return *b.flagos;  // in-place and out= return the flagos argument itself
+  // In-place and out= return the flagos argument itself. Such a result is one
+  // of our aliases, so borrowed_ holds a second reference to it: a fresh
+  // result (one reference) skips the scan, which for a _foreach op's list of
+  // results would be quadratic in the list's length.
+  if (r.use_count() > 1) {
+    for (const auto& b : borrowed_) {
+      if (r.unsafeGetTensorImpl() == b.alias.unsafeGetTensorImpl()) {
+        return *b.flagos;
+      }
     }
   }
   // On a GPU the result's own device is right (cross-device copies); host
