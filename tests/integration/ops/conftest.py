@@ -5,6 +5,8 @@
 * A test class with a `spec` (an opcheck.OpSpec) gets its `case` argument
   parametrized over the spec's cases and its `backend` argument over the
   backends a dispatch test can name (each backend carrying its marker).
+* FlagGems tests of operators whose kernels FlagGems autotunes (OpSpec
+  flaggems_autotunes) run first.
 """
 
 from __future__ import annotations
@@ -20,11 +22,22 @@ _SKIPS = {
 }
 
 
+def _autotunes(item) -> bool:
+    spec = getattr(item.cls, "spec", None)
+    return "flaggems" in item.keywords and getattr(spec, "flaggems_autotunes", False)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for marker, (skip, reason) in _SKIPS.items():
             if skip and marker in item.keywords:
                 item.add_marker(pytest.mark.skip(reason=reason))
+    # FlagGems' Hopper matmuls autotune over ~200 Triton configs on the first
+    # call of each dtype: one mm test took 359 s on the H200 in a full run,
+    # and started late it held up the tests queued behind it past the run's
+    # deadline. Started first, that time overlaps everything else.
+    if not _SKIPS["flaggems"][0]:
+        items.sort(key=lambda item: not _autotunes(item))  # stable: the rest keep their order
 
 
 def pytest_generate_tests(metafunc):

@@ -263,6 +263,9 @@ class OpSpec:
     # Defects whose visibility depends on memory FlagGems leaves unwritten:
     # those cases may pass by chance, so their xfail is not strict.
     flaggems_defect_may_pass: Callable[[Case], bool] = lambda case: False
+    # FlagGems autotunes this operator's Triton kernel on first use of each
+    # dtype: its FlagGems tests start first in a run (conftest.py).
+    flaggems_autotunes: bool = False
 
     def cases(self) -> list[Case]:
         return [Case(i, d) for i in self.inputs for d in self.dtypes] + list(self.extra_cases)

@@ -31,6 +31,7 @@ SPEC = OpSpec(
     grad=True,
     setup="a = torch.randn(2, 4, 5, device='flagos'); b = torch.randn(2, 5, 3, device='flagos')",
     call="torch.bmm(a, b)",
+    flaggems_autotunes=True,
 )
 
 

@@ -33,6 +33,7 @@ SPEC = OpSpec(
     grad=True,
     setup="a = torch.randn(4, 5, device='flagos'); b = torch.randn(5, 3, device='flagos')",
     call="a @ b",
+    flaggems_autotunes=True,
 )
 
 
