@@ -1,7 +1,7 @@
 """Where decode or prefill time goes on flagos vs native: torch.profiler and cProfile, same run.
 
     python benchmarks/profile_decode.py [--model 0.6b] [--tokens 24] [--task decode|prefill]
-        [--grad-mode no_grad|inference_mode] [--after-decode N] [--trace-dir DIR]
+        [--grad-mode no_grad|inference_mode] [--after-decode N [--reload]] [--trace-dir DIR]
 
 Prints, for each device, the top operators by self CPU time and the Python
 functions with the most total time (cProfile), then a side-by-side table of
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import copy
 import cProfile
+import gc
 import gzip
 import io
 import os
@@ -159,17 +160,35 @@ def main() -> None:
         help="first decode N tokens on each device (benchmarks/e2e.py runs prefill after decode in one process: "
         "on the H200 flagos prefill then took 37-42 ms, alone 25-26 ms)",
     )
+    p.add_argument(
+        "--reload",
+        action="store_true",
+        help="with --after-decode: then free the models (gc, empty_cache) and build them again before the "
+        "measured task, as each task of a benchmarks/e2e.py child does (there flagos prefill after decode "
+        "stayed at 41-46 ms; here, without a reload, 25.5 ms)",
+    )
     args = p.parse_args()
     dtype = torch.bfloat16 if torch_fl.backing() == "cuda" else torch.float32
-    model = qwen3.build(args.model, seed=0, dtype=dtype).eval()
-    prompt = qwen3.tokens(model.config.vocab_size, 1, 32)
     native = "cuda" if torch_fl.backing() == "cuda" else "cpu"
-    native_model = copy.deepcopy(model).to(native)  # copied on the CPU, before the move
-    models = {"flagos": model.to("flagos"), native: native_model}
+
+    def load() -> dict:
+        model = qwen3.build(args.model, seed=0, dtype=dtype).eval()
+        native_model = copy.deepcopy(model).to(native)  # copied on the CPU, before the move
+        return {"flagos": model.to("flagos"), native: native_model}
+
+    models = load()
+    prompt = qwen3.tokens(models[native].config.vocab_size, 1, 32)
     if args.after_decode:
         for d, m in models.items():
             workloads.greedy(m, prompt.to(d), args.after_decode)
             workloads.synchronize(d)
+        if args.reload:
+            del models, m
+            gc.collect()
+            for d in ("flagos", native):
+                if d != "cpu":
+                    workloads.device_module(d).empty_cache()
+            models = load()
     steps = {d: _workload(m, d, args.task, args.tokens, prompt, args.grad_mode) for d, m in models.items()}
     timing(steps, args.task, args.tokens)
     results = {d: run(step, d, args.task, args.trace_dir) for d, step in steps.items()}

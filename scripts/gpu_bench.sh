@@ -21,6 +21,9 @@ if [[ $STEP == profile || $STEP == profile+overhead ]]; then  # where the e2e ti
   # e2e.py runs prefill after decode in one process: flagos prefill was slower there than alone
   python3 benchmarks/profile_decode.py --task prefill --after-decode 64 > "$OUT/profile_prefill_after_decode.txt" 2>&1
   grep "===" "$OUT/profile_prefill_after_decode.txt"
+  # ... and after freeing and rebuilding the models, as each e2e task does
+  python3 benchmarks/profile_decode.py --task prefill --after-decode 64 --reload > "$OUT/profile_prefill_reload.txt" 2>&1
+  grep "===" "$OUT/profile_prefill_reload.txt"
   python3 benchmarks/profile_decode.py --task decode > "$OUT/profile_decode.txt" 2>&1; tail -30 "$OUT/profile_decode.txt"
 fi
 if [[ $STEP == demo ]]; then
