@@ -212,9 +212,28 @@ const KwargNames& kwarg_names(const c10::FunctionSchema& schema, std::optional<K
   return *cache;
 }
 
+// An operator's arguments as Python objects.
+struct PyArgs {
+  py::tuple args;
+  py::object kwargs;  // a dict, or null when the operator has no keyword-only arguments
+
+  // fn(*args, **kwargs) without copying them (pybind11's unpacking call
+  // builds a new tuple and dict).
+  py::object call(const py::object& fn) const {
+    PyObject* r = PyObject_Call(fn.ptr(), args.ptr(), kwargs ? kwargs.ptr() : nullptr);
+    if (r == nullptr) {
+      throw py::error_already_set();
+    }
+    return py::reinterpret_steal<py::object>(r);
+  }
+  py::dict kwargs_dict() const {
+    return kwargs ? py::reinterpret_borrow<py::dict>(kwargs) : py::dict();
+  }
+};
+
 // The operator's arguments as Python (args, kwargs), taken off the stack.
-std::pair<py::tuple, py::dict> pop_python_args(const c10::FunctionSchema& schema, torch::jit::Stack* stack,
-                                               std::optional<KwargNames>& names_cache) {
+PyArgs pop_python_args(const c10::FunctionSchema& schema, torch::jit::Stack* stack,
+                       std::optional<KwargNames>& names_cache) {
   const auto& params = schema.arguments();
   const size_t first = stack->size() - params.size();
   size_t npos = 0;
@@ -222,8 +241,12 @@ std::pair<py::tuple, py::dict> pop_python_args(const c10::FunctionSchema& schema
     ++npos;
   }
   py::tuple args(npos);
-  py::dict kwargs;
-  const KwargNames* names = npos < params.size() ? &kwarg_names(schema, names_cache) : nullptr;
+  py::object kwargs;
+  const KwargNames* names = nullptr;
+  if (npos < params.size()) {
+    names = &kwarg_names(schema, names_cache);
+    kwargs = py::dict();
+  }
   for (size_t i = 0; i < params.size(); ++i) {
     py::object obj = torch::jit::toPyObject(std::move((*stack)[first + i]));
     if (i < npos) {
@@ -270,9 +293,14 @@ class PyRouteKernel final : public c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const auto& schema = op.schema();
     const size_t nargs = schema.arguments().size();
+    // Everything below holds the GIL, to the end: dropping the last C++
+    // reference to a tensor that Python also held (the caller's arguments,
+    // their aliases once passed to Python) decrefs its PyObject, which
+    // would take the GIL again for each of them. Through a typed front
+    // (PyFront) the GIL is held already and this is a re-entrant acquire.
+    py::gil_scoped_acquire gil;
     RoutedArgs routed;
     {
-      py::gil_scoped_acquire gil;
       // A route change may swap the state during this call (a fallback
       // re-plans its own operator): the call keeps the state it started with.
       std::shared_ptr<PyRouteState> st = *slot_;
@@ -281,15 +309,14 @@ class PyRouteKernel final : public c10::OperatorKernel {
       }
       const c10::ScalarType dtype = first_dtype(*stack, stack->size() - nargs);
       if (C10_UNLIKELY(dtype != c10::ScalarType::Undefined && st->other[static_cast<size_t>(dtype)])) {
-        auto [args, kwargs] = pop_python_args(schema, stack, kwarg_names_);
-        push_python_result(schema, st->other_dtype(*args, **kwargs), stack);
+        push_python_result(schema, pop_python_args(schema, stack, kwarg_names_).call(st->other_dtype), stack);
         return;
       }
       // The caller's arguments, for the error path.
       c10::SmallVector<c10::IValue, 8> original(stack->end() - nargs, stack->end());
       routed.unwrap(stack, nargs);
       count_call(st->cell);
-      auto [args, kwargs] = pop_python_args(schema, stack, kwarg_names_);
+      const PyArgs py_args = pop_python_args(schema, stack, kwarg_names_);
       py::object result;
       try {
         // Launch on the arguments' device (a flagos stream is a CUDA stream).
@@ -297,11 +324,11 @@ class PyRouteKernel final : public c10::OperatorKernel {
         if (routed.index() >= 0 && routed.index() != current_device()) {
           guard.reset_device(c10::Device(kFlagos, routed.index()));
         }
-        result = st->fn(*args, **kwargs);
+        result = py_args.call(st->fn);
       } catch (py::error_already_set& e) {
         stack->insert(stack->end(), original.begin(), original.end());
-        auto [fargs, fkwargs] = pop_python_args(schema, stack, kwarg_names_);
-        push_python_result(schema, st->on_error(e.value(), fargs, fkwargs), stack);
+        const PyArgs caller = pop_python_args(schema, stack, kwarg_names_);
+        push_python_result(schema, st->on_error(e.value(), caller.args, caller.kwargs_dict()), stack);
         return;  // the policy returned flagos results, or raised
       }
       push_python_result(schema, result, stack);
