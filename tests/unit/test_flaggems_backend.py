@@ -210,3 +210,54 @@ def test_dispatch_log_switches_on_and_off_after_the_route_exists(fake_gems, capf
     assert "[flagos dispatch] add.Tensor -> flaggems\n" in capfd.readouterr().err
     x + x
     assert "[flagos dispatch]" not in capfd.readouterr().err
+
+
+def _route_to(op: str, fn):
+    """A bare PyRoute for `op` (what the FlagGems backend installs), without policy."""
+
+    def on_error(exc, args, kwargs):
+        raise exc
+
+    route = torch_fl._C.PyRoute(op)
+    route.update(fn, on_error, lambda *a, **kw: None, [], [0, 0, 0], "test")
+    return route
+
+
+def test_a_fresh_result_becomes_flagos_in_place(routing_state):
+    made = []
+
+    def neg(x):
+        out = torch.neg(x)
+        made.append(out)
+        out_id = id(out)
+        made.clear()  # the kernel keeps nothing
+        made.append(out_id)
+        return out
+
+    route = _route_to("neg", neg)
+    try:
+        y = -torch.arange(3.0, device="flagos")
+    finally:
+        route.destroy()
+    # The caller gets the kernel's own Python object, retagged as flagos.
+    assert id(y) == made[0]
+    assert y.device.type == "flagos" and torch.equal(y.cpu(), -torch.arange(3.0))
+
+
+def test_a_result_the_kernel_keeps_stays_native_for_it(routing_state):
+    kept = []
+
+    def neg(x):
+        out = torch.neg(x)
+        kept.append(out)
+        return out
+
+    route = _route_to("neg", neg)
+    try:
+        y = -torch.arange(3.0, device="flagos")
+    finally:
+        route.destroy()
+    assert kept[0].device.type == torch_fl.backing() and y.device.type == "flagos"
+    assert y is not kept[0]
+    y.add_(1)  # one memory, two views of it
+    assert torch.equal(kept[0], -torch.arange(3.0) + 1)

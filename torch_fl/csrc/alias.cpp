@@ -179,14 +179,34 @@ at::Tensor flagos_alias(const at::Tensor& native, c10::DeviceIndex index) {
   return tensor_over(wrap_native_storage(src, index, /*may_steal=*/false), flagos_key(), native);
 }
 
+namespace {
+
+// True when only `t` holds its TensorImpl, apart from, possibly, the tensor's
+// own Python object with no reference left in Python but the tensor's (a
+// result a Python kernel made and returned, held by PyRoute with the GIL):
+// retagging it in place is then invisible, and the caller gets that Python
+// object back instead of a new one.
+bool sole_holder(const at::Tensor& t) {
+  const size_t n = t.use_count();
+  if (n == 1) {
+    return true;
+  }
+  const c10::impl::PyObjectSlot* slot = t.unsafeGetTensorImpl()->pyobj_slot();
+  return n == 2 && slot->load_pyobj() != nullptr && slot->has_unique_reference();
+}
+
+}  // namespace
+
 at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index) {
   c10::StorageImpl* src = native.storage().unsafeGetStorageImpl();
   if (auto original = aliased_flagos_storage(src)) {
     return tensor_over(std::move(original), flagos_key(), native);
   }
   auto* impl = native.unsafeGetTensorImpl();
-  if (native.use_count() == 1 && c10::raw::intrusive_ptr::use_count(src) == 1 && !impl->is_inference() &&
-      impl->allow_tensor_metadata_change()) {
+  // Whoever else holds the tensor sees its storage: then the memory can
+  // only be shared, never taken over.
+  const bool sole = sole_holder(native) && c10::raw::intrusive_ptr::use_count(src) == 1;
+  if (sole && !impl->is_inference() && impl->allow_tensor_metadata_change()) {
     // A fresh result that nothing else holds: turn it into a flagos tensor in
     // place (retag its memory and dispatch keys) rather than wrapping it.
     const c10::Device device(kFlagos, index);
@@ -201,7 +221,7 @@ at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index) {
     impl->_change_backend_component_keys(device);
     return std::move(native);
   }
-  return tensor_over(wrap_native_storage(src, index, /*may_steal=*/true), flagos_key(), native);
+  return tensor_over(wrap_native_storage(src, index, /*may_steal=*/sole), flagos_key(), native);
 }
 
 void sync_back_if_changed(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageImpl* alias_storage) {
