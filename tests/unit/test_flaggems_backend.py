@@ -212,15 +212,19 @@ def test_dispatch_log_switches_on_and_off_after_the_route_exists(fake_gems, capf
     assert "[flagos dispatch]" not in capfd.readouterr().err
 
 
-def _route_to(op: str, fn):
-    """A bare PyRoute for `op` (what the FlagGems backend installs), without policy."""
+def _neg_routed_to(kernel):
+    """-x on flagos with aten::neg routed to `kernel` by a bare PyRoute (what
+    the FlagGems backend installs, without its policy)."""
 
     def on_error(exc, args, kwargs):
         raise exc
 
-    route = torch_fl._C.PyRoute(op)
-    route.update(fn, on_error, lambda *a, **kw: None, [], [0, 0, 0], "test")
-    return route
+    route = torch_fl._C.PyRoute("neg")
+    route.update(kernel, on_error, lambda *a, **kw: None, [], [0, 0, 0], "test")
+    try:
+        return -torch.arange(3.0, device="flagos")
+    finally:
+        route.destroy()
 
 
 def test_a_fresh_result_becomes_flagos_in_place(routing_state):
@@ -228,17 +232,10 @@ def test_a_fresh_result_becomes_flagos_in_place(routing_state):
 
     def neg(x):
         out = torch.neg(x)
-        made.append(out)
-        out_id = id(out)
-        made.clear()  # the kernel keeps nothing
-        made.append(out_id)
+        made.append(id(out))  # the kernel keeps no reference to its output
         return out
 
-    route = _route_to("neg", neg)
-    try:
-        y = -torch.arange(3.0, device="flagos")
-    finally:
-        route.destroy()
+    y = _neg_routed_to(neg)
     # The caller gets the kernel's own Python object, retagged as flagos.
     assert id(y) == made[0]
     assert y.device.type == "flagos" and torch.equal(y.cpu(), -torch.arange(3.0))
@@ -252,12 +249,8 @@ def test_a_result_the_kernel_keeps_stays_native_for_it(routing_state):
         kept.append(out)
         return out
 
-    route = _route_to("neg", neg)
-    try:
-        y = -torch.arange(3.0, device="flagos")
-    finally:
-        route.destroy()
+    y = _neg_routed_to(neg)
     assert kept[0].device.type == torch_fl.backing() and y.device.type == "flagos"
     assert y is not kept[0]
-    y.add_(1)  # one memory, two views of it
-    assert torch.equal(kept[0], -torch.arange(3.0) + 1)
+    y.add_(1)  # one memory, two views of it (it used to be taken from the kernel's tensor)
+    assert torch.equal(kept[0].cpu(), -torch.arange(3.0) + 1)
