@@ -396,7 +396,7 @@ def _paired_brief(paired: dict) -> str:
     return "; ".join(parts)
 
 
-def _chart(summary: dict, tasks: list[str], path: Path, title: str) -> str | None:
+def _chart(summary: dict, tasks: list[str], path: Path, title: str, paired: dict | None = None) -> str | None:
     try:
         import matplotlib
 
@@ -404,15 +404,21 @@ def _chart(summary: dict, tasks: list[str], path: Path, title: str) -> str | Non
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    variants = list(summary)
+    # Each variant's ratio over the child rounds, and the median per-pair
+    # ratio of the in-process pairs where they ran (the steadier number).
+    series = {v: [summary[v].get(t, {}).get("ratio_to_native", 0.0) for t in tasks] for v in summary}
+    pairs = (paired or {}).get("tasks", {})
+    if pairs:
+        series["flagos, in-process pairs"] = [pairs.get(t, {}).get("ratio_median", 0.0) for t in tasks]
+    variants = list(series)
     fig, ax = plt.subplots(figsize=(8, 4.2))
     width = 0.8 / max(1, len(variants))
     for i, v in enumerate(variants):
-        vals = [summary[v].get(t, {}).get("ratio_to_native", 0.0) for t in tasks]
+        vals = series[v]
         xs = [j + (i - (len(variants) - 1) / 2) * width for j in range(len(tasks))]
         bars = ax.bar(xs, vals, width, label=v)
         for b, val, t in zip(bars, vals, tasks, strict=True):
-            label = f"{val:.2f}" if val else ("error" if summary[v].get(t, {}).get("errors") else "")
+            label = f"{val:.2f}" if val else ("error" if summary.get(v, {}).get(t, {}).get("errors") else "")
             ax.annotate(label, (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom", fontsize=8)
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     ax.set_xticks(range(len(tasks)), tasks)
@@ -445,6 +451,7 @@ def _parse(argv=None):
         help="also run decode and prefill on native and flagos in one process, alternating, for this many pairs "
         "(before the rounds; the steadier ratio on a shared machine)",
     )
+    p.add_argument("--replot", metavar="JSON", help="only draw the PNG of this report again, beside it")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--ckpt", default=None, help=argparse.SUPPRESS)
     p.add_argument("--sizes", default=None, help=argparse.SUPPRESS)
@@ -453,6 +460,8 @@ def _parse(argv=None):
 
 def main(argv=None) -> int:
     args = _parse(argv)
+    if args.replot:
+        return replot(args.replot)
     if args.worker:
         worker = _paired_worker if args.worker == "paired" else _worker
         print(RESULT_TAG + json.dumps(worker(args)), flush=True)
@@ -563,9 +572,7 @@ def main(argv=None) -> int:
 
     report, json_path = write_json(raw, args.rounds)
     summary = report["summary"]
-    gpu = report["environment"]["gpu"]
-    title = f"Qwen3 {model_tag} on {gpu or 'host CPU'}, median of {args.rounds} rounds ({report['date'][:10]})"
-    png = _chart(summary, args.tasks, out_dir / f"{name}.png", title)
+    png = _chart(summary, args.tasks, out_dir / f"{name}.png", _title(report), paired)
     print()
     print(_table(summary, args.tasks))
     if paired:
@@ -575,6 +582,21 @@ def main(argv=None) -> int:
     print(f"\nwrote {json_path}" + (f" and {png}" if png else " (no PNG: matplotlib is not installed)"))
     print(f"total {report['wall_s']} s")
     return 0
+
+
+def _title(report: dict) -> str:
+    rounds = max((s.get("rounds", 0) for v in report["summary"].values() for s in v.values()), default=0)
+    where = report["environment"].get("gpu") or "host CPU"
+    return f"Qwen3 {report['model']} on {where}, median of {rounds} rounds ({report['date'][:10]})"
+
+
+def replot(json_path: str) -> int:
+    """Draws the PNG of a written report again (e.g. after the chart changed)."""
+    report = json.loads(Path(json_path).read_text())
+    tasks = list(report["sizes"])
+    png = _chart(report["summary"], tasks, Path(json_path).with_suffix(".png"), _title(report), report.get("paired"))
+    print(f"wrote {png}" if png else "no PNG: matplotlib is not installed", file=sys.stderr if not png else sys.stdout)
+    return 0 if png else 1
 
 
 def _git_rev() -> str | None:
