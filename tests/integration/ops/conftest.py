@@ -5,11 +5,13 @@
 * A test class with a `spec` (an opcheck.OpSpec) gets its `case` argument
   parametrized over the spec's cases and its `backend` argument over the
   backends a dispatch test can name (each backend carrying its marker).
-* FlagGems tests of operators whose kernels FlagGems autotunes (OpSpec
-  flaggems_autotunes) run first.
+* The FlagGems tests of operators whose kernels FlagGems autotunes (OpSpec
+  flaggems_autotunes) start first, one (operator, dtype) per xdist worker.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -27,17 +29,48 @@ def _autotunes(item) -> bool:
     return "flaggems" in item.keywords and getattr(spec, "flaggems_autotunes", False)
 
 
+def _spread_autotuned(items) -> None:
+    """Puts the FlagGems comparison tests of each (operator, dtype) that
+    FlagGems autotunes at the start of one xdist worker's share of the run.
+
+    FlagGems' Hopper matmuls autotune over ~200 Triton configs per kernel on
+    the first call of a dtype: one mm test took 359 s on the H200 in a full
+    run, and started late it held up the tests queued behind it past the
+    run's deadline. pytest-xdist (worksteal and load) hands each worker a
+    contiguous share of the list at the start; with one (operator, dtype) at
+    the head of each share, the compiles start at once, in parallel, each
+    done by one worker, and idle workers steal the rest of that share.
+    """
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    groups: dict = {}
+    rest = []
+    for item in items:
+        case = getattr(getattr(item, "callspec", None), "params", {}).get("case")
+        if case is not None and _autotunes(item):
+            groups.setdefault((item.cls.spec.overload, case.dtype), []).append(item)
+        else:
+            rest.append(item)
+    if workers <= 1 or not groups:
+        return
+    heads = [[] for _ in range(workers)]
+    for i, group in enumerate(groups.values()):
+        heads[i % workers].extend(group)
+    share = len(items) // workers
+    ordered, r = [], 0
+    for k, head in enumerate(heads):
+        fill = len(rest) - r if k == workers - 1 else max(0, share - len(head))
+        ordered += head + rest[r : r + fill]
+        r += fill
+    items[:] = ordered
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for marker, (skip, reason) in _SKIPS.items():
             if skip and marker in item.keywords:
                 item.add_marker(pytest.mark.skip(reason=reason))
-    # FlagGems' Hopper matmuls autotune over ~200 Triton configs on the first
-    # call of each dtype: one mm test took 359 s on the H200 in a full run,
-    # and started late it held up the tests queued behind it past the run's
-    # deadline. Started first, that time overlaps everything else.
     if not _SKIPS["flaggems"][0]:
-        items.sort(key=lambda item: not _autotunes(item))  # stable: the rest keep their order
+        _spread_autotuned(items)
 
 
 def pytest_generate_tests(metafunc):
