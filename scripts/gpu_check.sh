@@ -15,7 +15,8 @@
 # CORE=0 DEADLINE=480 OPS_WORKERS=14; pytest stops at DEADLINE + 60 s, inside
 # the 600 s call limit) ran 3,190 of its 3,214 tests in 495 s on 2026-11-30:
 # one FlagGems mm test autotuned for 359 s and held up the tests queued behind
-# it. Those tests now start first, and idle workers steal queued ones.
+# it. Each (operator, dtype) FlagGems autotunes now heads one worker's share
+# (tests/integration/ops/conftest.py), and idle workers steal queued tests.
 # Benchmarks run alone: scripts/gpu_bench.sh.
 set -uo pipefail
 DEADLINE=${DEADLINE:-420}

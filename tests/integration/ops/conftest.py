@@ -36,10 +36,12 @@ def _spread_autotuned(items) -> None:
     FlagGems' Hopper matmuls autotune over ~200 Triton configs per kernel on
     the first call of a dtype: one mm test took 359 s on the H200 in a full
     run, and started late it held up the tests queued behind it past the
-    run's deadline. pytest-xdist (worksteal and load) hands each worker a
-    contiguous share of the list at the start; with one (operator, dtype) at
-    the head of each share, the compiles start at once, in parallel, each
-    done by one worker, and idle workers steal the rest of that share.
+    run's deadline. pytest-xdist's worksteal scheduler (scripts/gpu_check.sh
+    uses it) hands each worker a contiguous share of the list at the start;
+    with one (operator, dtype) at the head of each share, the compiles start
+    at once, in parallel, each done by one worker, and idle workers steal the
+    rest of that share. (The older load scheduler starts with smaller chunks:
+    there the groups still run early, if not all at once.)
     """
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     groups: dict = {}
