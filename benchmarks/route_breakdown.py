@@ -71,7 +71,7 @@ def main(argv=None) -> int:
 
     cell = [0, 0, 0]
     route = torch_fl._C.PyRoute("add.Tensor")
-    route.update(nothing, lambda e, a, kw: None, lambda *a, **kw: None, [], cell, "breakdown")
+    route.update(nothing, lambda e, a, kw: None, lambda *a, **kw: None, [], None, cell, "breakdown")
     try:
         row("python kernel that does nothing, called directly", lambda: nothing(a, b, alpha=1))
         row("python kernel that does nothing, routed (PyRoute)", lambda: fa + fb)

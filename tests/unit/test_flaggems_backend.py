@@ -163,6 +163,53 @@ def test_strict_kernel_failure_is_an_error(fake_gems):
         x + x
 
 
+def _gems_calls(fake_gems, name):
+    return sum(c[0] == name for c in fake_gems.calls)
+
+
+@pytest.mark.parametrize("rule", ["add.Tensor", "add.Tensor[float32]"], ids=["cpp-kernel", "python-kernel"])
+def test_an_empty_input_runs_natively_counted_and_warned_once(fake_gems, rule):
+    # FlagGems 5.0.2's Hopper mm faults the GPU on an empty input: FlagGems is never given one.
+    routing.reset_stats()
+    routing.set_route(rule, "flaggems")
+    empty = torch.ones(0, 3, device="flagos")
+    with pytest.warns(FallbackWarning, match="empty input") as w:
+        y = empty + empty
+        empty + torch.ones(3, device="flagos")  # broadcast against an empty tensor: still empty input
+    assert len([m for m in w if issubclass(m.category, FallbackWarning)]) == 1
+    assert y.device.type == "flagos" and y.shape == (0, 3)
+    assert _gems_calls(fake_gems, "add") == 0
+    x = torch.ones(2, 3, device="flagos")
+    assert torch.equal((x + x).cpu(), torch.full((2, 3), 2.0))
+    assert _gems_calls(fake_gems, "add") == 1  # non-empty calls still run on FlagGems
+    assert row("add.Tensor", "flaggems") == routing.OpStat("add.Tensor", "flaggems", 1, 2, 0)
+
+
+def test_an_empty_tensor_in_a_list_runs_natively(fake_gems):
+    routing.set_route("cat", "flaggems")
+    x = torch.ones(2, device="flagos")
+    with pytest.warns(FallbackWarning, match="empty input"):
+        z = torch.cat([torch.ones(0, device="flagos"), x])
+    assert torch.equal(z.cpu(), torch.ones(2)) and _gems_calls(fake_gems, "cat") == 0
+    torch.cat([x, x])
+    assert _gems_calls(fake_gems, "cat") == 1
+
+
+def test_an_empty_out_tensor_is_not_an_empty_input(fake_gems):
+    routing.set_route("abs.out", "flaggems")
+    out = torch.empty(0, device="flagos")  # the kernel resizes it: the call still goes to FlagGems
+    torch.abs(-torch.ones(2, device="flagos"), out=out)
+    assert _gems_calls(fake_gems, "abs.out") == 1 and torch.equal(out.cpu(), torch.ones(2))
+
+
+def test_strict_empty_input_is_an_error(fake_gems):
+    core.set_flags(strict=True)
+    routing.set_route("add.Tensor", "flaggems")
+    x = torch.ones(0, device="flagos")
+    with pytest.raises(RuntimeError, match="input tensor is empty.*FLAGOS_STRICT=1"):
+        x + x
+
+
 def test_op_missing_from_flaggems_falls_back(fake_gems):
     routing.set_route("sub.Tensor", "flaggems")  # its condition is off in the fake
     x = torch.ones(2, device="flagos")
@@ -220,7 +267,7 @@ def _neg_routed_to(kernel):
         raise exc
 
     route = torch_fl._C.PyRoute("neg")
-    route.update(kernel, on_error, lambda *a, **kw: None, [], [0, 0, 0], "test")
+    route.update(kernel, on_error, lambda *a, **kw: None, [], None, [0, 0, 0], "test")
     try:
         return -torch.arange(3.0, device="flagos")
     finally:

@@ -18,6 +18,9 @@ class Backend:
     description: str = ""
     #: runs through the C++ native route (no Python kernel needed)
     native: bool = False
+    #: False: a call with an empty input tensor runs natively instead, counted
+    #: as a fallback (for kernels that fault on empty tensors)
+    runs_empty_inputs: bool = True
 
     def available(self) -> bool:
         return self.unavailable_reason() is None

@@ -142,8 +142,8 @@ void bind_on_native(py::module& m) {
 // (FlagGems). It calls the backend's function on native aliases with the
 // boxed call handled in C++: no torch.library Python kernel, no wrapper
 // frames, no alias objects per call. The routing layer keeps the policy in
-// Python: `on_error(exc, args, kwargs)` and `other_dtype(*args, **kwargs)`
-// receive the caller's flagos arguments.
+// Python: `on_error(exc, args, kwargs)`, `other_dtype(*args, **kwargs)` and
+// `on_empty(*args, **kwargs)` receive the caller's flagos arguments.
 namespace torch_fl {
 namespace {
 
@@ -151,6 +151,7 @@ struct PyRouteState {
   py::object fn;           // called with native arguments, as the aten operator
   py::object on_error;     // (exception, args, kwargs) -> result
   py::object other_dtype;  // called like the operator for the dtypes in `other`
+  py::object on_empty;     // called like the operator when an input tensor is empty; null: no such check
   py::object cell;         // the routing layer's [calls, fallbacks, failures]
   std::array<bool, static_cast<size_t>(c10::ScalarType::NumOptions)> other{};
   std::string line;  // the dispatch-log line, printed while g_route_flags.log_dispatch is on
@@ -161,13 +162,13 @@ struct PyRouteState {
   // the interpreter and taking the GIL would abort the process.
   ~PyRouteState() {
     if (!python_alive()) {
-      for (py::object* o : {&fn, &on_error, &other_dtype, &cell}) {
+      for (py::object* o : {&fn, &on_error, &other_dtype, &on_empty, &cell}) {
         o->release();
       }
       return;
     }
     py::gil_scoped_acquire gil;
-    fn = on_error = other_dtype = cell = py::object();
+    fn = on_error = other_dtype = on_empty = cell = py::object();
   }
 
   static bool python_alive() {
@@ -192,6 +193,33 @@ c10::ScalarType first_dtype(const torch::jit::Stack& stack, size_t first) {
     }
   }
   return c10::ScalarType::Undefined;
+}
+
+// Whether an input of the call (a tensor, or a tensor of a list; not an
+// argument the operator writes, such as an out= tensor it will resize) is empty.
+bool has_empty_input(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t first) {
+  const auto& params = schema.arguments();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto* alias = params[i].alias_info();
+    if (alias != nullptr && alias->isWrite()) {
+      continue;
+    }
+    const c10::IValue& v = stack[first + i];
+    if (v.isTensor()) {
+      if (v.toTensor().defined() && v.toTensor().numel() == 0) {
+        return true;
+      }
+    } else if (v.isTensorList()) {
+      const auto list = v.toTensorList();
+      for (size_t j = 0; j < list.size(); ++j) {
+        const at::Tensor t = list.get(j);
+        if (t.defined() && t.numel() == 0) {
+          return true;
+        }
+      }
+    }
+  }
+  return false;
 }
 
 // Interned Python names of an operator's keyword-only arguments, made once
@@ -312,6 +340,10 @@ class PyRouteKernel final : public c10::OperatorKernel {
         push_python_result(schema, pop_python_args(schema, stack, kwarg_names_).call(st->other_dtype), stack);
         return;
       }
+      if (st->on_empty && C10_UNLIKELY(has_empty_input(schema, *stack, stack->size() - nargs))) {
+        push_python_result(schema, pop_python_args(schema, stack, kwarg_names_).call(st->on_empty), stack);
+        return;
+      }
       // The caller's arguments, for the error path.
       c10::SmallVector<c10::IValue, 8> original(stack->end() - nargs, stack->end());
       routed.unwrap(stack, nargs);
@@ -405,11 +437,14 @@ struct PyRoute {
   torch::Library* library = nullptr;
 
   void update(py::object fn, py::object on_error, py::object other_dtype, const std::vector<py::object>& other,
-              py::object cell, const std::string& label) {
+              py::object on_empty, py::object cell, const std::string& label) {
     auto st = std::make_shared<PyRouteState>();
     st->fn = std::move(fn);
     st->on_error = std::move(on_error);
     st->other_dtype = std::move(other_dtype);
+    if (!on_empty.is_none()) {
+      st->on_empty = std::move(on_empty);
+    }
     st->cell = std::move(cell);
     for (const auto& d : other) {
       TORCH_CHECK(THPDtype_Check(d.ptr()), "PyRoute.update: `other` must hold torch.dtype objects");
@@ -443,12 +478,12 @@ struct PyRoute {
 
 void bind_py_route(py::module& m) {
   py::class_<PyRoute>(m, "PyRoute",
-                      "PyRoute(op).update(fn, on_error, other_dtype, other, cell, label): a C++ PrivateUse1 "
-                      "kernel for aten::op that calls fn on native aliases; destroy() gives op back to the native "
-                      "route.")
+                      "PyRoute(op).update(fn, on_error, other_dtype, other, on_empty, cell, label): a C++ "
+                      "PrivateUse1 kernel for aten::op that calls fn on native aliases (on_empty, unless None, "
+                      "instead when an input tensor is empty); destroy() gives op back to the native route.")
       .def(py::init([](std::string op) { return PyRoute{std::move(op)}; }), py::arg("op"))
       .def("update", &PyRoute::update, py::arg("fn"), py::arg("on_error"), py::arg("other_dtype"), py::arg("other"),
-           py::arg("cell"), py::arg("label"))
+           py::arg("on_empty"), py::arg("cell"), py::arg("label"))
       .def("destroy", &PyRoute::destroy)
       .def_property_readonly("registered", [](const PyRoute& r) { return r.library != nullptr; });
 }

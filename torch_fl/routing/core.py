@@ -320,11 +320,55 @@ def _make_callable(op: str, target: Target, native_run, mutable: bool):
             except Exception as e:  # noqa: BLE001
                 return on_error(e, args, kwargs)
 
+    on_empty = None if b.runs_empty_inputs else _empty_input_fallback(op, backend, native_run, cell, strict)
+    if on_empty is not None:
+        kernel = _guard_empty_inputs(op, kernel, on_empty)
     if isinstance(fn, torch_fl._C.OnNative) and not counts_itself:
         # What the C++ kernel (torch_fl._C.PyRoute) needs to run this route
         # without a Python frame per call; the policies stay here.
-        kernel.py_route = (fn.fn, on_error, on_bad_dtype, frozenset(bad_dtypes), cell)
+        kernel.py_route = (fn.fn, on_error, on_bad_dtype, frozenset(bad_dtypes), on_empty, cell)
     return kernel
+
+
+def _empty_input_fallback(op: str, backend: str, native_run, cell: list, strict: bool):
+    """Runs a call with an empty input tensor natively, for a backend that is not given those."""
+    why = f"an input tensor is empty and '{backend}' kernels are not given empty tensors"
+
+    def on_empty(*args, **kwargs):
+        if strict:
+            raise _strict_error(op, backend, why)
+        cell[1] += 1
+        _warn_once(
+            op,
+            backend,
+            "empty input",
+            lambda: (
+                f"flagos: {op} routed to '{backend}' ran natively for a call with an empty input: {why} "
+                f"(FlagGems 5.0.2 faults or raises on some). Counted as a fallback; other calls use '{backend}'."
+            ),
+        )
+        return native_run(*args, **kwargs)
+
+    return on_empty
+
+
+def _guard_empty_inputs(op: str, kernel, on_empty):
+    """`kernel`, except that calls with an empty input tensor (out= and in-place targets aside) go to `on_empty`."""
+    positions, arg_names = names.read_args(op)
+
+    def empty(a) -> bool:
+        if isinstance(a, torch.Tensor):
+            return a.numel() == 0
+        return isinstance(a, (list, tuple)) and any(isinstance(t, torch.Tensor) and t.numel() == 0 for t in a)
+
+    def guarded(*args, **kwargs):
+        if any(i in positions and empty(a) for i, a in enumerate(args)) or any(
+            k in arg_names and empty(v) for k, v in kwargs.items()
+        ):
+            return on_empty(*args, **kwargs)
+        return kernel(*args, **kwargs)
+
+    return guarded
 
 
 def _plan(op: str, route: OpRoute) -> tuple:
@@ -416,7 +460,7 @@ def _py_route_parts(op: str, plan: tuple):
     parts = getattr(_make_callable(op, default, native_run, mutable), "py_route", None)
     if parts is None:
         return None
-    fn, on_error, on_bad_dtype, bad_dtypes, cell = parts
+    fn, on_error, on_bad_dtype, bad_dtypes, on_empty, cell = parts
     per_dtype = {d: _make_callable(op, t, native_run, mutable) for d, t in by}
     get = per_dtype.get
 
@@ -424,7 +468,7 @@ def _py_route_parts(op: str, plan: tuple):
         return get(_dtype_of(args, kwargs), on_bad_dtype)(*args, **kwargs)
 
     other = sorted(bad_dtypes | {d for d in per_dtype if isinstance(d, torch.dtype)}, key=str)
-    return fn, on_error, other_dtype, other, cell
+    return fn, on_error, other_dtype, other, on_empty, cell
 
 
 def _autograd_fallback(op: str, plan: tuple):

@@ -93,6 +93,13 @@ def is_mutable(op: str) -> bool:
     return any(a.alias_info is not None and a.alias_info.is_write for a in schema(op).arguments)
 
 
+def read_args(op: str) -> tuple[frozenset[int], frozenset[str]]:
+    """Positions and names of the arguments the operator reads only (not an in-place self or an out= tensor)."""
+    args = schema(op).arguments
+    read = [(i, a.name) for i, a in enumerate(args) if a.alias_info is None or not a.alias_info.is_write]
+    return frozenset(i for i, _ in read), frozenset(n for _, n in read)
+
+
 # --------------------------------------------------------------------- dtypes
 _DTYPE_ALIASES = {
     "float16": torch.float16,

@@ -18,7 +18,9 @@ INPUTS = reduction_inputs(CASES)
 
 
 def _flaggems_defect(case):
-    if case.dtype == torch.int32 and case.inputs.name != "scalar0d":
+    # scalar0d: FlagGems raises on a 0-d input and the call falls back; an
+    # empty input never reaches FlagGems (docs/routing.md, Fallback rules).
+    if case.dtype == torch.int32 and case.inputs.name not in ("scalar0d", "empty_rows"):
         # torch sums integers into int64; flag_gems/ops/sum.py keeps the input dtype.
         return "FlagGems 5.0.2 sum.dim_IntList of int32 returns int32 (torch: int64)"
     return None
