@@ -5,8 +5,10 @@
 * A test class with a `spec` (an opcheck.OpSpec) gets its `case` argument
   parametrized over the spec's cases and its `backend` argument over the
   backends a dispatch test can name (each backend carrying its marker).
-* The FlagGems tests of operators whose kernels FlagGems autotunes (OpSpec
-  flaggems_autotunes) start first, one (operator, dtype) per xdist worker.
+* The tests that run an operator whose kernel FlagGems autotunes (OpSpec
+  flaggems_autotunes) on a FlagGems route are marked `flaggems_autotune`
+  (minutes each on the H200: scripts/gpu_check.sh can run them apart), and
+  their comparison tests start first, one (operator, dtype) per xdist worker.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ _SKIPS = {
 
 def _autotunes(item) -> bool:
     spec = getattr(item.cls, "spec", None)
-    return "flaggems" in item.keywords and getattr(spec, "flaggems_autotunes", False)
+    on_flaggems = "flaggems" in item.keywords or "flaggems_python" in item.keywords
+    return on_flaggems and getattr(spec, "flaggems_autotunes", False)
 
 
 def _spread_autotuned(items) -> None:
@@ -71,6 +74,8 @@ def pytest_collection_modifyitems(config, items):
         for marker, (skip, reason) in _SKIPS.items():
             if skip and marker in item.keywords:
                 item.add_marker(pytest.mark.skip(reason=reason))
+        if _autotunes(item):
+            item.add_marker(pytest.mark.flaggems_autotune)
     if not _SKIPS["flaggems"][0]:
         _spread_autotuned(items)
 
