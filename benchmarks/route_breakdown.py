@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 
 import torch
@@ -112,7 +113,14 @@ def main(argv=None) -> int:
     row("mm 64x64 flagos, @", lambda: f1 @ f2)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"backing": torch_fl.backing(), "torch": torch.__version__, "us_per_call": rows}, f, indent=1)
+            report = {
+                "command": " ".join(["python", *sys.argv]),
+                "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                "backing": torch_fl.backing(),
+                "torch": torch.__version__,
+                "us_per_call": rows,
+            }
+            json.dump(report, f, indent=1)
     return 0
 
 
