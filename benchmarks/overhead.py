@@ -41,6 +41,8 @@ class Row:
     unit: str  # "us/call", "GB/s" or "TFLOP/s"
     native: float
     flagos: float
+    #: flagos - native of each round (both timed back to back), where kept
+    round_diffs: list[float] | None = None
 
     @property
     def ratio(self) -> float:
@@ -172,7 +174,9 @@ def flaggems_rows(rounds: int, calls: int) -> list[Row]:
     """A flaggems-routed call on flagos vs the same flag_gems function called directly on CUDA tensors.
 
     The "native" column is the direct call (flag_gems.ops.* on CUDA tensors), "flagos" the routed one;
-    added_us is what the routing layer costs (issue 3: <= 3 us).
+    added_us is what the routing layer costs (issue 3: <= 3 us). FlagGems' own cost drifts by tens of
+    us between runs (a 4x4 add took 72 and 93 us on the same H200), so each round's difference is kept
+    too: the median of those is steadier than the difference of the medians.
     """
     from torch_fl import backends, routing
     from torch_fl.backends.flaggems import LOADER
@@ -209,8 +213,13 @@ def flaggems_rows(rounds: int, calls: int) -> list[Row]:
                     else:
                         routed.append(per_call_us(call_routed, flagos, calls))
         name = f"{op.split('.')[0]} 4x4 flaggems routed vs direct"
-        rows.append(Row(name, "us/call", statistics.median(direct), statistics.median(routed)))
-        print(f"  {name:<20} direct {rows[-1].native:7.2f} us  routed {rows[-1].flagos:7.2f} us", flush=True)
+        diffs = [r - d for d, r in zip(direct, routed, strict=True)]
+        rows.append(Row(name, "us/call", statistics.median(direct), statistics.median(routed), diffs))
+        print(
+            f"  {name:<20} direct {rows[-1].native:7.2f} us  routed {rows[-1].flagos:7.2f} us"
+            f"  per round: median {statistics.median(diffs):+.2f}, {min(diffs):+.2f} to {max(diffs):+.2f} us",
+            flush=True,
+        )
     return rows
 
 
