@@ -202,6 +202,13 @@ def test_an_empty_out_tensor_is_not_an_empty_input(fake_gems):
     assert _gems_calls(fake_gems, "abs.out") == 1 and torch.equal(out.cpu(), torch.ones(2))
 
 
+def test_explain_says_empty_inputs_run_natively(fake_gems):
+    routing.set_route("add.Tensor", "flaggems")
+    assert any("empty input" in n for n in routing.explain("add.Tensor").backend_notes)
+    routing.set_route("add.Tensor", "native")
+    assert not any("empty input" in n for n in routing.explain("add.Tensor").backend_notes)
+
+
 def test_strict_empty_input_is_an_error(fake_gems):
     core.set_flags(strict=True)
     routing.set_route("add.Tensor", "flaggems")
