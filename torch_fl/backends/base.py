@@ -18,9 +18,9 @@ class Backend:
     description: str = ""
     #: runs through the C++ native route (no Python kernel needed)
     native: bool = False
-    #: False: a call with an empty input tensor runs natively instead, counted
-    #: as a fallback (for kernels that fault on empty tensors)
-    runs_empty_inputs: bool = True
+    #: Set (to why) for a backend whose kernels must not see empty tensors: a
+    #: call with an empty input runs natively instead, counted as a fallback
+    empty_inputs_unsafe: str | None = None
 
     def available(self) -> bool:
         return self.unavailable_reason() is None

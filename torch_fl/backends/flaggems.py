@@ -151,11 +151,11 @@ LOADER = _Loader()
 
 class FlagGemsBackend(Backend):
     description = "FlagGems Triton kernels on the same memory"
-    # FlagGems 5.0.2 is not safe on empty tensors: its Hopper mm faults the
-    # GPU (illegal memory access, during autotuning) when M or K is 0, which
-    # no fallback can recover from; all raises ZeroDivisionError and bmm a
-    # math domain error (docs/routing.md). An empty input has no work to speed up.
-    runs_empty_inputs = False
+    # An empty input has no work to speed up, and FlagGems 5.0.2 is not safe
+    # on it: its Hopper mm faults the GPU (illegal memory access, during
+    # autotuning) when M or K is 0, which no fallback can recover from; all
+    # raises ZeroDivisionError and bmm a math domain error (docs/routing.md).
+    empty_inputs_unsafe = "FlagGems 5.0.2 faults or raises on some; see docs/routing.md, Fallback rules"
 
     def __init__(self, name: str):
         self.name = name

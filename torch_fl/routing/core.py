@@ -320,7 +320,9 @@ def _make_callable(op: str, target: Target, native_run, mutable: bool):
             except Exception as e:  # noqa: BLE001
                 return on_error(e, args, kwargs)
 
-    on_empty = None if b.runs_empty_inputs else _empty_input_fallback(op, backend, native_run, cell, strict)
+    on_empty = None
+    if b.empty_inputs_unsafe:
+        on_empty = _empty_input_fallback(op, backend, b.empty_inputs_unsafe, native_run, cell, strict)
     if on_empty is not None:
         kernel = _guard_empty_inputs(op, kernel, on_empty)
     if isinstance(fn, torch_fl._C.OnNative) and not counts_itself:
@@ -330,8 +332,8 @@ def _make_callable(op: str, target: Target, native_run, mutable: bool):
     return kernel
 
 
-def _empty_input_fallback(op: str, backend: str, native_run, cell: list, strict: bool):
-    """Runs a call with an empty input tensor natively, for a backend that is not given those."""
+def _empty_input_fallback(op: str, backend: str, unsafe: str, native_run, cell: list, strict: bool):
+    """Runs a call with an empty input tensor natively, for a backend that is not given those (`unsafe`: why)."""
     why = f"an input tensor is empty and '{backend}' kernels are not given empty tensors"
 
     def on_empty(*args, **kwargs):
@@ -344,7 +346,7 @@ def _empty_input_fallback(op: str, backend: str, native_run, cell: list, strict:
             "empty input",
             lambda: (
                 f"flagos: {op} routed to '{backend}' ran natively for a call with an empty input: {why} "
-                f"(FlagGems 5.0.2 faults or raises on some). Counted as a fallback; other calls use '{backend}'."
+                f"({unsafe}). Counted as a fallback; other calls use '{backend}'."
             ),
         )
         return native_run(*args, **kwargs)

@@ -118,7 +118,7 @@ def explain(op: str, dtype=None) -> Explanation:
             f"PyTorch differentiates aten::{norm} by decomposing it: calls that need a gradient run that "
             f"decomposition (counted as a fallback of '{routed}'), the others '{routed}'"
         )
-    if target.kind not in ("native", "fallback") and not backends.get(routed).runs_empty_inputs:
+    if target.kind not in ("native", "fallback") and backends.get(routed).empty_inputs_unsafe:
         notes.append(f"calls with an empty input tensor run natively (counted as a fallback of '{routed}')")
     if entry is None:
         kernel = "C++ native route"
