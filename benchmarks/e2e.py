@@ -4,6 +4,7 @@
     python benchmarks/e2e.py --model tiny --quick     # host smoke run
     python benchmarks/e2e.py --model /path/to/Qwen3-0.6B --rounds 5
     python benchmarks/e2e.py --variants native,flagos --paired 6   # + in-process pairs
+    python benchmarks/e2e.py --variants native,flagos --concurrent  # two GPUs: native and flagos at once
 
 Tasks (full sizes): decode (batch 1, 32-token prompt, 64 new tokens, greedy),
 prefill (8 x 512 tokens, one forward pass, logits of the last position as
@@ -29,7 +30,10 @@ child loads, so all variants hold identical weights.
 process, alternating call by call for N pairs: on a shared machine whose load
 drifts between processes, the median of per-pair ratios is the steadier
 number (training is not paired: native CUDA backward cannot share a process
-with torch_fl).
+with torch_fl). --concurrent (two GPUs) pairs all three tasks another way:
+each round runs the native and the flagos child at the same time, one per
+GPU, swapping GPUs every round, so load on the shared host hits both alike;
+the median of the rounds' ratios is reported beside the other numbers.
 
 Writes benchmarks/results/<name>.json (with the command line) and .png (if
 matplotlib is installed), and prints a Markdown table.
@@ -49,6 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -279,7 +284,8 @@ def _variant_env(variant: str) -> dict:
     return env
 
 
-def _run_child(variant, args, ckpt, sizes) -> dict:
+def _run_child(variant, args, ckpt, sizes, gpu: int | None = None) -> dict:
+    """One child process for `variant` (on CUDA device `gpu` alone when given); its JSON result."""
     cmd = [
         sys.executable,
         str(Path(__file__).resolve()),
@@ -298,19 +304,54 @@ def _run_child(variant, args, ckpt, sizes) -> dict:
         "--paired",
         str(args.paired),
     ]
+    env = _variant_env(variant)
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     t = time.perf_counter()
     try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=args.child_timeout, env=_variant_env(variant), cwd=REPO
-        )
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.child_timeout, env=env, cwd=REPO)
     except subprocess.TimeoutExpired:
-        return {"variant": variant, "error": f"timed out after {args.child_timeout} s", "tasks": {}}
-    lines = [ln[len(RESULT_TAG) :] for ln in proc.stdout.splitlines() if ln.startswith(RESULT_TAG)]
-    if not lines:
-        tail = (proc.stderr or proc.stdout)[-1500:]
-        return {"variant": variant, "error": f"child exited {proc.returncode} without a result: {tail}", "tasks": {}}
-    out = json.loads(lines[-1])
+        out = {"variant": variant, "error": f"timed out after {args.child_timeout} s", "tasks": {}}
+    else:
+        lines = [ln[len(RESULT_TAG) :] for ln in proc.stdout.splitlines() if ln.startswith(RESULT_TAG)]
+        if lines:
+            out = json.loads(lines[-1])
+        else:
+            tail = (proc.stderr or proc.stdout)[-1500:]
+            out = {"variant": variant, "error": f"child exited {proc.returncode} without a result: {tail}", "tasks": {}}
     out["wall_s"] = round(time.perf_counter() - t, 2)
+    if gpu is not None:
+        out["gpu"] = gpu
+    return out
+
+
+def _run_concurrently(jobs: list[tuple[str, int]], args, ckpt, sizes) -> list[dict]:
+    """Children for (variant, GPU) pairs, all at once, each on its own GPU."""
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        futures = [pool.submit(_run_child, v, args, ckpt, sizes, gpu) for v, gpu in jobs]
+        return [f.result() for f in futures]
+
+
+def _concurrent_ratios(raw: list[dict], tasks: list[str]) -> dict:
+    """flagos / native tokens/s of each round where the two ran at the same time on two GPUs."""
+    out: dict = {}
+    for t in tasks:
+        ratios, native_tps, flagos_tps = [], [], []
+        for r in sorted({x["round"] for x in raw if "gpu" in x}):
+            got = {x["variant"]: x["tasks"].get(t, {}) for x in raw if x["round"] == r and "gpu" in x}
+            n, f = got.get("native", {}), got.get("flagos", {})
+            if "tokens_per_s" in n and "tokens_per_s" in f:
+                ratios.append(f["tokens_per_s"] / n["tokens_per_s"])
+                native_tps.append(n["tokens_per_s"])
+                flagos_tps.append(f["tokens_per_s"])
+        if ratios:
+            out[t] = {
+                "pairs": len(ratios),
+                "ratio_median": statistics.median(ratios),
+                "ratios": [round(x, 4) for x in ratios],
+                "native_tokens_per_s": [round(x, 1) for x in native_tps],
+                "flagos_tokens_per_s": [round(x, 1) for x in flagos_tps],
+            }
     return out
 
 
@@ -396,7 +437,13 @@ def _paired_brief(paired: dict) -> str:
     return "; ".join(parts)
 
 
-def _chart(summary: dict, tasks: list[str], path: Path, title: str, paired: dict | None = None) -> str | None:
+def _concurrent_brief(concurrent: dict) -> str:
+    return "; ".join(f"{t} {r['ratio_median']:.3f}x (median of {r['pairs']} rounds)" for t, r in concurrent.items())
+
+
+def _chart(
+    summary: dict, tasks: list[str], path: Path, title: str, paired: dict | None = None, concurrent: dict | None = None
+) -> str | None:
     try:
         import matplotlib
 
@@ -410,6 +457,8 @@ def _chart(summary: dict, tasks: list[str], path: Path, title: str, paired: dict
     pairs = (paired or {}).get("tasks", {})
     if pairs:
         series["flagos, in-process pairs"] = [pairs.get(t, {}).get("ratio_median", 0.0) for t in tasks]
+    if concurrent:
+        series["flagos, concurrent on two GPUs"] = [concurrent.get(t, {}).get("ratio_median", 0.0) for t in tasks]
     variants = list(series)
     fig, ax = plt.subplots(figsize=(8, 4.2))
     width = 0.8 / max(1, len(variants))
@@ -451,6 +500,12 @@ def _parse(argv=None):
         help="also run decode and prefill on native and flagos in one process, alternating, for this many pairs "
         "(before the rounds; the steadier ratio on a shared machine)",
     )
+    p.add_argument(
+        "--concurrent",
+        action="store_true",
+        help="on two GPUs: each round runs native and flagos at the same time, one per GPU, swapping GPUs each "
+        "round; the median of the rounds' flagos/native ratios pairs training too (which --paired cannot)",
+    )
     p.add_argument("--replot", metavar="JSON", help="only draw the PNG of this report again, beside it")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--ckpt", default=None, help=argparse.SUPPRESS)
@@ -487,6 +542,9 @@ def main(argv=None) -> int:
         skipped = {v: why for v, why in skipped.items() if v in wanted}
     if "native" not in variants:
         variants.insert(0, "native")  # ratios and token checks need it
+    if args.concurrent and (torch.cuda.device_count() < 2 or "flagos" not in variants):
+        print("--concurrent needs two CUDA GPUs and the flagos variant", file=sys.stderr)
+        return 2
     spec = qwen3.canonical(args.model if args.model != "auto" else ("0.6b" if on_gpu else "tiny"))
     sizes = SIZES["quick" if args.quick else "full"]
     model_tag = spec if qwen3.is_builtin(spec) else Path(spec).name
@@ -527,6 +585,7 @@ def main(argv=None) -> int:
             "skipped": skipped,
             "summary": summary,
             "paired": paired,
+            "concurrent": _concurrent_ratios(raw, args.tasks) if args.concurrent else None,
             "raw": raw,
         }
         json_path = out_dir / f"{name}.json"
@@ -557,31 +616,42 @@ def main(argv=None) -> int:
                 break
             round_start = time.perf_counter()
             order = variants[r % len(variants) :] + variants[: r % len(variants)]
+            if args.concurrent:
+                # native and flagos at once, each on its own GPU, which they swap every round
+                jobs = [("native", r % 2), ("flagos", 1 - r % 2)]
+                print(f"round {r + 1}/{args.rounds}: native on GPU {r % 2}, flagos on GPU {1 - r % 2} ...", flush=True)
+                for res in _run_concurrently(jobs, args, ckpt, sizes):
+                    _record(raw, res, r, f"  {res['variant']}:")
+                order = [v for v in order if v not in ("native", "flagos")]
             for v in order:
                 print(f"round {r + 1}/{args.rounds}: {v} ...", end=" ", flush=True)
-                res = _run_child(v, args, ckpt, sizes)
-                res["round"] = r
-                raw.append(res)
-                brief = ", ".join(
-                    f"{t} {x['tokens_per_s']:.1f} tok/s" if "tokens_per_s" in x else f"{t} error"
-                    for t, x in res["tasks"].items()
-                )
-                print(brief or res.get("error", "no result")[:200], f"[{res.get('wall_s', '?')} s]", flush=True)
+                _record(raw, _run_child(v, args, ckpt, sizes), r, "")
             round_s = time.perf_counter() - round_start
             write_json(raw, r + 1)
 
     report, json_path = write_json(raw, args.rounds)
     summary = report["summary"]
-    png = _chart(summary, args.tasks, out_dir / f"{name}.png", _title(report), paired)
+    png = _chart(summary, args.tasks, out_dir / f"{name}.png", _title(report), paired, report["concurrent"])
     print()
     print(_table(summary, args.tasks))
     if paired:
         print(f"\npaired in one process: {_paired_brief(paired)}")
+    if report["concurrent"]:
+        print(f"concurrent on two GPUs: {_concurrent_brief(report['concurrent'])}")
     for v, why in skipped.items():
         print(f"skipped {v}: {why}")
     print(f"\nwrote {json_path}" + (f" and {png}" if png else " (no PNG: matplotlib is not installed)"))
     print(f"total {report['wall_s']} s")
     return 0
+
+
+def _record(raw: list, res: dict, round_index: int, prefix: str) -> None:
+    res["round"] = round_index
+    raw.append(res)
+    brief = ", ".join(
+        f"{t} {x['tokens_per_s']:.1f} tok/s" if "tokens_per_s" in x else f"{t} error" for t, x in res["tasks"].items()
+    )
+    print(prefix, brief or res.get("error", "no result")[:200], f"[{res.get('wall_s', '?')} s]", flush=True)
 
 
 def _title(report: dict) -> str:
@@ -594,7 +664,14 @@ def replot(json_path: str) -> int:
     """Draws the PNG of a written report again (e.g. after the chart changed)."""
     report = json.loads(Path(json_path).read_text())
     tasks = list(report["sizes"])
-    png = _chart(report["summary"], tasks, Path(json_path).with_suffix(".png"), _title(report), report.get("paired"))
+    png = _chart(
+        report["summary"],
+        tasks,
+        Path(json_path).with_suffix(".png"),
+        _title(report),
+        report.get("paired"),
+        report.get("concurrent"),
+    )
     print(f"wrote {png}" if png else "no PNG: matplotlib is not installed", file=sys.stderr if not png else sys.stdout)
     return 0 if png else 1
 

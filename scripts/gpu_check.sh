@@ -14,8 +14,10 @@
 # tests outside / inside tests/integration/ops. The ops suite does not fit one
 # call: with 20 workers on 2026-11-30 it ran 3,211 of its 3,214 tests in 464 s
 # (pytest stops at DEADLINE + 60 s, inside the 600 s call limit), FlagGems' mm
-# autotuning for 100-230 s per test. Run it in two calls: OPS_PART=rest (with
-# the core tests) and OPS_PART=autotuned. Each (operator, dtype) FlagGems
+# autotuning for 100-230 s per test. On one GPU run it in two calls:
+# OPS_PART=rest (with the core tests) and OPS_PART=autotuned. On two GPUs
+# OPS_PART=split runs both halves at once, each on a GPU of its own
+# (OPS_WORKERS for `rest`, AUTOTUNE_WORKERS for `autotuned`). Each (operator, dtype) FlagGems
 # autotunes heads one worker's share (tests/integration/ops/conftest.py), and
 # idle workers steal queued tests.
 # Benchmarks run alone: scripts/gpu_bench.sh.
@@ -23,14 +25,22 @@ set -uo pipefail
 DEADLINE=${DEADLINE:-420}
 source scripts/gpu_setup.sh
 
-markers="anyplatform or cuda or flaggems or flaggems_python"
-# OPS_PART=rest|autotuned: the ops suite in two calls. `autotuned` is the 51
-# tests that run a kernel FlagGems autotunes (mm, bmm: minutes each on the
-# H200; marker flaggems_autotune), `rest` the other 3,163.
-case ${OPS_PART:-all} in
-  rest) markers="($markers) and not flaggems_autotune" ;;
-  autotuned) markers="($markers) and flaggems_autotune" ;;
-esac
+ngpu=$(nvidia-smi -L | wc -l)
+if [[ ${OPS_PART:-all} == split ]] && (( ngpu < 2 )); then
+  echo "OPS_PART=split needs two GPUs; this machine has $ngpu: run OPS_PART=rest, then OPS_PART=autotuned"
+  exit 2
+fi
+all_markers="anyplatform or cuda or flaggems or flaggems_python"
+# OPS_PART=rest|autotuned|split: `autotuned` is the 51 tests that run a kernel
+# FlagGems autotunes (mm, bmm: minutes each on the H200; marker
+# flaggems_autotune), `rest` the other 3,163; `split` both, in parallel.
+ops_markers() {
+  case $1 in
+    rest) echo "($all_markers) and not flaggems_autotune" ;;
+    autotuned) echo "($all_markers) and flaggems_autotune" ;;
+    *) echo "$all_markers" ;;
+  esac
+}
 # DEADLINE counts from the start of the command (the build included). pytest
 # has no deadline of its own: it gets SIGINT a minute after the sweeps' last
 # op, and only its main process does (--foreground): the workers and the
@@ -48,12 +58,23 @@ if [[ ${CORE:-1} == 1 ]]; then
 fi
 # On a machine of several GPUs the ops suite gets the last one to itself, and
 # the core tests see them all (their multi-device tests then map flagos:i to
-# real cuda:i).
-ngpu=$(nvidia-smi -L | wc -l)
-ops_env=()
-(( ngpu > 1 )) && ops_env=(env CUDA_VISIBLE_DEVICES=$(( ngpu - 1 )))
+# real cuda:i); OPS_PART=split puts its `autotuned` half on the one before.
+ops_suite() {  # part, GPU index (empty: all GPUs), workers, log name
+  local gpu_env=()
+  [[ -n $2 ]] && gpu_env=(env CUDA_VISIBLE_DEVICES=$2)
+  "${gpu_env[@]}" "${pytest[@]}" -n "$3" -m "$(ops_markers "$1")" tests/integration/ops > "$OUT/$4.log" 2>&1 &
+}
+last_gpu=""
+(( ngpu > 1 )) && last_gpu=$(( ngpu - 1 ))
+ops_logs=(pytest_ops)
 if [[ ${OPS:-1} == 1 ]]; then
-  "${ops_env[@]}" "${pytest[@]}" -n "${OPS_WORKERS:-6}" -m "$markers" tests/integration/ops > "$OUT/pytest_ops.log" 2>&1 &
+  part=${OPS_PART:-all}
+  if [[ $part == split ]]; then
+    ops_suite autotuned $(( ngpu - 2 )) "${AUTOTUNE_WORKERS:-10}" pytest_ops_autotuned
+    part=rest
+    ops_logs+=(pytest_ops_autotuned)
+  fi
+  ops_suite "$part" "$last_gpu" "${OPS_WORKERS:-6}" pytest_ops
 fi
 if [[ ${SWEEPS:-1} == 1 ]]; then
   sweep=(python3 -m torch_fl.conformance --backward --timeout 120 --deadline "$left" --no-progress)
@@ -62,6 +83,6 @@ if [[ ${SWEEPS:-1} == 1 ]]; then
     --json "$OUT/sweep_flaggems.json" > "$OUT/sweep_flaggems.log" 2>&1 &
 fi
 wait
-for f in pytest_core pytest_ops; do [[ -f $OUT/$f.log ]] && { echo "== $f"; tail -4 "$OUT/$f.log"; }; done
+for f in pytest_core "${ops_logs[@]}"; do [[ -f $OUT/$f.log ]] && { echo "== $f"; tail -4 "$OUT/$f.log"; }; done
 for f in sweep_cuda sweep_flaggems; do [[ -f $OUT/$f.log ]] && { echo "== $f"; grep -E "ops in|deadline" "$OUT/$f.log"; }; done
 echo "total: $(( $(date +%s) - start )) s"

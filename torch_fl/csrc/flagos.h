@@ -22,6 +22,8 @@ constexpr c10::DeviceType kFlagos = c10::DeviceType::PrivateUse1;
 struct Backing {
   c10::DeviceType type = c10::DeviceType::CPU;
   c10::DispatchKey key = c10::DispatchKey::CPU;
+  // The key as a set, made once: routed calls redispatch with it on every call.
+  c10::DispatchKeySet keyset{c10::DispatchKey::CPU};
   bool host = true;  // host memory backing (virtual devices)
   c10::DeviceIndex count = 0;
   const c10::impl::DeviceGuardImplInterface* guard = nullptr;

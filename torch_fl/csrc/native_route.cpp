@@ -247,7 +247,7 @@ void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   RoutedArgs args;
   args.unwrap(stack, schema.arguments().size());
-  op.redispatchBoxed(c10::DispatchKeySet(g_backing.key), stack);
+  op.redispatchBoxed(g_backing.keyset, stack);
   args.finish(schema, stack);
 }
 

@@ -176,7 +176,7 @@ struct Typed<Op, Ret(Args...)> {
 
   template <size_t... I>
   static Ret redispatch(Held& held, std::index_sequence<I...>) {
-    return handle->redispatch(c10::DispatchKeySet(g_backing.key), Param<Args>::pass(std::get<I>(held))...);
+    return handle->redispatch(g_backing.keyset, Param<Args>::pass(std::get<I>(held))...);
   }
 
   // An in-place or out= kernel returns one of its own arguments: hand back

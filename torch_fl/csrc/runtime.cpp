@@ -401,6 +401,7 @@ void init(const std::string& backing_type, int64_t host_devices) {
   } else {
     TORCH_CHECK(false, "torch_fl: unknown backing device '", backing_type, "' (expected 'cuda' or 'cpu')");
   }
+  b.keyset = c10::DispatchKeySet(b.key);
   b.guard = c10::impl::getDeviceGuardImpl(b.type);
   b.allocator = c10::GetAllocator(b.type);
   TORCH_CHECK(b.allocator != nullptr, "torch_fl: no allocator registered for ", c10::DeviceTypeName(b.type));
