@@ -308,3 +308,35 @@ def test_a_result_the_kernel_keeps_stays_native_for_it(routing_state):
     assert y is not kept[0]
     y.add_(1)  # one memory, two views of it (it used to be taken from the kernel's tensor)
     assert torch.equal(kept[0].cpu(), -torch.arange(3.0) + 1)
+
+
+def test_keyword_only_arguments_reach_the_kernel_and_the_error_policy_by_name(routing_state):
+    """PyRoute calls the kernel with the operator's keyword-only arguments as
+    keywords (alpha of add.Tensor), and hands the error policy the caller's
+    flagos arguments as (args, kwargs)."""
+    seen = []
+
+    def add(a, b, *, alpha=1):
+        seen.append((a.device.type, b.device.type, alpha))
+        if alpha == 3:
+            raise ValueError("no alpha 3 here")
+        return torch.add(a, b, alpha=alpha)
+
+    def on_error(exc, args, kwargs):
+        seen.append((type(exc).__name__, [t.device.type for t in args], kwargs))
+        return torch.zeros(2, device="flagos")
+
+    route = torch_fl._C.PyRoute("add.Tensor")
+    route.update(add, on_error, lambda *a, **kw: None, [], None, [0, 0, 0], "test")
+    x = torch.ones(2, device="flagos")
+    try:
+        assert torch.equal(torch.add(x, x, alpha=2).cpu(), torch.full((2,), 3.0))
+        assert torch.equal(torch.add(x, x, alpha=3).cpu(), torch.zeros(2))
+    finally:
+        route.destroy()
+    native = torch_fl.backing()
+    assert seen == [
+        (native, native, 2),
+        (native, native, 3),
+        ("ValueError", ["flagos", "flagos"], {"alpha": 3}),
+    ]

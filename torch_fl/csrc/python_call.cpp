@@ -222,70 +222,83 @@ bool has_empty_input(const c10::FunctionSchema& schema, const torch::jit::Stack&
   return false;
 }
 
-// Interned Python names of an operator's keyword-only arguments, made once
-// per kernel and kept for the process's life (dropping them would need the
-// GIL at exit).
-using KwargNames = c10::SmallVector<PyObject*, 4>;
-
-const KwargNames& kwarg_names(const c10::FunctionSchema& schema, std::optional<KwargNames>& cache) {
+// An operator's keyword-only argument names as a tuple of interned Python
+// strings, the `kwnames` of a vectorcall; made once per kernel and kept for
+// the process's life (dropping it would need the GIL at exit). Null when the
+// operator has no keyword-only arguments.
+PyObject* kwarg_names(const c10::FunctionSchema& schema, std::optional<PyObject*>& cache) {
   if (C10_UNLIKELY(!cache.has_value())) {
-    KwargNames names;
+    c10::SmallVector<PyObject*, 4> names;
     for (const auto& p : schema.arguments()) {
       if (p.kwarg_only()) {
         names.push_back(PyUnicode_InternFromString(p.name().c_str()));
       }
     }
-    cache = std::move(names);
+    PyObject* tuple = nullptr;
+    if (!names.empty()) {
+      tuple = PyTuple_New(static_cast<Py_ssize_t>(names.size()));
+      for (size_t i = 0; i < names.size(); ++i) {
+        PyTuple_SET_ITEM(tuple, static_cast<Py_ssize_t>(i), names[i]);  // steals the reference
+      }
+    }
+    cache = tuple;
   }
   return *cache;
 }
 
-// An operator's arguments as Python objects.
+// An operator's arguments as Python objects: the positional ones, then the
+// keyword-only ones named by `kwnames`, laid out for a vectorcall (no
+// argument tuple or keyword dict is built per call).
 struct PyArgs {
-  py::tuple args;
-  py::object kwargs;  // a dict, or null when the operator has no keyword-only arguments
+  c10::SmallVector<py::object, 8> objects;
+  size_t npos = 0;
+  PyObject* kwnames = nullptr;  // borrowed from the kernel's cache
 
-  // fn(*args, **kwargs) without copying them (pybind11's unpacking call
-  // builds a new tuple and dict).
   py::object call(const py::object& fn) const {
-    PyObject* r = PyObject_Call(fn.ptr(), args.ptr(), kwargs ? kwargs.ptr() : nullptr);
+    c10::SmallVector<PyObject*, 8> ptrs;
+    for (const auto& o : objects) {
+      ptrs.push_back(o.ptr());
+    }
+    PyObject* r = PyObject_Vectorcall(fn.ptr(), ptrs.data(), npos, kwnames);
     if (r == nullptr) {
       throw py::error_already_set();
     }
     return py::reinterpret_steal<py::object>(r);
   }
+  // As (args, kwargs), for the error policy.
+  py::tuple args_tuple() const {
+    py::tuple t(npos);
+    for (size_t i = 0; i < npos; ++i) {
+      PyTuple_SET_ITEM(t.ptr(), static_cast<Py_ssize_t>(i), py::object(objects[i]).release().ptr());
+    }
+    return t;
+  }
   py::dict kwargs_dict() const {
-    return kwargs ? py::reinterpret_borrow<py::dict>(kwargs) : py::dict();
+    py::dict d;
+    for (size_t i = npos; i < objects.size(); ++i) {
+      PyDict_SetItem(d.ptr(), PyTuple_GET_ITEM(kwnames, static_cast<Py_ssize_t>(i - npos)), objects[i].ptr());
+    }
+    return d;
   }
 };
 
-// The operator's arguments as Python (args, kwargs), taken off the stack.
+// The operator's arguments as Python objects, taken off the stack.
 PyArgs pop_python_args(const c10::FunctionSchema& schema, torch::jit::Stack* stack,
-                       std::optional<KwargNames>& names_cache) {
+                       std::optional<PyObject*>& names_cache) {
   const auto& params = schema.arguments();
   const size_t first = stack->size() - params.size();
-  size_t npos = 0;
-  while (npos < params.size() && !params[npos].kwarg_only()) {
-    ++npos;
+  PyArgs out;
+  while (out.npos < params.size() && !params[out.npos].kwarg_only()) {
+    ++out.npos;
   }
-  py::tuple args(npos);
-  py::object kwargs;
-  const KwargNames* names = nullptr;
-  if (npos < params.size()) {
-    names = &kwarg_names(schema, names_cache);
-    kwargs = py::dict();
+  if (out.npos < params.size()) {
+    out.kwnames = kwarg_names(schema, names_cache);  // kwarg-only arguments follow the positional ones
   }
   for (size_t i = 0; i < params.size(); ++i) {
-    py::object obj = torch::jit::toPyObject(std::move((*stack)[first + i]));
-    if (i < npos) {
-      PyTuple_SET_ITEM(args.ptr(), i, obj.release().ptr());
-    } else {
-      // kwarg-only arguments follow the positional ones, in schema order
-      PyDict_SetItem(kwargs.ptr(), (*names)[i - npos], obj.ptr());
-    }
+    out.objects.push_back(torch::jit::toPyObject(std::move((*stack)[first + i])));
   }
   stack->erase(stack->begin() + first, stack->end());
-  return {std::move(args), std::move(kwargs)};
+  return out;
 }
 
 void push_python_result(const c10::FunctionSchema& schema, const py::object& result, torch::jit::Stack* stack) {
@@ -360,7 +373,7 @@ class PyRouteKernel final : public c10::OperatorKernel {
       } catch (py::error_already_set& e) {
         stack->insert(stack->end(), original.begin(), original.end());
         const PyArgs caller = pop_python_args(schema, stack, kwarg_names_);
-        push_python_result(schema, st->on_error(e.value(), caller.args, caller.kwargs_dict()), stack);
+        push_python_result(schema, st->on_error(e.value(), caller.args_tuple(), caller.kwargs_dict()), stack);
         return;  // the policy returned flagos results, or raised
       }
       push_python_result(schema, result, stack);
@@ -370,7 +383,7 @@ class PyRouteKernel final : public c10::OperatorKernel {
 
  private:
   Slot slot_;
-  std::optional<KwargNames> kwarg_names_;  // filled on the first call, with the GIL
+  std::optional<PyObject*> kwarg_names_;  // filled on the first call, with the GIL
 };
 
 // A typed front on PyRoute's boxed kernel, for the operators of typed_ops.h.
