@@ -50,16 +50,19 @@ def _workload(model, device: str, task: str, tokens: int, prompt, grad_mode: str
     return prefill
 
 
-def timing(steps: dict, task: str, tokens: int, rounds: int = 5) -> None:
-    """Wall time per step for each device, alternating, before any profiling
-    (a CUDA profiler session leaves the process slower to launch kernels)."""
+def timing(steps: dict, task: str, tokens: int, rounds: int = 6) -> None:
+    """Wall time per step for each device, alternating in ABBA order (going
+    first or second in a round is not the same on a busy host), before any
+    profiling (a CUDA profiler session leaves the process slower to launch
+    kernels)."""
     for device, step in steps.items():
         for _ in range(2):  # warm up (cuDNN / cuBLAS plans, allocator)
             step()
         workloads.synchronize(device)
     times = {d: [] for d in steps}
-    for _ in range(rounds):
-        for device, step in steps.items():
+    order = list(steps.items())
+    for i in range(rounds):
+        for device, step in order if i % 2 == 0 else order[::-1]:
             t0 = time.perf_counter()
             step()
             workloads.synchronize(device)

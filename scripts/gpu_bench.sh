@@ -6,8 +6,8 @@
 # wheels, builds the core, then runs benchmarks/overhead.py, benchmarks/e2e.py
 # (ROUNDS rounds, default 3; E2E_DEADLINE=seconds starts no round that would end
 # later; E2E_VARIANTS=native,flagos limits the variants; PAIRS in-process
-# native/flagos pairs first, default 6; on two GPUs each round runs native and
-# flagos at once, one per GPU, unless CONCURRENT=0), benchmarks/profile_decode.py for prefill and decode, or the demo
+# native/flagos pairs first, default 6; CONCURRENT=1 on two GPUs runs native
+# and flagos at once in each round, one per GPU), benchmarks/profile_decode.py for prefill and decode, or the demo
 # (native routes, then the FlagGems profile); JSON, PNG and logs go to $OUT.
 # Correctness checks: scripts/gpu_check.sh.
 set -uo pipefail
@@ -32,9 +32,11 @@ if [[ $STEP == demo ]]; then
   FLAGOS_USE_FLAGGEMS=1 python3 -m torch_fl demo 2> "$OUT/demo_flaggems.stderr" | tee "$OUT/demo_flaggems.txt"
 fi
 if [[ $STEP == all || $STEP == e2e ]]; then
-  # Two GPUs: each round runs native and flagos at once, one per GPU (--concurrent)
+  # CONCURRENT=1 on two GPUs: each round runs native and flagos at once, one
+  # per GPU (--concurrent). Off by default: on 2026-11-30 it was no steadier
+  # than rounds one after the other (docs/verification.md section 8).
   concurrent=()
-  (( $(nvidia-smi -L | wc -l) > 1 )) && [[ ${CONCURRENT:-1} == 1 ]] && concurrent=(--concurrent)
+  (( $(nvidia-smi -L | wc -l) > 1 )) && [[ ${CONCURRENT:-0} == 1 ]] && concurrent=(--concurrent)
   python3 benchmarks/e2e.py --rounds "${ROUNDS:-3}" ${E2E_DEADLINE:+--deadline "$E2E_DEADLINE"} \
     ${E2E_VARIANTS:+--variants "$E2E_VARIANTS"} --paired "${PAIRS:-6}" "${concurrent[@]}" \
     --out "$OUT" --name e2e-h200-qwen3-0.6b 2>&1 | tail -30
