@@ -2,9 +2,12 @@
 
 Small operators measure the cost a call adds on the host (microseconds per
 call, timed in windows shorter than the GPU's launch queue, so GPU throughput
-does not hide host cost); a large add measures bandwidth and a large bf16
-matmul TFLOP/s, where flagos must equal native. Native and flagos alternate
-round by round and the median of the rounds is reported, with the ratio.
+does not hide host cost); two rows measure it in context, per routed call: a
+decoder layer's mix of operators, and greedy decode of the tiny Qwen3 (a
+loop over one operator keeps everything in the CPU's caches, a model does
+not); a large add measures bandwidth and a large bf16 matmul TFLOP/s, where
+flagos must equal native. Native and flagos alternate round by round and the
+median of the rounds is reported, with the ratio.
 
     python benchmarks/overhead.py                 # full sizes (GPU)
     python benchmarks/overhead.py --quick         # small sizes (host backing, smoke)
@@ -19,6 +22,7 @@ is installed).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import platform
@@ -100,6 +104,126 @@ def small_ops(device: torch.device) -> dict[str, Callable[[], object]]:
         "cat 4x(16x16)": lambda: torch.cat(parts),
         "softmax 32x128": lambda: torch.softmax(logits, dim=-1),
     }
+
+
+def layer_sequence(device: torch.device) -> Callable[[], object]:
+    """One decoder layer's operators for one token, on tiny tensors (RMSNorm,
+    projections, rotary, attention over a 16-token cache, SiLU MLP): the mix a
+    model calls, where a loop over one operator keeps everything in cache."""
+    g = torch.Generator().manual_seed(0)
+
+    def t(*shape):
+        return torch.randn(*shape, generator=g).to(device)
+
+    x, norm_w = t(1, 1, 64), t(64)
+    wq, wk, wv, wo, w_up, w_gate, w_down = (t(64, 64) for _ in range(7))
+    cos, sin = t(1, 1, 64), t(1, 1, 64)
+    k_cache, v_cache = t(1, 1, 16, 64), t(1, 1, 16, 64)
+    linear = torch.nn.functional.linear
+
+    def rms(h):
+        return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * norm_w
+
+    def rotate(h):
+        return h * cos + torch.cat((-h[..., 32:], h[..., :32]), dim=-1) * sin
+
+    def layer():
+        h = rms(x)
+        q, k, v = rotate(linear(h, wq)), rotate(linear(h, wk)), linear(h, wv)
+        keys = torch.cat((k_cache, k.view(1, 1, 1, 64)), dim=2)
+        values = torch.cat((v_cache, v.view(1, 1, 1, 64)), dim=2)
+        a = torch.nn.functional.scaled_dot_product_attention(q.view(1, 1, 1, 64), keys, values)
+        h = x + linear(a.view(1, 1, 64), wo)
+        m = rms(h)
+        return h + linear(torch.nn.functional.silu(linear(m, w_gate)) * linear(m, w_up), w_down)
+
+    return layer
+
+
+def routed_calls(fn: Callable[[], object]) -> int:
+    """How many operator calls one fn() routes on flagos (views and other metadata operations are not routed)."""
+    from torch_fl import routing
+
+    routing.reset_stats()
+    fn()
+    calls = sum(s.calls for s in routing.stats())
+    routing.reset_stats()
+    return calls
+
+
+def context_rows(native: torch.device, flagos: torch.device, rounds: int, calls: int) -> list[Row]:
+    """Per-call cost in context: a decoder layer's operator mix, and greedy decode of the tiny Qwen3.
+
+    Reported per routed call (the time of the sequence or the token divided by
+    the calls flagos routed for it), so the difference is what one call costs
+    amid others, to set beside the single-operator rows. The decode row needs
+    transformers; without it that row is left out.
+    """
+    rows = []
+    seqs = {native: layer_sequence(native), flagos: layer_sequence(flagos)}
+    n = routed_calls(seqs[flagos])
+    # Fewer sequences per window than single calls: a window must stay inside the GPU's launch queue.
+    per_window = max(1, WINDOW // n)
+    samples: dict[torch.device, list[float]] = {native: [], flagos: []}
+    for dev in (native, flagos):
+        _windowed_us(seqs[dev], dev, 20, per_window)
+    for r in range(rounds):
+        for dev in (native, flagos) if r % 2 == 0 else (flagos, native):
+            samples[dev].append(_windowed_us(seqs[dev], dev, max(1, calls // n), per_window) / n)
+    rows.append(_context_row(f"decoder-layer mix ({n} calls), per call", samples, native, flagos))
+    try:
+        from torch_fl.models import qwen3, workloads
+    except ImportError as e:  # transformers is an optional extra
+        print(f"  tiny Qwen3 decode row skipped: {e}", flush=True)
+        return rows
+    tokens = 16
+    dtype = torch.bfloat16 if torch_fl.backing() == "cuda" else torch.float32
+    model = qwen3.build("tiny", seed=0, dtype=dtype).eval()
+    models = {native: copy.deepcopy(model).to(native), flagos: model.to(flagos)}
+    prompt = qwen3.tokens(model.config.vocab_size, 1, 32)
+    ids = {dev: prompt.to(dev) for dev in models}
+    steps = {dev: (lambda d=dev: workloads.greedy(models[d], ids[d], tokens)) for dev in models}
+    n = routed_calls(steps[flagos])
+    samples = {native: [], flagos: []}
+    for dev in (native, flagos):
+        steps[dev]()
+        sync(dev)
+    for r in range(rounds):
+        for dev in (native, flagos) if r % 2 == 0 else (flagos, native):
+            sync(dev)
+            start = time.perf_counter()
+            steps[dev]()
+            sync(dev)
+            samples[dev].append((time.perf_counter() - start) * 1e6 / n)
+    name = f"tiny Qwen3 greedy decode ({n // tokens} calls/token), per call"
+    rows.append(_context_row(name, samples, native, flagos))
+    return rows
+
+
+def _windowed_us(fn: Callable[[], object], device: torch.device, reps: int, per_window: int) -> float:
+    """Host microseconds per fn() over `reps` calls, in windows of `per_window` calls timed without their sync."""
+    total, done = 0.0, 0
+    while done < reps:
+        k = min(per_window, reps - done)
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(k):
+            fn()
+        total += time.perf_counter() - start
+        done += k
+    sync(device)
+    return total / reps * 1e6
+
+
+def _context_row(name: str, samples: dict, native: torch.device, flagos: torch.device) -> Row:
+    diffs = [f - n for n, f in zip(samples[native], samples[flagos], strict=True)]
+    row = Row(name, "us/call", statistics.median(samples[native]), statistics.median(samples[flagos]), diffs)
+    print(
+        f"  {name:<44} native {row.native:6.2f} us  flagos {row.flagos:6.2f} us"
+        f"  per round: median {statistics.median(diffs):+.2f} us",
+        flush=True,
+    )
+    return row
 
 
 def timed_ms(fn: Callable[[], object], device: torch.device, reps: int) -> float:
@@ -275,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     flagos = torch.device("flagos", 0)
     print(f"flagos over {backing}: {environment()['device']}", flush=True)
     rows = run(native, flagos, args.rounds, args.calls, args.quick, large=not args.small_only)
+    rows += context_rows(native, flagos, args.rounds, args.calls)
     if not args.small_only:
         rows += flaggems_rows(args.rounds, args.calls)
     out = args.out or os.path.join(RESULTS, f"overhead_{backing}{'_quick' if args.quick else ''}.json")

@@ -1,0 +1,34 @@
+"""benchmarks/overhead.py runs end to end (quick sizes) and reports every row, the in-context ones included."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.anyplatform
+def test_overhead_benchmark_quick(tmp_path):
+    pytest.importorskip("transformers")  # the tiny Qwen3 row
+    out = tmp_path / "overhead.json"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "overhead.py"), "--quick", "--small-only", "--rounds", "2"]
+    proc = subprocess.run(cmd + ["--out", str(out)], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["rounds"] == 2 and "overhead.py" in report["command"]
+    rows = {r["name"]: r for r in report["results"]}
+    assert {"add 4x4", "mul 4x4", "mm 64x64", "softmax 32x128"} <= set(rows)
+    layer = next(r for name, r in rows.items() if name.startswith("decoder-layer mix"))
+    decode = next(r for name, r in rows.items() if name.startswith("tiny Qwen3 greedy decode"))
+    # the routed-call counts come from routing stats: a layer routes dozens of calls, a token over a hundred
+    assert int(re.search(r"\((\d+) calls\)", layer["name"]).group(1)) >= 20
+    assert int(re.search(r"\((\d+) calls/token\)", decode["name"]).group(1)) >= 50
+    for row in (layer, decode):
+        assert row["unit"] == "us/call" and row["native"] > 0 and row["flagos"] > 0
+        assert len(row["round_diffs"]) == 2
