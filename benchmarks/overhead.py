@@ -67,12 +67,12 @@ def sync(device: torch.device) -> None:
 WINDOW = 256
 
 
-def per_call_us(fn: Callable[[], object], device: torch.device, calls: int) -> float:
-    """Host microseconds per call: `calls` calls in windows of WINDOW, each window timed without its sync."""
+def per_call_us(fn: Callable[[], object], device: torch.device, calls: int, window: int = WINDOW) -> float:
+    """Host microseconds per call: `calls` calls in windows of `window`, each window timed without its sync."""
     total = 0.0
     done = 0
     while done < calls:
-        n = min(WINDOW, calls - done)
+        n = min(window, calls - done)
         sync(device)  # start with an empty queue; not timed
         start = time.perf_counter()
         for _ in range(n):
@@ -166,10 +166,10 @@ def context_rows(native: torch.device, flagos: torch.device, rounds: int, calls:
     per_window = max(1, WINDOW // n)
     samples: dict[torch.device, list[float]] = {native: [], flagos: []}
     for dev in (native, flagos):
-        _windowed_us(seqs[dev], dev, 20, per_window)
+        per_call_us(seqs[dev], dev, 20, per_window)
     for r in range(rounds):
         for dev in (native, flagos) if r % 2 == 0 else (flagos, native):
-            samples[dev].append(_windowed_us(seqs[dev], dev, max(1, calls // n), per_window) / n)
+            samples[dev].append(per_call_us(seqs[dev], dev, max(1, calls // n), per_window) / n)
     rows.append(_context_row(f"decoder-layer mix ({n} calls), per call", samples, native, flagos))
     try:
         from torch_fl.models import qwen3, workloads
@@ -198,21 +198,6 @@ def context_rows(native: torch.device, flagos: torch.device, rounds: int, calls:
     name = f"tiny Qwen3 greedy decode ({n // tokens} calls/token), per call"
     rows.append(_context_row(name, samples, native, flagos))
     return rows
-
-
-def _windowed_us(fn: Callable[[], object], device: torch.device, reps: int, per_window: int) -> float:
-    """Host microseconds per fn() over `reps` calls, in windows of `per_window` calls timed without their sync."""
-    total, done = 0.0, 0
-    while done < reps:
-        k = min(per_window, reps - done)
-        sync(device)
-        start = time.perf_counter()
-        for _ in range(k):
-            fn()
-        total += time.perf_counter() - start
-        done += k
-    sync(device)
-    return total / reps * 1e6
 
 
 def _context_row(name: str, samples: dict, native: torch.device, flagos: torch.device) -> Row:
