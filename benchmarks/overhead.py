@@ -83,6 +83,17 @@ def per_call_us(fn: Callable[[], object], device: torch.device, calls: int, wind
     return total / calls * 1e6
 
 
+def alternating(rounds: int, measure: dict) -> dict:
+    """{key: [one sample per round]}: each `measure[key]()` once a round, the order reversed every other
+    round (ABBA), so drift on a shared machine hits both sides alike."""
+    keys = list(measure)
+    samples: dict = {k: [] for k in keys}
+    for r in range(rounds):
+        for k in keys if r % 2 == 0 else keys[::-1]:
+            samples[k].append(measure[k]())
+    return samples
+
+
 def small_ops(device: torch.device) -> dict[str, Callable[[], object]]:
     """The small operators of the issue, on `device` (inputs made once)."""
     g = torch.Generator().manual_seed(0)
@@ -164,12 +175,10 @@ def context_rows(native: torch.device, flagos: torch.device, rounds: int, calls:
     n = routed_calls(seqs[flagos])
     # Fewer sequences per window than single calls: a window must stay inside the GPU's launch queue.
     per_window = max(1, WINDOW // n)
-    samples: dict[torch.device, list[float]] = {native: [], flagos: []}
     for dev in (native, flagos):
         per_call_us(seqs[dev], dev, 20, per_window)
-    for r in range(rounds):
-        for dev in (native, flagos) if r % 2 == 0 else (flagos, native):
-            samples[dev].append(per_call_us(seqs[dev], dev, max(1, calls // n), per_window) / n)
+    reps = max(1, calls // n)
+    samples = alternating(rounds, {d: (lambda d=d: per_call_us(seqs[d], d, reps, per_window) / n) for d in seqs})
     rows.append(_context_row(f"decoder-layer mix ({n} calls), per call", samples, native, flagos))
     try:
         from torch_fl.models import qwen3, workloads
@@ -184,17 +193,18 @@ def context_rows(native: torch.device, flagos: torch.device, rounds: int, calls:
     ids = {dev: prompt.to(dev) for dev in models}
     steps = {dev: (lambda d=dev: workloads.greedy(models[d], ids[d], tokens)) for dev in models}
     n = routed_calls(steps[flagos])
-    samples = {native: [], flagos: []}
     for dev in (native, flagos):
         steps[dev]()
         sync(dev)
-    for r in range(rounds):
-        for dev in (native, flagos) if r % 2 == 0 else (flagos, native):
-            sync(dev)
-            start = time.perf_counter()
-            steps[dev]()
-            sync(dev)
-            samples[dev].append((time.perf_counter() - start) * 1e6 / n)
+
+    def per_call(dev) -> float:
+        sync(dev)
+        start = time.perf_counter()
+        steps[dev]()
+        sync(dev)
+        return (time.perf_counter() - start) * 1e6 / n
+
+    samples = alternating(rounds, {d: (lambda d=d: per_call(d)) for d in (native, flagos)})
     name = f"tiny Qwen3 greedy decode ({n // tokens} calls/token), per call"
     rows.append(_context_row(name, samples, native, flagos))
     return rows
@@ -254,26 +264,20 @@ def run(
     rows: list[Row] = []
     ops = {native: small_ops(native), flagos: small_ops(flagos)}
     for name in ops[native]:
-        samples: dict[torch.device, list[float]] = {native: [], flagos: []}
         for dev in (native, flagos):  # warm up (kernel selection, allocator)
             per_call_us(ops[dev][name], dev, 50)
-        for r in range(rounds):
-            order = (native, flagos) if r % 2 == 0 else (flagos, native)
-            for dev in order:
-                samples[dev].append(per_call_us(ops[dev][name], dev, calls))
+        samples = alternating(rounds, {d: (lambda d=d, fn=ops[d][name]: per_call_us(fn, d, calls)) for d in ops})
         rows.append(Row(name, "us/call", statistics.median(samples[native]), statistics.median(samples[flagos])))
         print(f"  {name:<20} native {rows[-1].native:7.2f} us  flagos {rows[-1].flagos:7.2f} us", flush=True)
     if not large:
         return rows
     big = {native: large_ops(native, quick), flagos: large_ops(flagos, quick)}
     for name, (unit, work, _) in big[native].items():
-        samples = {native: [], flagos: []}
         for dev in (native, flagos):
             timed_ms(big[dev][name][2], dev, 3)
-        for r in range(rounds):
-            order = (native, flagos) if r % 2 == 0 else (flagos, native)
-            for dev in order:
-                samples[dev].append(work / (timed_ms(big[dev][name][2], dev, 5) / 1e3))
+        samples = alternating(
+            rounds, {d: (lambda d=d, fn=big[d][name][2], w=work: w / (timed_ms(fn, d, 5) / 1e3)) for d in big}
+        )
         rows.append(Row(name, unit, statistics.median(samples[native]), statistics.median(samples[flagos])))
         print(f"  {name:<20} native {rows[-1].native:9.1f} {unit}  flagos {rows[-1].flagos:9.1f} {unit}", flush=True)
     return rows
@@ -313,14 +317,14 @@ def flaggems_rows(rounds: int, calls: int) -> list[Row]:
         with routing.route({op: "flaggems"}):
             per_call_us(lambda fn=fn, c=call_direct: c(fn), native, 50)  # warm up (Triton compile)
             per_call_us(call_routed, flagos, 50)
-            direct, routed = [], []
-            for r in range(rounds):
-                order = ("d", "r") if r % 2 == 0 else ("r", "d")
-                for which in order:
-                    if which == "d":
-                        direct.append(per_call_us(lambda fn=fn, c=call_direct: c(fn), native, calls))
-                    else:
-                        routed.append(per_call_us(call_routed, flagos, calls))
+            samples = alternating(
+                rounds,
+                {
+                    "direct": lambda fn=fn, c=call_direct: per_call_us(lambda: c(fn), native, calls),
+                    "routed": lambda c=call_routed: per_call_us(c, flagos, calls),
+                },
+            )
+            direct, routed = samples["direct"], samples["routed"]
         name = f"{op.split('.')[0]} 4x4 flaggems routed vs direct"
         diffs = [r - d for d, r in zip(direct, routed, strict=True)]
         rows.append(Row(name, "us/call", statistics.median(direct), statistics.median(routed), diffs))

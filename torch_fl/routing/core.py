@@ -323,7 +323,6 @@ def _make_callable(op: str, target: Target, native_run, mutable: bool):
     on_empty = None
     if b.empty_inputs_unsafe:
         on_empty = _empty_input_fallback(op, backend, b.empty_inputs_unsafe, native_run, cell, strict)
-    if on_empty is not None:
         kernel = _guard_empty_inputs(op, kernel, on_empty)
     if isinstance(fn, torch_fl._C.OnNative) and not counts_itself:
         # What the C++ kernel (torch_fl._C.PyRoute) needs to run this route
