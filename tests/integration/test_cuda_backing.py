@@ -87,13 +87,20 @@ def test_sdpa_takes_the_fused_kernels_forward_and_backward():
     assert all(t.grad is not None and t.grad.device.type == "flagos" for t in flagos)
 
 
-def test_sdpa_in_inference_mode_is_fused_and_exact():
+@pytest.mark.parametrize("mode", [torch.inference_mode, torch.no_grad])
+def test_sdpa_without_gradients_is_cudas_own_sdpa_fused_and_exact(mode):
+    # One routed call: CUDA's scaled_dot_product_attention on the aliases,
+    # which picks and runs a fused kernel (seen by the profiler, not routed).
     native, flagos = sdpa_inputs(requires_grad=False)
     torch_fl._C._reset_route_stats()
-    with torch.inference_mode():
+    with mode(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         out = F.scaled_dot_product_attention(*flagos, is_causal=True)
+    assert fused_ops_run() == {"scaled_dot_product_attention"}
+    events = {e.name for e in prof.events()}
+    assert any(n.startswith(("aten::_scaled_dot_product_flash", "aten::_scaled_dot_product_cudnn")) for n in events)
+    assert not any("math" in n for n in events), events
+    with mode():
         ref = F.scaled_dot_product_attention(*native, is_causal=True)
-    assert not any("math" in op for op in fused_ops_run())
     torch.testing.assert_close(out.cpu(), ref.cpu(), rtol=0, atol=0)
 
 

@@ -7,8 +7,10 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/native/transformers/sdp_utils_cpp.h>
+#include <ATen/ops/scaled_dot_product_attention_native.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <limits>
 
 namespace torch_fl {
@@ -116,6 +118,66 @@ at::Tensor aligned_mask(const at::Tensor& mask, const at::Tensor& q, const at::T
   return out.expand({q.size(0), q.size(1), q.size(2), k.size(2)});
 }
 
+// ------------------------------------------------- SDPA without autograd
+// True while an attention operator (the fused kernels, the choice, SDPA
+// itself) has a route of its own, to FlagGems or another backend: calls then
+// take the decomposition below, which reaches that route. Set by the routing
+// layer (torch_fl/routing/core.py) whenever routes change.
+std::atomic<bool> attention_routed{false};
+
+// The operator the shortcut counts and logs as one routed call.
+c10::OperatorHandle* sdpa_handle = nullptr;
+OpCounts* sdpa_counts = nullptr;
+
+// No gradient to record (inference, no_grad, or no input requiring one):
+// the backing device's own scaled_dot_product_attention on borrowed aliases,
+// as one routed call. It makes the same choice, padding and mask handling as
+// native CUDA, runs the same fused kernel, and costs one alias per input and
+// one wrapped output, where the decomposition below pays a dispatcher pass
+// for the choice, fresh aliases for it, and a wrap of every output of the
+// fused operator (nine for cuDNN).
+bool sdpa_shortcut_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const std::optional<at::Tensor>& mask) {
+  if (attention_routed.load(std::memory_order_relaxed)) {
+    return false;
+  }
+  if (at::GradMode::is_enabled()) {
+    const bool mask_grad = mask.has_value() && mask->defined() && mask->requires_grad();
+    if (q.requires_grad() || k.requires_grad() || v.requires_grad() || mask_grad) {
+      return false;
+    }
+  }
+  // Forward-mode AD (dual tensors) needs the decomposition too.
+  return !q._fw_grad(0).defined() && !k._fw_grad(0).defined() && !v._fw_grad(0).defined();
+}
+
+at::Tensor sdpa_shortcut(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                         std::optional<double> scale, bool enable_gqa) {
+  const RouteFlags& f = g_route_flags;
+  if (C10_UNLIKELY(f.log_dispatch)) {
+    log_dispatch(*sdpa_handle);
+  }
+  if (f.count) {
+    sdpa_counts->native.fetch_add(1, std::memory_order_relaxed);
+  }
+  RoutedArgs a;
+  a.reserve(4);
+  at::Tensor out;
+  {
+    const auto qa = a.arg(q);
+    const auto ka = a.arg(k);
+    const auto va = a.arg(v);
+    std::optional<at::Tensor> m;
+    if (mask.has_value() && mask->defined()) {
+      m = a.arg_value(*mask);
+    }
+    out = a.result(at::scaled_dot_product_attention(*qa, *ka, *va, m, dropout_p, is_causal, scale, enable_gqa));
+  }
+  a.release();  // after the aliases above are gone: only then are they recycled
+  return out;
+}
+
 // scaled_dot_product_attention on a CUDA backing: the composite PyTorch ships
 // pads and picks the flash kernel only for device type CUDA, so flagos
 // tensors would take the CPU flash variant. This is the same decision,
@@ -164,7 +226,25 @@ at::Tensor sdpa_cuda_backed(const at::Tensor& q, const at::Tensor& k, const at::
   }
 }
 
+// flagos's scaled_dot_product_attention: the shortcut when there is no
+// gradient to record, else the decomposition into flagos operators (autograd
+// records them): on a CUDA backing the one above, on host memory PyTorch's own
+// composite, which picks the CPU kernels through fused_sdp_choice.
+template <at::Tensor (*Decomposed)(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                   const std::optional<at::Tensor>&, double, bool, std::optional<double>, bool)>
+at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
+                double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa) {
+  if (sdpa_shortcut_applies(q, k, v, mask)) {
+    return sdpa_shortcut(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa);
+  }
+  return Decomposed(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa);
+}
+
 }  // namespace
+
+void set_attention_routed(bool routed) {
+  attention_routed.store(routed, std::memory_order_relaxed);
+}
 
 void register_autocast_and_sdp() {
   // Ops outside the lists pass through autocast untouched, as for CUDA.
@@ -172,13 +252,18 @@ void register_autocast_and_sdp() {
       .fallback(torch::CppFunction::makeFallthrough());
   register_autocast(new_library("aten", c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__));
   at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(&fused_sdp_choice);
-  if (!g_backing.host) {
-    // Both keys: AutogradPrivateUse1 for autograd-recorded calls, PrivateUse1
-    // for inference mode, where the autograd keys are skipped.
-    new_library("aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__)
-        .impl("scaled_dot_product_attention", TORCH_FN(sdpa_cuda_backed));
-    new_library("aten", c10::DispatchKey::AutogradPrivateUse1, __FILE__, __LINE__)
-        .impl("scaled_dot_product_attention", TORCH_FN(sdpa_cuda_backed));
+  static auto handle = c10::Dispatcher::singleton().findSchemaOrThrow("aten::scaled_dot_product_attention", "");
+  sdpa_handle = &handle;
+  sdpa_counts = op_counts(handle);
+  // Both keys: AutogradPrivateUse1 for autograd-recorded calls, PrivateUse1
+  // for inference mode, where the autograd keys are skipped.
+  for (const auto key : {c10::DispatchKey::PrivateUse1, c10::DispatchKey::AutogradPrivateUse1}) {
+    auto& lib = new_library("aten", key, __FILE__, __LINE__);
+    if (g_backing.host) {
+      lib.impl("scaled_dot_product_attention", TORCH_FN(sdpa<&at::native::scaled_dot_product_attention>));
+    } else {
+      lib.impl("scaled_dot_product_attention", TORCH_FN(sdpa<&sdpa_cuda_backed>));
+    }
   }
 }
 

@@ -88,6 +88,9 @@ void register_hooks();
 void register_native_route();
 void register_metadata_ops();
 void register_autocast_and_sdp();
+// Whether some attention operator has a route of its own: the no-gradient
+// shortcut of scaled_dot_product_attention (amp_sdpa.cpp) must not bypass it.
+void set_attention_routed(bool routed);
 
 // --- one routed call (native_route.cpp) ---
 // Swaps a boxed call's flagos arguments for borrowed native aliases, and
@@ -109,9 +112,16 @@ class RoutedArgs {
   // copied, because the first C++ reference to it takes the GIL (torch's
   // PyObject preservation: refcount 1 -> 2 increfs its PyObject, 2 -> 1
   // decrefs it).
+  //
+  // The alias is handed out by reference to the copy this object holds (no
+  // second reference to count up and down), so that copy must not move:
+  // reserve() room for every tensor of the call before the first arg().
+  void reserve(size_t tensors) {
+    borrowed_.reserve(tensors);
+  }
   c10::MaybeOwned<at::Tensor> arg(const at::Tensor& t, bool keep = false) {
     if (t.defined() && t.device().type() == kFlagos) {
-      return c10::MaybeOwned<at::Tensor>::owned(borrow(t, keep));
+      return c10::MaybeOwned<at::Tensor>::borrowed(borrow_held_reserved(t, keep));
     }
     note_foreign(t);
     return c10::MaybeOwned<at::Tensor>::borrowed(t);
@@ -119,7 +129,7 @@ class RoutedArgs {
   // The same for an element of a list the kernel takes by value.
   at::Tensor arg_value(const at::Tensor& t, bool keep = false) {
     if (t.defined() && t.device().type() == kFlagos) {
-      return borrow(t, keep);
+      return borrow_held_reserved(t, keep);
     }
     note_foreign(t);
     return t;
@@ -137,7 +147,14 @@ class RoutedArgs {
     at::Tensor alias;
     c10::StorageImpl* alias_storage;
   };
-  at::Tensor borrow(const at::Tensor& t, bool keep);
+  // Borrows an alias of `t` and returns the copy held in borrowed_.
+  const at::Tensor& borrow_held(const at::Tensor& t, bool keep);
+  // The same where earlier references must stay valid: within reserve().
+  const at::Tensor& borrow_held_reserved(const at::Tensor& t, bool keep) {
+    TORCH_INTERNAL_ASSERT(borrowed_.size() < borrowed_.capacity(),
+                          "flagos: RoutedArgs::reserve() left no room for this tensor");
+    return borrow_held(t, keep);
+  }
   void note_foreign(const at::Tensor& t);
   at::Tensor unwrap_result(at::Tensor&& r) const;
 

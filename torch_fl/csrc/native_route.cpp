@@ -97,15 +97,16 @@ inline bool is_flagos(const at::Tensor& t) {
 
 }  // namespace
 
-at::Tensor RoutedArgs::borrow(const at::Tensor& t, bool keep) {
+const at::Tensor& RoutedArgs::borrow_held(const at::Tensor& t, bool keep) {
   at::Tensor alias = borrow_native(t);
   if (index_ < 0) {
     index_ = t.device().index();
   }
+  c10::StorageImpl* storage = alias.storage().unsafeGetStorageImpl();
   borrowed_.push_back({keep ? c10::MaybeOwned<at::Tensor>::owned(std::in_place, t)
                             : c10::MaybeOwned<at::Tensor>::borrowed(t),
-                       alias, alias.storage().unsafeGetStorageImpl()});
-  return alias;
+                       std::move(alias), storage});
+  return borrowed_.back().alias;
 }
 
 void RoutedArgs::note_foreign(const at::Tensor& t) {
@@ -123,7 +124,7 @@ void RoutedArgs::unwrap(torch::jit::Stack* stack, size_t nargs) {
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
       if (is_flagos(t)) {
-        v = borrow(t, /*keep=*/true);  // the stack slot holding `t` is overwritten
+        v = borrow_held(t, /*keep=*/true);  // the stack slot holding `t` is overwritten
       } else {
         note_foreign(t);
       }
@@ -133,7 +134,7 @@ void RoutedArgs::unwrap(torch::jit::Stack* stack, size_t nargs) {
       for (size_t j = 0; j < list.size(); ++j) {
         at::Tensor t = list.get(j);
         if (is_flagos(t)) {
-          list.set(j, borrow(t, /*keep=*/true));
+          list.set(j, borrow_held(t, /*keep=*/true));
         } else {
           note_foreign(t);
         }
@@ -144,7 +145,7 @@ void RoutedArgs::unwrap(torch::jit::Stack* stack, size_t nargs) {
       out.reserve(list.size());
       for (std::optional<at::Tensor> t : list) {
         if (t.has_value() && is_flagos(*t)) {
-          out.push_back(borrow(*t, /*keep=*/true));
+          out.push_back(borrow_held(*t, /*keep=*/true));
         } else {
           out.push_back(std::move(t));
         }

@@ -140,6 +140,27 @@ struct Param<std::optional<at::Device>> {
   }
 };
 
+// How many tensors an argument brings (RoutedArgs::reserve).
+template <class T>
+size_t tensors_in(const T&) {
+  return 0;
+}
+size_t tensors_in(const at::Tensor&) {
+  return 1;
+}
+size_t tensors_in(const std::optional<at::Tensor>&) {
+  return 1;
+}
+size_t tensors_in(at::TensorList list) {
+  return list.size();
+}
+size_t tensors_in(const at::ITensorListRef& list) {
+  return list.size();
+}
+size_t tensors_in(const c10::List<std::optional<at::Tensor>>& list) {
+  return list.size();
+}
+
 // -------------------------------------------------------------- results
 template <class T>
 T wrap(RoutedArgs&, T&& v) {
@@ -221,6 +242,7 @@ struct Typed<Op, Ret(Args...)> {
   static Ret run(RoutedArgs& a, Args... args) {
     // Braced initialisation maps the arguments left to right, as the boxed
     // route does (the first flagos argument names the result's device).
+    a.reserve((tensors_in(args) + ... + size_t{0}));
     Held held{Param<Args>::map(a, args)...};
     constexpr auto indices = std::index_sequence_for<Args...>{};
     if constexpr (std::is_void_v<Ret>) {

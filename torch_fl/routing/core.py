@@ -56,6 +56,7 @@ class _State:
         self.failed: dict[str, set[tuple[str, torch.dtype | None]]] = {}  # op -> {(backend, dtype)}
         self.glob_notes: list[str] = []
         self.resolved: dict[str, OpRoute] = {}
+        self.attention_routed = False  # what torch_fl._C._set_attention_routed was last told
 
 
 STATE = _State()
@@ -554,9 +555,22 @@ def _apply_op(op: str, route: OpRoute | None) -> None:
     STATE.libs[op] = (plan, lib, cell)
 
 
+# scaled_dot_product_attention without gradients runs the backing device's
+# own SDPA in one call unless one of these has a route of its own.
+_ATTENTION_OPS = ("scaled_dot_product_attention", "_scaled_dot_product_", "_fused_sdp_choice")
+
+
+def _note_attention_routes() -> None:
+    routed = any(op.startswith(_ATTENTION_OPS) for op in STATE.libs)
+    if routed != STATE.attention_routed:
+        torch_fl._C._set_attention_routed(routed)
+        STATE.attention_routed = routed
+
+
 def _refresh(op: str) -> None:
     with _lock:
         _apply_op(op, STATE.resolved.get(op) or OpRoute(op, None))
+        _note_attention_routes()
 
 
 def apply() -> None:
@@ -573,6 +587,7 @@ def apply() -> None:
             _apply_op(op, None)
         for op, route in resolved.items():
             _apply_op(op, route)
+        _note_attention_routes()
 
 
 def set_flags(log_dispatch=None, log_fallback=None, strict=None) -> None:
