@@ -73,18 +73,20 @@ def test_the_shortcut_is_logged_as_one_dispatch_line(routing_state, capfd):  # n
 
 
 def test_with_gradients_sdpa_decomposes_into_recorded_flagos_operators():
-    native, flagos = qkv(requires_grad=True)
+    _, flagos = qkv(requires_grad=True)
     routing.reset_stats()
     out = F.scaled_dot_product_attention(*flagos, is_causal=True)
     out.square().sum().backward()
     calls = ran()
     assert (SDPA, "native") not in calls
     assert any(op.startswith("_scaled_dot_product") and "backward" in op for op, _ in calls), calls
-    ref_in = [t.requires_grad_() for t in native]
+    # The reference runs on the host in float64: native CUDA backward cannot
+    # run in this process (README, Limitations).
+    ref_in = [t.detach().cpu().double().requires_grad_() for t in flagos]
     F.scaled_dot_product_attention(*ref_in, is_causal=True).square().sum().backward()
-    for f, c in zip(flagos, ref_in, strict=True):
+    for f, r in zip(flagos, ref_in, strict=True):
         assert f.grad.device.type == "flagos"
-        torch.testing.assert_close(f.grad.cpu(), c.grad.cpu(), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(f.grad.cpu(), r.grad.float(), rtol=1e-4, atol=1e-4)
 
 
 def test_a_route_on_an_attention_operator_turns_the_shortcut_off(routing_state):  # noqa: F811
