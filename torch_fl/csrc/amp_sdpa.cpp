@@ -154,13 +154,7 @@ bool sdpa_shortcut_applies(const at::Tensor& q, const at::Tensor& k, const at::T
 at::Tensor sdpa_shortcut(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
                          std::optional<double> scale, bool enable_gqa) {
-  const RouteFlags& f = g_route_flags;
-  if (C10_UNLIKELY(f.log_dispatch)) {
-    log_dispatch(*sdpa_handle);
-  }
-  if (f.count) {
-    sdpa_counts->native.fetch_add(1, std::memory_order_relaxed);
-  }
+  record_native_call(*sdpa_handle, sdpa_counts);
   RoutedArgs a;
   a.reserve(4);
   at::Tensor out;

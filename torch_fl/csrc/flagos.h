@@ -188,6 +188,17 @@ struct RouteFlags {
   bool count = true;
 };
 extern RouteFlags g_route_flags;
+// One call of `op` on the native route: its dispatch-log line (when logging
+// is on) and its count, from a kernel that found `counts` at registration.
+inline void record_native_call(const c10::OperatorHandle& op, OpCounts* counts) {
+  const RouteFlags& f = g_route_flags;
+  if (C10_UNLIKELY(f.log_dispatch)) {
+    log_dispatch(op);
+  }
+  if (f.count) {
+    counts->native.fetch_add(1, std::memory_order_relaxed);
+  }
+}
 // Run an operator's native route or the CPU fallback on a boxed stack,
 // bypassing the dispatcher (for Python backends that fall back).
 void call_native(const c10::OperatorHandle& op, std::vector<c10::IValue>* stack);

@@ -221,13 +221,7 @@ struct Typed<Op, Ret(Args...)> {
   }
 
   static Ret call(Args... args) {
-    const RouteFlags& f = g_route_flags;
-    if (C10_UNLIKELY(f.log_dispatch)) {
-      log_dispatch(*handle);
-    }
-    if (f.count) {
-      counts->native.fetch_add(1, std::memory_order_relaxed);
-    }
+    record_native_call(*handle, counts);
     RoutedArgs a;
     if constexpr (std::is_void_v<Ret>) {
       run(a, args...);
