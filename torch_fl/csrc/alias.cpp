@@ -52,19 +52,34 @@ c10::DispatchKey flagos_key() {
 
 namespace {
 
-// Borrowed aliases live for one kernel call. Their TensorImpl and StorageImpl
-// are recycled per thread instead of allocated each call: the per-call cost
-// of the native route is mostly these two objects.
-constexpr size_t kPoolSize = 16;
+// Equal sizes, strides and storage offset. A loop over a few dimensions:
+// ArrayRef's operator== calls memcmp, which cost more than the rest of a
+// borrow (callgrind, 2026-11-30).
+bool same_geometry(const c10::TensorImpl& a, const c10::TensorImpl& b) {
+  const c10::IntArrayRef sizes = a.sizes();
+  const c10::IntArrayRef other = b.sizes();
+  const size_t n = sizes.size();
+  if (n != other.size() || a.storage_offset() != b.storage_offset()) {
+    return false;
+  }
+  const c10::IntArrayRef strides = a.strides();
+  const c10::IntArrayRef other_strides = b.strides();
+  for (size_t i = 0; i < n; ++i) {
+    if (sizes[i] != other[i] || strides[i] != other_strides[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // Leaked per thread on purpose: tensors must not be destroyed during thread or
 // process teardown, when the allocator behind them may already be gone.
-thread_local auto& alias_pool = *new c10::SmallVector<at::Tensor, kPoolSize>();
+thread_local auto& thread_alias_pool = *new AliasPool();
 
 void set_geometry(c10::TensorImpl* impl, const at::Tensor& like) {
   // Loops call the same shapes again and again: skip the recompute of
   // contiguity flags when the recycled alias already has this geometry.
-  if (impl->sizes() != like.sizes() || impl->strides() != like.strides() ||
-      impl->storage_offset() != like.storage_offset()) {
+  if (!same_geometry(*impl, *like.unsafeGetTensorImpl())) {
     impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
   }
   if (C10_UNLIKELY(impl->is_conj() != like.is_conj())) {
@@ -77,15 +92,19 @@ void set_geometry(c10::TensorImpl* impl, const at::Tensor& like) {
 
 }  // namespace
 
-at::Tensor borrow_native(const at::Tensor& flagos) {
+AliasPool& alias_pool() {
+  return thread_alias_pool;
+}
+
+at::Tensor borrow_native(const at::Tensor& flagos, AliasPool& pool) {
   c10::StorageImpl* src = flagos.storage().unsafeGetStorageImpl();
   const c10::DataPtr& data = src->data_ptr();
-  if (C10_UNLIKELY(alias_pool.empty() || data.get_deleter() == &owning_native_deleter)) {
+  if (C10_UNLIKELY(pool.empty() || data.get_deleter() == &owning_native_deleter)) {
     return native_alias(flagos, /*owning=*/false);
   }
   const Backing& b = g_backing;
-  at::Tensor alias = std::move(alias_pool.back());
-  alias_pool.pop_back();
+  at::Tensor alias = std::move(pool.back());
+  pool.pop_back();
   auto* impl = alias.unsafeGetTensorImpl();
   // The recycled alias keeps its own StorageImpl: only the bytes it points at
   // change (no reference counting on the hot path).
@@ -102,13 +121,13 @@ at::Tensor borrow_native(const at::Tensor& flagos) {
   return alias;
 }
 
-void release_borrowed(at::Tensor&& alias, c10::StorageImpl* alias_storage) {
+void release_borrowed(at::Tensor&& alias, c10::StorageImpl* alias_storage, AliasPool& pool) {
   auto* impl = alias.unsafeGetTensorImpl();
   // Recycle only what nothing else references and the kernel left as made.
-  if (alias_pool.size() < kPoolSize && alias.use_count() == 1 && impl->storage().unsafeGetStorageImpl() == alias_storage &&
+  if (pool.size() < kAliasPoolSize && alias.use_count() == 1 && impl->storage().unsafeGetStorageImpl() == alias_storage &&
       c10::raw::intrusive_ptr::use_count(alias_storage) == 1 &&
       alias_storage->data_ptr().get_deleter() == &borrowed_deleter) {
-    alias_pool.push_back(std::move(alias));
+    pool.push_back(std::move(alias));
   }
 }
 
@@ -228,8 +247,7 @@ void sync_back_if_changed(const at::Tensor& flagos, const at::Tensor& alias, c10
   const auto* dst = flagos.unsafeGetTensorImpl();
   if (alias_storage->data_ptr().get() != flagos.storage().unsafeGetStorageImpl()->data_ptr().get() ||
       alias.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl() != alias_storage ||
-      dst->sizes() != alias.sizes() || dst->strides() != alias.strides() ||
-      dst->storage_offset() != alias.storage_offset()) {
+      !same_geometry(*dst, *alias.unsafeGetTensorImpl())) {
     sync_back(flagos, alias, alias_storage);
   }
 }
@@ -259,8 +277,7 @@ void sync_back(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageIm
     target->set_data_ptr_noswap(std::move(data));
     target->set_nbytes(nbytes);
   }
-  if (dst->sizes() != alias.sizes() || dst->strides() != alias.strides() ||
-      dst->storage_offset() != alias.storage_offset()) {
+  if (!same_geometry(*dst, *alias.unsafeGetTensorImpl())) {
     dst->set_sizes_and_strides(alias.sizes(), alias.strides(), alias.storage_offset());
   }
 }

@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/MaybeOwned.h>
+#include <c10/util/SmallVector.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
@@ -64,9 +65,16 @@ at::Tensor flagos_alias(const at::Tensor& native, c10::DeviceIndex index);
 // result is the only owner, else aliases it. Results that view a flagos
 // storage (through a native alias) are mapped back to that storage.
 at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index);
-// Borrowed native alias from a per-thread pool, and its return to the pool.
-at::Tensor borrow_native(const at::Tensor& flagos);
-void release_borrowed(at::Tensor&& alias, c10::StorageImpl* alias_storage);
+// Borrowed aliases live for one kernel call. Their TensorImpl and StorageImpl
+// are recycled per thread instead of allocated each call: the per-call cost
+// of the native route is mostly these two objects.
+constexpr size_t kAliasPoolSize = 16;
+using AliasPool = c10::SmallVector<at::Tensor, kAliasPoolSize>;
+// The calling thread's pool (a thread-local lookup: once per routed call).
+AliasPool& alias_pool();
+// Borrowed native alias from the pool, and its return to the pool.
+at::Tensor borrow_native(const at::Tensor& flagos, AliasPool& pool);
+void release_borrowed(at::Tensor&& alias, c10::StorageImpl* alias_storage, AliasPool& pool);
 // Gives `flagos` the storage and geometry the kernel left on its alias (an
 // out= argument the kernel resized or re-pointed).
 void sync_back(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageImpl* alias_storage);
@@ -159,6 +167,7 @@ class RoutedArgs {
   at::Tensor unwrap_result(at::Tensor&& r) const;
 
   c10::SmallVector<Borrowed, 6> borrowed_;
+  AliasPool* pool_ = nullptr;  // this thread's, looked up at the first borrow
   c10::SmallVector<const c10::StorageImpl*, 4> foreign_;
   c10::DeviceIndex index_ = -1;
   bool to_native_device_ = false;  // a device argument names a non-flagos device

@@ -98,7 +98,10 @@ inline bool is_flagos(const at::Tensor& t) {
 }  // namespace
 
 const at::Tensor& RoutedArgs::borrow_held(const at::Tensor& t, bool keep) {
-  at::Tensor alias = borrow_native(t);
+  if (pool_ == nullptr) {
+    pool_ = &alias_pool();
+  }
+  at::Tensor alias = borrow_native(t, *pool_);
   if (index_ < 0) {
     index_ = t.device().index();
   }
@@ -237,7 +240,7 @@ void RoutedArgs::sync_mutated() {
 
 void RoutedArgs::release() {
   for (auto& b : borrowed_) {
-    release_borrowed(std::move(b.alias), b.alias_storage);
+    release_borrowed(std::move(b.alias), b.alias_storage, *pool_);
   }
   borrowed_.clear();
 }
