@@ -1,0 +1,117 @@
+"""Instructions a routed call executes, native against flagos, counted by valgrind (callgrind).
+
+Timings on a shared host swing by 2x between runs; instruction counts do
+not. For each operator this runs a small loop under callgrind twice (native
+device, then flagos), counting only inside the operator's dispatcher entry
+(`at::_ops::<op>::call`: autograd, routing, the kernel, the result), and
+reports instructions per call and what flagos adds. Python's argument parsing
+and the result's Python object are the same on both and not counted.
+
+    python benchmarks/route_instructions.py                   # host backing
+    python benchmarks/route_instructions.py --json benchmarks/results/route_instructions_host.json
+
+Needs valgrind on PATH (not a Python package: `apt install valgrind`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+# name -> (the dispatcher entry counted, the statement timed; a and b are 4x4, w is 4x4)
+OPS = {
+    "mul.Tensor": ("mul_Tensor", "a * b"),
+    "add.Tensor": ("add_Tensor", "a + b"),
+    "mm": ("mm", "torch.mm(a, w)"),
+    "cat": ("cat", "torch.cat([a, b])"),
+    "view (metadata)": ("view", "a.view(16)"),
+}
+CALLS = 1000
+
+LOOP = """
+import sys, torch, torch_fl
+torch.set_num_threads(1)
+dev = sys.argv[1]
+a, b, w = (torch.randn(4, 4, device=dev) for _ in range(3))
+for _ in range(50):
+    {stmt}
+for _ in range({calls}):
+    {stmt}
+"""
+
+
+def instructions(entry: str, stmt: str, device: str, workdir: str) -> int:
+    """Instructions inside at::_ops::<entry>::call for the whole script (warm-up included)."""
+    script = os.path.join(workdir, "loop.py")
+    with open(script, "w") as f:
+        f.write(textwrap.dedent(LOOP).format(stmt=stmt, calls=CALLS))
+    out = os.path.join(workdir, "callgrind.out")
+    subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            "--collect-atstart=no",
+            f"--toggle-collect=at::_ops::{entry}::call(*",
+            sys.executable,
+            script,
+            device,
+        ],
+        check=True,
+        capture_output=True,
+    )
+    with open(out) as f:
+        totals = re.search(r"^(?:summary|totals): (\d+)", f.read(), re.MULTILINE)
+    if totals is None:
+        raise RuntimeError(f"no instruction total in {out}")
+    return int(totals.group(1))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", help="write the results here")
+    args = p.parse_args()
+    if shutil.which("valgrind") is None:
+        print("valgrind is not on PATH (apt install valgrind)", file=sys.stderr)
+        return 2
+    import torch
+
+    import torch_fl
+
+    native = torch_fl.backing()
+    rows = []
+    print(f"{'operator':<18} {native + ' instr/call':>16} {'flagos instr/call':>18} {'added':>8} {'ratio':>7}")
+    with tempfile.TemporaryDirectory() as workdir:
+        for name, (entry, stmt) in OPS.items():
+            counts = {d: instructions(entry, stmt, d, workdir) / (CALLS + 50) for d in (native, "flagos")}
+            row = {"op": name, "native": round(counts[native]), "flagos": round(counts["flagos"])}
+            row["added"] = row["flagos"] - row["native"]
+            rows.append(row)
+            print(
+                f"{name:<18} {row['native']:>16,} {row['flagos']:>18,} {row['added']:>+8,}"
+                f" {row['flagos'] / row['native']:>6.3f}x",
+                flush=True,
+            )
+    if args.json:
+        report = {
+            "command": "python " + " ".join(sys.argv),
+            "backing": native,
+            "torch": torch.__version__,
+            "calls": CALLS + 50,
+            "rows": rows,
+        }
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
