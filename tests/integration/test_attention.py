@@ -19,7 +19,6 @@ import torch.nn.functional as F
 import torch_fl
 from tests.unit.routing_fixtures import routing_state  # noqa: F401  (a fixture)
 from torch_fl import routing
-from torch_fl.routing import core
 
 pytestmark = pytest.mark.anyplatform
 
@@ -96,7 +95,7 @@ def test_a_route_on_an_attention_operator_turns_the_shortcut_off(routing_state):
     # shortcut is off all the same.
     fused = "_scaled_dot_product_flash_attention_for_cpu"
     with routing.route({fused: "cpu_fallback"}):
-        assert core.STATE.attention_routed
+        assert torch_fl._C._attention_routed()
         routing.reset_stats()
         with torch.no_grad():
             out = F.scaled_dot_product_attention(*flagos, is_causal=True)
@@ -106,8 +105,40 @@ def test_a_route_on_an_attention_operator_turns_the_shortcut_off(routing_state):
     with torch.no_grad():
         ref = F.scaled_dot_product_attention(*native, is_causal=True)
     torch.testing.assert_close(out.cpu(), ref.cpu())
-    assert not core.STATE.attention_routed
+    assert not torch_fl._C._attention_routed()
     routing.reset_stats()
     with torch.no_grad():
         F.scaled_dot_product_attention(*flagos, is_causal=True)
     assert ran() == {(SDPA, "native"): 1}
+
+
+@pytest.mark.parametrize("dual", ["query", "mask"])
+def test_forward_mode_ad_is_not_dropped_by_the_shortcut(dual):
+    # A dual tensor (forward-mode AD) needs the decomposition even without
+    # gradients: flagos must then do what native does (a tangent, or the same
+    # error), never return a result without its tangent.
+    import torch.autograd.forward_ad as fwAD
+
+    def run(device):
+        q, k, v = (t.to(device) for t in qkv()[0])
+        mask = torch.zeros(16, 16, device=device)
+        tangent = torch.ones_like(q if dual == "query" else mask)
+        with torch.no_grad(), fwAD.dual_level():
+            if dual == "query":
+                q = fwAD.make_dual(q, tangent)
+            else:
+                mask = fwAD.make_dual(mask, tangent)
+            try:
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            except RuntimeError as e:
+                return "error", str(e).splitlines()[0]
+            tan = fwAD.unpack_dual(out).tangent
+            return "tangent", None if tan is None else tan.cpu()
+
+    native, flagos = run(NATIVE), run("flagos")
+    assert flagos[0] == native[0], (native, flagos)
+    if native[0] == "error":
+        assert flagos[1] == native[1]
+    else:
+        assert flagos[1] is not None
+        torch.testing.assert_close(flagos[1], native[1], rtol=1e-4, atol=1e-5)

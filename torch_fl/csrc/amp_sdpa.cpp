@@ -148,7 +148,8 @@ bool sdpa_shortcut_applies(const at::Tensor& q, const at::Tensor& k, const at::T
     }
   }
   // Forward-mode AD (dual tensors) needs the decomposition too.
-  return !q._fw_grad(0).defined() && !k._fw_grad(0).defined() && !v._fw_grad(0).defined();
+  const bool mask_dual = mask.has_value() && mask->defined() && mask->_fw_grad(0).defined();
+  return !q._fw_grad(0).defined() && !k._fw_grad(0).defined() && !v._fw_grad(0).defined() && !mask_dual;
 }
 
 at::Tensor sdpa_shortcut(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -238,6 +239,10 @@ at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
 
 void set_attention_routed(bool routed) {
   attention_routed.store(routed, std::memory_order_relaxed);
+}
+
+bool is_attention_routed() {
+  return attention_routed.load(std::memory_order_relaxed);
 }
 
 void register_autocast_and_sdp() {

@@ -99,6 +99,7 @@ void register_autocast_and_sdp();
 // Whether some attention operator has a route of its own: the no-gradient
 // shortcut of scaled_dot_product_attention (amp_sdpa.cpp) must not bypass it.
 void set_attention_routed(bool routed);
+bool is_attention_routed();
 
 // --- one routed call (native_route.cpp) ---
 // Swaps a boxed call's flagos arguments for borrowed native aliases, and

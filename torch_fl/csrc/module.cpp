@@ -88,6 +88,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_set_attention_routed", &set_attention_routed, py::arg("routed"),
         "Tell scaled_dot_product_attention whether an attention operator has a route of its own (then calls "
         "without gradients decompose into the routed operators instead of taking the backing device's SDPA).");
+  m.def("_attention_routed", &is_attention_routed, "What _set_attention_routed was last told.");
   m.def("_reset_route_stats", &reset_route_stats);
   m.def("_host_memory_stats", &host_stats, py::arg("index"));
   m.def("_host_reset_peak", [](int64_t i) { host_reset_peak(static_cast<c10::DeviceIndex>(i)); });

@@ -56,7 +56,6 @@ class _State:
         self.failed: dict[str, set[tuple[str, torch.dtype | None]]] = {}  # op -> {(backend, dtype)}
         self.glob_notes: list[str] = []
         self.resolved: dict[str, OpRoute] = {}
-        self.attention_routed = False  # what torch_fl._C._set_attention_routed was last told
 
 
 STATE = _State()
@@ -561,10 +560,7 @@ _ATTENTION_OPS = ("scaled_dot_product_attention", "_scaled_dot_product_", "_fuse
 
 
 def _note_attention_routes() -> None:
-    routed = any(op.startswith(_ATTENTION_OPS) for op in STATE.libs)
-    if routed != STATE.attention_routed:
-        torch_fl._C._set_attention_routed(routed)
-        STATE.attention_routed = routed
+    torch_fl._C._set_attention_routed(any(op.startswith(_ATTENTION_OPS) for op in STATE.libs))
 
 
 def _refresh(op: str) -> None:
