@@ -7,6 +7,11 @@ device, then flagos), counting only inside the operator's dispatcher entry
 reports instructions per call and what flagos adds. Python's argument parsing
 and the result's Python object are the same on both and not counted.
 
+A last row counts a whole greedy decode of the tiny Qwen3 (16 tokens after a
+warm-up, everything the process executes: Python, transformers, dispatcher,
+kernels), so what flagos adds per routed call in a model, with its mix of
+shapes, stands beside the single operators. It needs transformers.
+
     python benchmarks/route_instructions.py                   # host backing
     python benchmarks/route_instructions.py --json benchmarks/results/route_instructions_host.json
 
@@ -47,36 +52,83 @@ for _ in range({calls}):
 """
 
 
-def instructions(entry: str, stmt: str, device: str, workdir: str) -> int:
-    """Instructions inside at::_ops::<entry>::call for the whole script (warm-up included)."""
+# Greedy decode of the tiny Qwen3, counted from inside libc's qsort: callgrind
+# collects only while a named function runs, and qsort calling back into
+# Python is a function that runs exactly the decode (the first comparison).
+DECODE_TOKENS = 16
+DECODE = """
+import ctypes, gc, sys, torch, torch_fl
+from torch_fl import routing
+from torch_fl.models import qwen3, workloads
+torch.set_num_threads(1)
+dev = sys.argv[1]
+model = qwen3.build("tiny", seed=0).eval().to(dev)
+ids = qwen3.tokens(model.config.vocab_size, 1, 32).to(dev)
+workloads.greedy(model, ids, 4)
+routing.reset_stats()
+gc.collect()
+gc.disable()
+ran = []
+def decode(a, b):
+    if not ran:
+        ran.append(workloads.greedy(model, ids, {tokens}))
+    return 0
+cmp = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(decode)
+ctypes.CDLL(None).qsort((ctypes.c_long * 2)(1, 2), 2, 8, cmp)
+print("routed", sum(s.calls for s in routing.stats()) if dev == "flagos" else 0)
+"""
+
+
+def callgrind(toggle: str, source: str, device: str, workdir: str) -> tuple[int, str]:
+    """Instructions executed while `toggle` runs in the script, and the script's output."""
     script = os.path.join(workdir, "loop.py")
     with open(script, "w") as f:
-        f.write(textwrap.dedent(LOOP).format(stmt=stmt, calls=CALLS))
+        f.write(textwrap.dedent(source))
     out = os.path.join(workdir, "callgrind.out")
-    subprocess.run(
+    run = subprocess.run(
         [
             "valgrind",
             "--tool=callgrind",
             f"--callgrind-out-file={out}",
             "--collect-atstart=no",
-            f"--toggle-collect=at::_ops::{entry}::call(*",
+            f"--toggle-collect={toggle}",
             sys.executable,
             script,
             device,
         ],
         check=True,
         capture_output=True,
+        text=True,
     )
     with open(out) as f:
         totals = re.search(r"^(?:summary|totals): (\d+)", f.read(), re.MULTILINE)
     if totals is None:
         raise RuntimeError(f"no instruction total in {out}")
-    return int(totals.group(1))
+    return int(totals.group(1)), run.stdout
+
+
+def instructions(entry: str, stmt: str, device: str, workdir: str) -> int:
+    """Instructions inside at::_ops::<entry>::call for the whole script (warm-up included)."""
+    return callgrind(f"at::_ops::{entry}::call(*", LOOP.format(stmt=stmt, calls=CALLS), device, workdir)[0]
+
+
+def decode_row(native: str, workdir: str) -> dict:
+    """Instructions per token of the tiny Qwen3's greedy decode, and flagos's addition per routed call."""
+    source = DECODE.format(tokens=DECODE_TOKENS)
+    (n_native, _), (n_flagos, printed) = (callgrind("qsort*", source, d, workdir) for d in (native, "flagos"))
+    routed = int(re.search(r"^routed (\d+)", printed, re.MULTILINE).group(1))
+    return {
+        "op": f"tiny Qwen3 greedy decode, per token ({routed // DECODE_TOKENS} routed calls)",
+        "native": round(n_native / DECODE_TOKENS),
+        "flagos": round(n_flagos / DECODE_TOKENS),
+        "added_per_routed_call": round((n_flagos - n_native) / routed),
+    }
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--no-decode", action="store_true", help="leave out the tiny Qwen3 decode row")
     args = p.parse_args()
     if shutil.which("valgrind") is None:
         print("valgrind is not on PATH (apt install valgrind)", file=sys.stderr)
@@ -97,6 +149,15 @@ def main() -> int:
             print(
                 f"{name:<18} {row['native']:>16,} {row['flagos']:>18,} {row['added']:>+8,}"
                 f" {row['flagos'] / row['native']:>6.3f}x",
+                flush=True,
+            )
+        if not args.no_decode:
+            row = decode_row(native, workdir)
+            row["added"] = row["flagos"] - row["native"]
+            rows.append(row)
+            print(
+                f"{row['op']}: {native} {row['native']:,}, flagos {row['flagos']:,} instructions"
+                f" ({row['flagos'] / row['native']:.3f}x), {row['added_per_routed_call']:+,} per routed call",
                 flush=True,
             )
     if args.json:

@@ -73,13 +73,106 @@ bool same_geometry(const c10::TensorImpl& a, const c10::TensorImpl& b) {
 }
 
 // Leaked per thread on purpose: tensors must not be destroyed during thread or
-// process teardown, when the allocator behind them may already be gone.
-thread_local auto& thread_alias_pool = *new AliasPool();
+// process teardown, when the allocator behind them may already be gone. A
+// plain pointer, set on first use: a thread_local with a dynamic initialiser
+// would run its guard on every access.
+thread_local AliasPool* thread_alias_pool = nullptr;
 
-void set_geometry(c10::TensorImpl* impl, const at::Tensor& like) {
-  // Loops call the same shapes again and again: skip the recompute of
-  // contiguity flags when the recycled alias already has this geometry.
-  if (!same_geometry(*impl, *like.unsafeGetTensorImpl())) {
+// The storage of a tensor without the access check of TensorImpl::storage();
+// a tensor that has none (a wrapper that must not be unwrapped) still gets
+// that check's error.
+c10::StorageImpl* storage_of(const at::Tensor& t) {
+  c10::StorageImpl* st = t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+  return C10_LIKELY(st != nullptr) ? st : t.storage().unsafeGetStorageImpl();
+}
+
+}  // namespace
+
+size_t AliasPool::key(const c10::TensorImpl& t) {
+  // A few numbers that tell a model's shapes apart, not all of them: take()
+  // compares the whole geometry anyway.
+  const c10::IntArrayRef sizes = t.sizes();
+  const c10::IntArrayRef strides = t.strides();
+  const uint64_t dim = sizes.size();
+  const uint64_t outer = dim > 0 ? static_cast<uint64_t>(sizes[0]) ^ (static_cast<uint64_t>(strides[0]) << 20) : 0;
+  const uint64_t inner = dim > 1 ? static_cast<uint64_t>(sizes[dim - 1]) ^ (static_cast<uint64_t>(strides[dim - 1]) << 20) : 0;
+  const uint64_t h = (static_cast<uint64_t>(t.numel()) + (dim << 40) +
+                      (static_cast<uint64_t>(t.dtype().toScalarType()) << 48) + static_cast<uint64_t>(t.storage_offset())) *
+                         0x9E3779B97F4A7C15ull +
+                     outer * 0xC2B2AE3D27D4EB4Full + inner * 0x165667B19E3779F9ull;
+  return h >> 57;  // the top 7 bits, which mix all of the above: 0 .. kSlots - 1
+}
+
+at::Tensor AliasPool::take(const c10::TensorImpl& like, size_t k, bool& shaped) {
+  at::Tensor* slot = &slots_[k];
+  for (size_t i = 0; i < kProbe; ++i) {
+    if (slot[i].defined() && same_geometry(*slot[i].unsafeGetTensorImpl(), like)) {
+      shaped = true;
+      return std::move(slot[i]);
+    }
+  }
+  shaped = false;
+  for (size_t i = 0; i < kProbe; ++i) {
+    if (slot[i].defined()) {
+      return std::move(slot[i]);
+    }
+  }
+  if (!spare_.empty()) {
+    at::Tensor alias = std::move(spare_.back());
+    spare_.pop_back();
+    return alias;
+  }
+  return {};  // a new alias, kept under this key afterwards
+}
+
+void AliasPool::give(at::Tensor&& alias, size_t k) {
+  at::Tensor* slot = &slots_[k];
+  for (size_t i = 0; i < kProbe; ++i) {
+    if (!slot[i].defined()) {
+      slot[i] = std::move(alias);
+      return;
+    }
+  }
+  if (spare_.size() < kSpare) {
+    spare_.push_back(std::move(alias));
+  }
+}
+
+AliasPool& alias_pool() {
+  AliasPool* pool = thread_alias_pool;
+  if (C10_UNLIKELY(pool == nullptr)) {
+    pool = thread_alias_pool = new AliasPool();
+  }
+  return *pool;
+}
+
+at::Tensor borrow_native(const at::Tensor& flagos, AliasPool& pool, size_t& key) {
+  const c10::TensorImpl& like = *flagos.unsafeGetTensorImpl();
+  c10::StorageImpl* src = storage_of(flagos);
+  const c10::DataPtr& data = src->data_ptr();
+  if (C10_UNLIKELY(data.get_deleter() == &owning_native_deleter)) {
+    return native_alias(flagos, /*owning=*/false);
+  }
+  key = AliasPool::key(like);
+  bool shaped = false;
+  at::Tensor alias = pool.take(like, key, shaped);
+  if (C10_UNLIKELY(!alias.defined())) {
+    return native_alias(flagos, /*owning=*/false);
+  }
+  const Backing& b = g_backing;
+  auto* impl = alias.unsafeGetTensorImpl();
+  // The recycled alias keeps its own StorageImpl: only the bytes it points at
+  // change (no reference counting on the hot path).
+  c10::StorageImpl* st = impl->unsafe_storage().unsafeGetStorageImpl();
+  const c10::Device device(b.type, b.host ? -1 : like.device().index());
+  st->set_data_ptr_noswap(c10::DataPtr(src->mutable_data(), src, &borrowed_deleter, device));
+  st->set_nbytes(src->nbytes());
+  st->set_resizable(src->resizable());
+  // The TensorImpl caches its device: refresh it (and the dtype) on change.
+  if (impl->dtype() != like.dtype() || impl->device() != device) {
+    impl->set_storage_and_dtype(impl->unsafe_storage(), like.dtype());
+  }
+  if (!shaped) {
     impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
   }
   if (C10_UNLIKELY(impl->is_conj() != like.is_conj())) {
@@ -88,46 +181,18 @@ void set_geometry(c10::TensorImpl* impl, const at::Tensor& like) {
   if (C10_UNLIKELY(impl->is_neg() != like.is_neg())) {
     impl->_set_neg(like.is_neg());
   }
-}
-
-}  // namespace
-
-AliasPool& alias_pool() {
-  return thread_alias_pool;
-}
-
-at::Tensor borrow_native(const at::Tensor& flagos, AliasPool& pool) {
-  c10::StorageImpl* src = flagos.storage().unsafeGetStorageImpl();
-  const c10::DataPtr& data = src->data_ptr();
-  if (C10_UNLIKELY(pool.empty() || data.get_deleter() == &owning_native_deleter)) {
-    return native_alias(flagos, /*owning=*/false);
-  }
-  const Backing& b = g_backing;
-  at::Tensor alias = std::move(pool.back());
-  pool.pop_back();
-  auto* impl = alias.unsafeGetTensorImpl();
-  // The recycled alias keeps its own StorageImpl: only the bytes it points at
-  // change (no reference counting on the hot path).
-  c10::StorageImpl* st = impl->unsafe_storage().unsafeGetStorageImpl();
-  const c10::Device device(b.type, b.host ? -1 : flagos.device().index());
-  st->set_data_ptr_noswap(c10::DataPtr(src->mutable_data(), src, &borrowed_deleter, device));
-  st->set_nbytes(src->nbytes());
-  st->set_resizable(src->resizable());
-  // The TensorImpl caches its device: refresh it (and the dtype) on change.
-  if (impl->dtype() != flagos.dtype() || impl->device() != device) {
-    impl->set_storage_and_dtype(impl->storage(), flagos.dtype());
-  }
-  set_geometry(impl, flagos);
   return alias;
 }
 
-void release_borrowed(at::Tensor&& alias, c10::StorageImpl* alias_storage, AliasPool& pool) {
+void release_borrowed(at::Tensor&& alias, c10::StorageImpl* alias_storage, AliasPool& pool, size_t key) {
   auto* impl = alias.unsafeGetTensorImpl();
   // Recycle only what nothing else references and the kernel left as made.
-  if (pool.size() < kAliasPoolSize && alias.use_count() == 1 && impl->storage().unsafeGetStorageImpl() == alias_storage &&
+  if (alias.use_count() == 1 && impl->unsafe_storage().unsafeGetStorageImpl() == alias_storage &&
       c10::raw::intrusive_ptr::use_count(alias_storage) == 1 &&
       alias_storage->data_ptr().get_deleter() == &borrowed_deleter) {
-    pool.push_back(std::move(alias));
+    // The key of the geometry set at the borrow: a kernel that reshaped the
+    // alias only costs the next borrow from that slot a reshape.
+    pool.give(std::move(alias), key);
   }
 }
 
@@ -217,7 +282,7 @@ bool sole_holder(const at::Tensor& t) {
 }  // namespace
 
 at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index) {
-  c10::StorageImpl* src = native.storage().unsafeGetStorageImpl();
+  c10::StorageImpl* src = storage_of(native);
   if (auto original = aliased_flagos_storage(src)) {
     return tensor_over(std::move(original), flagos_key(), native);
   }
@@ -236,7 +301,9 @@ at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index) {
       src->mutable_data_ptr().unsafe_set_device(device);
     }
     src->set_allocator(flagos_allocator());
-    impl->set_storage_keep_dtype(impl->storage());
+    // Refreshes the device the TensorImpl caches. Moving its own storage out
+    // and back in (it is the sole holder) spares a reference-count round trip.
+    impl->set_storage_keep_dtype(std::move(const_cast<c10::Storage&>(impl->unsafe_storage())));
     impl->_change_backend_component_keys(device);
     return std::move(native);
   }

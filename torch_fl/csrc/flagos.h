@@ -67,14 +67,36 @@ at::Tensor flagos_alias(const at::Tensor& native, c10::DeviceIndex index);
 at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index);
 // Borrowed aliases live for one kernel call. Their TensorImpl and StorageImpl
 // are recycled per thread instead of allocated each call: the per-call cost
-// of the native route is mostly these two objects.
-constexpr size_t kAliasPoolSize = 16;
-using AliasPool = c10::SmallVector<at::Tensor, kAliasPoolSize>;
+// of the native route is mostly these two objects. Recycled aliases are kept
+// by their exact geometry (sizes, strides, offset, dtype), so that a borrow
+// usually finds one whose sizes and strides already match: setting them
+// recomputes five contiguity flags, and in a model's mix of shapes that was
+// the costliest part of a borrow (callgrind, tiny Qwen3 decode, 2026-11-30:
+// two borrows in three reshaped a recycled alias).
+class AliasPool {
+ public:
+  // Where aliases shaped like `t` are kept.
+  static size_t key(const c10::TensorImpl& t);
+  // A recycled alias, one last shaped like `like` (key `k`) where there is
+  // one (then `shaped` is set); undefined when the pool is empty.
+  at::Tensor take(const c10::TensorImpl& like, size_t k, bool& shaped);
+  // Keeps `alias`, shaped as key `k` says, for a later borrow (drops it when
+  // the pool is full).
+  void give(at::Tensor&& alias, size_t k);
+
+ private:
+  static constexpr size_t kSlots = 128;  // a decode step of Qwen3 borrows ~40 distinct geometries
+  static constexpr size_t kProbe = 2;    // two arguments of one shape in one call
+  static constexpr size_t kSpare = 16;
+  at::Tensor slots_[kSlots + kProbe - 1];
+  c10::SmallVector<at::Tensor, kSpare> spare_;  // when a key's slots are full
+};
 // The calling thread's pool (a thread-local lookup: once per routed call).
 AliasPool& alias_pool();
-// Borrowed native alias from the pool, and its return to the pool.
-at::Tensor borrow_native(const at::Tensor& flagos, AliasPool& pool);
-void release_borrowed(at::Tensor&& alias, c10::StorageImpl* alias_storage, AliasPool& pool);
+// Borrowed native alias from the pool (`key` receives its pool key), and its
+// return to the pool.
+at::Tensor borrow_native(const at::Tensor& flagos, AliasPool& pool, size_t& key);
+void release_borrowed(at::Tensor&& alias, c10::StorageImpl* alias_storage, AliasPool& pool, size_t key);
 // Gives `flagos` the storage and geometry the kernel left on its alias (an
 // out= argument the kernel resized or re-pointed).
 void sync_back(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageImpl* alias_storage);
@@ -155,6 +177,7 @@ class RoutedArgs {
     c10::MaybeOwned<at::Tensor> flagos;  // owned where the boxed stack slot is overwritten
     at::Tensor alias;
     c10::StorageImpl* alias_storage;
+    size_t pool_key;
   };
   // Borrows an alias of `t` and returns the copy held in borrowed_.
   const at::Tensor& borrow_held(const at::Tensor& t, bool keep);

@@ -101,14 +101,15 @@ const at::Tensor& RoutedArgs::borrow_held(const at::Tensor& t, bool keep) {
   if (pool_ == nullptr) {
     pool_ = &alias_pool();
   }
-  at::Tensor alias = borrow_native(t, *pool_);
+  size_t key = 0;
+  at::Tensor alias = borrow_native(t, *pool_, key);
   if (index_ < 0) {
     index_ = t.device().index();
   }
-  c10::StorageImpl* storage = alias.storage().unsafeGetStorageImpl();
+  c10::StorageImpl* storage = alias.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
   borrowed_.push_back({keep ? c10::MaybeOwned<at::Tensor>::owned(std::in_place, t)
                             : c10::MaybeOwned<at::Tensor>::borrowed(t),
-                       std::move(alias), storage});
+                       std::move(alias), storage, key});
   return borrowed_.back().alias;
 }
 
@@ -240,7 +241,7 @@ void RoutedArgs::sync_mutated() {
 
 void RoutedArgs::release() {
   for (auto& b : borrowed_) {
-    release_borrowed(std::move(b.alias), b.alias_storage, *pool_);
+    release_borrowed(std::move(b.alias), b.alias_storage, *pool_, b.pool_key);
   }
   borrowed_.clear();
 }
