@@ -47,6 +47,8 @@ class Row:
     flagos: float
     #: flagos - native of each round (both timed back to back), where kept
     round_diffs: list[float] | None = None
+    #: median of per-call differences, where the two were timed call by call in pairs
+    paired_added_us: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -81,6 +83,45 @@ def per_call_us(fn: Callable[[], object], device: torch.device, calls: int, wind
         done += n
     sync(device)
     return total / calls * 1e6
+
+
+def paired_calls_us(
+    first: Callable[[], object],
+    second: Callable[[], object],
+    device: torch.device,
+    pairs: int,
+    clock: Callable[[], float] = time.perf_counter,
+):
+    """Host microseconds of each call of `first` and of `second`, timed call by call in pairs (ABBA order).
+
+    For calls whose own time swings by more than the difference sought (a
+    FlagGems add takes 70 to 100 us from one round to the next), the median of
+    per-pair differences is far steadier than the difference of two medians:
+    a pair's two calls run microseconds apart, under the same load. The GPU
+    queue is drained between windows, untimed.
+    """
+    a, b = [], []
+    for i in range(pairs):
+        if i % (WINDOW // 2) == 0:
+            sync(device)
+        if i % 2 == 0:
+            t0 = clock()
+            first()
+            t1 = clock()
+            second()
+            t2 = clock()
+            a.append(t1 - t0)
+            b.append(t2 - t1)
+        else:
+            t0 = clock()
+            second()
+            t1 = clock()
+            first()
+            t2 = clock()
+            b.append(t1 - t0)
+            a.append(t2 - t1)
+    sync(device)
+    return [x * 1e6 for x in a], [x * 1e6 for x in b]
 
 
 def alternating(rounds: int, measure: dict) -> dict:
@@ -288,8 +329,9 @@ def flaggems_rows(rounds: int, calls: int) -> list[Row]:
 
     The "native" column is the direct call (flag_gems.ops.* on CUDA tensors), "flagos" the routed one;
     added_us is what the routing layer costs (issue 3: <= 3 us). FlagGems' own cost drifts by tens of
-    us between runs (a 4x4 add took 72 and 93 us on the same H200), so each round's difference is kept
-    too: the median of those is steadier than the difference of the medians.
+    us between runs (a 4x4 add took 72 and 93 us on the same H200, and rounds of 2,000 calls differed
+    by -13 to +13 us), so besides the rounds the two are timed call by call in pairs (paired_calls_us),
+    and added_us is the median of those per-pair differences.
     """
     from torch_fl import backends, routing
     from torch_fl.backends.flaggems import LOADER
@@ -325,12 +367,19 @@ def flaggems_rows(rounds: int, calls: int) -> list[Row]:
                 },
             )
             direct, routed = samples["direct"], samples["routed"]
+            one_direct, one_routed = paired_calls_us(
+                lambda fn=fn, c=call_direct: c(fn), call_routed, native, rounds * calls
+            )
         name = f"{op.split('.')[0]} 4x4 flaggems routed vs direct"
         diffs = [r - d for d, r in zip(direct, routed, strict=True)]
-        rows.append(Row(name, "us/call", statistics.median(direct), statistics.median(routed), diffs))
+        pair_diffs = sorted(r - d for d, r in zip(one_direct, one_routed, strict=True))
+        added = statistics.median(pair_diffs)
+        q1, q3 = pair_diffs[len(pair_diffs) // 4], pair_diffs[3 * len(pair_diffs) // 4]
+        rows.append(Row(name, "us/call", statistics.median(direct), statistics.median(routed), diffs, added))
         print(
             f"  {name:<20} direct {rows[-1].native:7.2f} us  routed {rows[-1].flagos:7.2f} us"
-            f"  per round: median {statistics.median(diffs):+.2f}, {min(diffs):+.2f} to {max(diffs):+.2f} us",
+            f"  per round: median {statistics.median(diffs):+.2f}, {min(diffs):+.2f} to {max(diffs):+.2f} us;"
+            f"  call by call ({len(pair_diffs)} pairs): median {added:+.2f} us, quartiles {q1:+.2f} to {q3:+.2f}",
             flush=True,
         )
     return rows
@@ -399,7 +448,13 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": args.rounds,
         "calls": args.calls,
         "results": [
-            asdict(r) | {"ratio": r.ratio, "added_us": r.flagos - r.native if r.unit == "us/call" else None}
+            asdict(r)
+            | {
+                "ratio": r.ratio,
+                "added_us": (r.paired_added_us if r.paired_added_us is not None else r.flagos - r.native)
+                if r.unit == "us/call"
+                else None,
+            }
             for r in rows
         ],
     }

@@ -32,3 +32,30 @@ def test_overhead_benchmark_quick(tmp_path):
     for row in (layer, decode):
         assert row["unit"] == "us/call" and row["native"] > 0 and row["flagos"] > 0
         assert len(row["round_diffs"]) == 2
+
+
+@pytest.mark.anyplatform
+def test_paired_calls_alternate_and_time_each_call():
+    """The call-by-call pairing behind the flaggems rows: ABBA order, one time per call of each."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import overhead
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    import torch
+
+    # a clock that the two functions advance by known amounts: 1 s for the first, 5 s for the second
+    now = [0.0]
+    order = []
+
+    def first():
+        order.append("a")
+        now[0] += 1
+
+    def second():
+        order.append("b")
+        now[0] += 5
+
+    a, b = overhead.paired_calls_us(first, second, torch.device("cpu"), pairs=6, clock=lambda: now[0])
+    assert order == ["a", "b", "b", "a", "a", "b", "b", "a", "a", "b", "b", "a"]
+    assert a == [1e6] * 6 and b == [5e6] * 6  # each call's own time, in microseconds
