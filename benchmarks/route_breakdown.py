@@ -7,7 +7,9 @@ gaps into parts, each timed as host microseconds per call in the same run:
 - the Python route machinery with a kernel that does nothing (a trivial
   Python function routed through torch_fl._C.PyRoute vs called directly),
 - the FlagGems kernel called directly on persistent CUDA tensors vs on fresh
-  alias tensors each call (what the route hands it),
+  alias tensors each call (what the route hands it); for add and mul, each
+  step from the direct call to the routed one also timed call by call in
+  pairs (the median of per-pair differences),
 - the native route's parts: an in-place add (no result to allocate or
   adopt: dispatch and borrowed aliases only), an empty tensor (allocation and
   free through the flagos allocator), a view (a metadata operation on flagos:
@@ -50,6 +52,52 @@ def per_call_us(fn, calls: int, rounds: int = 5) -> float:
         results.append(total / calls * 1e6)
     sync()
     return statistics.median(results)
+
+
+def flaggems_gaps(table: dict, a, b, fa, fb, native, pairs: int) -> dict[str, float]:
+    """What a flaggems-routed add or mul adds over the direct call, in steps, each step timed call by
+    call in ABBA pairs (median of per-pair differences, microseconds): FlagGems' own time swings by
+    more than these steps between rounds."""
+    from overhead import paired_calls_us
+
+    def gap(name: str, first, second) -> tuple[str, float]:
+        one, two = paired_calls_us(first, second, native, pairs)
+        return name, statistics.median(t - o for o, t in zip(one, two, strict=True))
+
+    out = {}
+    for op, direct, routed, kwargs in (
+        ("add", table.get("add.Tensor"), lambda: fa + fb, {"alpha": 1}),
+        ("mul", table.get("mul.Tensor"), lambda: fa * fb, {}),
+    ):
+        if direct is None:
+            continue
+        steps = [
+            (
+                f"flag_gems {op}: fresh alias tensors instead of persistent ones",
+                lambda d=direct, k=kwargs: d(a, b, **k),
+                lambda d=direct, k=kwargs: d(torch_fl.as_native(fa), torch_fl.as_native(fb), **k),
+            ),
+            (
+                f"flag_gems {op}: routed from flagos instead of direct on fresh aliases",
+                lambda d=direct, k=kwargs: d(torch_fl.as_native(fa), torch_fl.as_native(fb), **k),
+                routed,
+            ),
+        ]
+        if kwargs:
+            steps.append(
+                (
+                    f"flag_gems {op}: alpha=1 passed instead of left out",
+                    lambda d=direct: d(a, b),
+                    lambda d=direct, k=kwargs: d(a, b, **k),
+                )
+            )
+        with torch_fl.routing.route({f"{op}.Tensor": "flaggems"}):
+            for _ in range(200):
+                routed()
+            for name, first, second in steps:
+                key, us = gap(name, first, second)
+                out[key] = us
+    return out
 
 
 def main(argv=None) -> int:
@@ -104,6 +152,10 @@ def main(argv=None) -> int:
         row("flag_gems mul, direct, fresh alias tensors per call", lambda: gems_mul(torch_fl.as_native(fa), b))
         with torch_fl.routing.route({"mul.Tensor": "flaggems"}):
             row("flag_gems mul, routed from flagos", lambda: fa * fb)
+        gaps = flaggems_gaps(LOADER.table, a, b, fa, fb, native, args.calls * 5)
+        for name, us in gaps.items():
+            print(f"  {name:<58} {us:+8.2f} us", flush=True)
+        rows.update(gaps)
 
     m1, m2 = torch.randn(64, 64, generator=g).to(native), torch.randn(64, 64, generator=g).to(native)
     f1, f2 = torch_fl.as_flagos(m1), torch_fl.as_flagos(m2)
