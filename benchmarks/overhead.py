@@ -100,28 +100,20 @@ def paired_calls_us(
     a pair's two calls run microseconds apart, under the same load. The GPU
     queue is drained between windows, untimed.
     """
-    a, b = [], []
+    times: dict = {first: [], second: []}
     for i in range(pairs):
         if i % (WINDOW // 2) == 0:
             sync(device)
-        if i % 2 == 0:
-            t0 = clock()
-            first()
-            t1 = clock()
-            second()
-            t2 = clock()
-            a.append(t1 - t0)
-            b.append(t2 - t1)
-        else:
-            t0 = clock()
-            second()
-            t1 = clock()
-            first()
-            t2 = clock()
-            b.append(t1 - t0)
-            a.append(t2 - t1)
+        one, two = (first, second) if i % 2 == 0 else (second, first)
+        t0 = clock()
+        one()
+        t1 = clock()
+        two()
+        t2 = clock()
+        times[one].append((t1 - t0) * 1e6)
+        times[two].append((t2 - t1) * 1e6)
     sync(device)
-    return [x * 1e6 for x in a], [x * 1e6 for x in b]
+    return times[first], times[second]
 
 
 def alternating(rounds: int, measure: dict) -> dict:
