@@ -1,0 +1,113 @@
+"""The native route's recycled aliases (alias.cpp's AliasPool): whatever geometry, dtype or view bits a
+pooled alias last had, a routed call sees exactly its arguments' own.
+
+The pool keeps aliases by a key of their geometry and compares the whole
+geometry before reusing one without reshaping it. These calls walk it
+through the cases where a stale alias would give a wrong answer: the same
+key with another geometry, the same geometry with another dtype, strides and
+offsets of views, conjugate and negative bits, more dimensions than a
+TensorImpl keeps inline, one shape twice in a call, and an out= argument the
+kernel reshapes (its alias goes back to the pool shaped as it was not
+borrowed). Each result is compared with the same call on the native device.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.conftest import NATIVE
+
+pytestmark = pytest.mark.anyplatform
+
+
+def both(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`t` on the native device and on flagos (the same values)."""
+    return t.to(NATIVE), t.to("flagos")
+
+
+def check(fn, *tensors: torch.Tensor) -> None:
+    native = fn(*(t.to(NATIVE) for t in tensors))
+    flagos = fn(*(t.to("flagos") for t in tensors))
+    assert flagos.device.type == "flagos"
+    assert flagos.shape == native.shape and flagos.stride() == native.stride() and flagos.dtype == native.dtype
+    torch.testing.assert_close(flagos.cpu(), native.cpu(), rtol=0, atol=0)
+
+
+def test_many_geometries_in_turn_each_see_their_own():
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(4, 6, 8, generator=g)
+    # views of one storage: same element count and rank, other strides and offsets
+    views = [
+        lambda t: t,
+        lambda t: t.transpose(0, 2),
+        lambda t: t.permute(1, 0, 2),
+        lambda t: t[1:3],
+        lambda t: t[:, 2:5, ::2],
+        lambda t: t.reshape(8, 6, 4),
+        lambda t: t.reshape(6, 4, 8).transpose(1, 2),
+        lambda t: t[0],
+        lambda t: t.flatten(),
+        lambda t: t[2, 3, 4],  # zero-dim
+    ]
+    for _ in range(3):  # again, so every view meets aliases another view left in the pool
+        for view in views:
+            check(lambda t, v=view: v(t) * 3 + 1, base)
+            check(lambda t, v=view: torch.neg(v(t)), base)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.bfloat16])
+def test_one_geometry_in_several_dtypes(dtype):
+    g = torch.Generator().manual_seed(1)
+    for d in (torch.float32, dtype, torch.float32, dtype):
+        x = (torch.randn(5, 7, generator=g) * 10).to(d)
+        check(lambda t: t * t, x)
+        check(lambda t: torch.abs(t), x)
+
+
+def test_one_shape_twice_in_one_call_and_the_same_tensor_twice():
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(3, 9, generator=g), torch.randn(3, 9, generator=g)
+    for _ in range(3):
+        check(torch.mul, a, b)
+        check(lambda t: t * t, a)
+        check(lambda x, y: torch.cat([x, y, x]), a, b)
+
+
+def test_more_dimensions_than_kept_inline():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 2, 3, 2, 3, 2, generator=g)
+    for _ in range(2):
+        check(lambda t: t + 1, x)
+        check(lambda t: t.transpose(1, 5) * 2, x)
+        check(lambda t: t + 1, x[..., 0])  # six dimensions, then seven again
+
+
+def test_conjugate_and_negative_views():
+    g = torch.Generator().manual_seed(4)
+    z = torch.randn(4, 4, dtype=torch.complex64, generator=g)
+    for _ in range(2):
+        check(lambda t: t * 2, z)
+        check(lambda t: t.conj() * 2, z)  # a conjugate view: the alias must carry the bit
+        check(lambda t: t * 2, z)  # and drop it again
+        check(lambda t: t.conj().imag * 1, z)  # a negative view
+
+
+def test_an_out_argument_the_kernel_reshapes():
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(2, 3, generator=g), torch.randn(2, 3, generator=g)
+    na, fa = both(a)
+    nb, fb = both(b)
+    for _ in range(3):
+        # out= larger than the result: the kernel reshapes it in place (no new memory), so its alias
+        # goes back to the pool shaped (2, 3) under the key of (12,)
+        n_out, f_out = torch.empty(12, device=NATIVE), torch.empty(12, device="flagos")
+        with pytest.warns(UserWarning, match="resized"):
+            torch.add(na, nb, out=n_out)
+        with pytest.warns(UserWarning, match="resized"):
+            torch.add(fa, fb, out=f_out)
+        assert f_out.shape == n_out.shape == (2, 3)
+        torch.testing.assert_close(f_out.cpu(), n_out.cpu(), rtol=0, atol=0)
+        # tensors of the out= argument's first shape, borrowed next
+        check(lambda t: t * 5, torch.arange(12.0))
+        check(lambda t: t * 5, torch.arange(6.0).reshape(2, 3))
