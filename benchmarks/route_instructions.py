@@ -121,6 +121,7 @@ def decode_row(native: str, workdir: str) -> dict:
         "op": f"tiny Qwen3 greedy decode, per token ({routed // DECODE_TOKENS} routed calls)",
         "native": round(n_native / DECODE_TOKENS),
         "flagos": round(n_flagos / DECODE_TOKENS),
+        "added": round((n_flagos - n_native) / DECODE_TOKENS),
         "added_per_routed_call": round((n_flagos - n_native) / routed),
     }
 
@@ -153,7 +154,6 @@ def main() -> int:
             )
         if not args.no_decode:
             row = decode_row(native, workdir)
-            row["added"] = row["flagos"] - row["native"]
             rows.append(row)
             print(
                 f"{row['op']}: {native} {row['native']:,}, flagos {row['flagos']:,} instructions"

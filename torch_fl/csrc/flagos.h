@@ -68,8 +68,10 @@ at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index);
 // Borrowed aliases live for one kernel call. Their TensorImpl and StorageImpl
 // are recycled per thread instead of allocated each call: the per-call cost
 // of the native route is mostly these two objects. Recycled aliases are kept
-// by their exact geometry (sizes, strides, offset, dtype), so that a borrow
-// usually finds one whose sizes and strides already match: setting them
+// under a key of their geometry (element count, rank, dtype, offset, outer and
+// inner size and stride; the whole geometry is compared before an alias is
+// reused as it is), so that a borrow usually finds one whose sizes and
+// strides already match: setting them
 // recomputes five contiguity flags, and in a model's mix of shapes that was
 // the costliest part of a borrow (callgrind, tiny Qwen3 decode, 2026-11-30:
 // two borrows in three reshaped a recycled alias).
