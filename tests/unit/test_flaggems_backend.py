@@ -8,6 +8,7 @@ with a monkeypatched module; the real one runs under the `flaggems` marker.
 from __future__ import annotations
 
 import warnings
+import weakref
 
 import pytest
 import torch
@@ -340,3 +341,76 @@ def test_keyword_only_arguments_reach_the_kernel_and_the_error_policy_by_name(ro
         (native, native, 3),
         ("ValueError", ["flagos", "flagos"], {"alpha": 3}),
     ]
+
+
+@pytest.fixture
+def routed_to_kernel(routing_state):
+    """routed(op, kernel): aten::op on flagos runs `kernel` through a bare PyRoute until the test ends."""
+    routes = []
+
+    def routed(op, kernel):
+        def on_error(exc, args, kwargs):
+            raise exc
+
+        route = torch_fl._C.PyRoute(op)
+        route.update(kernel, on_error, lambda *a, **kw: None, [], None, [0, 0, 0], "test")
+        routes.append(route)
+
+    yield routed
+    for route in routes:
+        route.destroy()
+
+
+# neg has a typed front (typed_ops.h), erf goes through the boxed kernel.
+@pytest.mark.parametrize("op,fn", [("neg", torch.neg), ("erf", torch.erf)])
+def test_a_python_kernel_gets_the_same_alias_object_for_the_same_geometry(routed_to_kernel, op, fn):
+    """Recycled aliases keep their Python object (alias.cpp's Python pool): a
+    kernel called twice on tensors of one geometry is handed one object, each
+    time over the bytes of that call's own argument."""
+    seen = []
+
+    def kernel(x):
+        seen.append((weakref.ref(x), x.cpu().tolist()))  # a weak reference does not keep x from the pool
+        return fn(x)
+
+    routed_to_kernel(op, kernel)
+    a, b = torch.tensor([1.0, 2.0], device="flagos"), torch.tensor([3.0, 4.0], device="flagos")
+    for t in (a, b, a):
+        assert torch.equal(fn(t).cpu(), fn(t.cpu()))
+    assert [values for _, values in seen] == [[1.0, 2.0], [3.0, 4.0], [1.0, 2.0]]
+    assert seen[0][0]() is not None and seen[0][0]() is seen[1][0]() is seen[2][0]()
+
+
+@pytest.mark.parametrize("op,fn", [("neg", torch.neg), ("erf", torch.erf)])
+def test_an_argument_the_kernel_keeps_is_not_recycled(routed_to_kernel, op, fn):
+    """A kernel that keeps its argument, or a view of it, keeps what it was
+    given: the next call gets another alias, and the kept one still views the
+    first call's tensor."""
+    kept = []
+
+    def kernel(x):
+        kept.append((x, x.view(-1)[:1]))
+        return fn(x)
+
+    routed_to_kernel(op, kernel)
+    a, b = torch.tensor([1.0, 2.0], device="flagos"), torch.tensor([3.0, 4.0], device="flagos")
+    fn(a)
+    fn(b)
+    assert kept[0][0] is not kept[1][0]
+    assert kept[0][0].cpu().tolist() == [1.0, 2.0] and kept[0][1].cpu().tolist() == [1.0]
+    assert kept[1][0].cpu().tolist() == [3.0, 4.0]
+    a.add_(10)  # the kept alias is a view of the caller's tensor, not a copy
+    assert kept[0][0].cpu().tolist() == [11.0, 12.0]
+
+
+def test_a_typed_front_in_place_call_returns_the_callers_tensor_and_counts(routed_to_kernel):
+    """add_ through the typed front: the kernel writes the alias (alpha given
+    by keyword), and the caller gets its own tensor back."""
+
+    def add_(x, y, *, alpha=1):
+        return x.add_(y, alpha=alpha)
+
+    routed_to_kernel("add_.Tensor", add_)
+    x, y = torch.ones(3, device="flagos"), torch.full((3,), 2.0, device="flagos")
+    out = x.add_(y, alpha=3)
+    assert out is x and x.cpu().tolist() == [7.0, 7.0, 7.0]

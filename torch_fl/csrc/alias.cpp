@@ -77,6 +77,7 @@ bool same_geometry(const c10::TensorImpl& a, const c10::TensorImpl& b) {
 // plain pointer, set on first use: a thread_local with a dynamic initialiser
 // would run its guard on every access.
 thread_local AliasPool* thread_alias_pool = nullptr;
+thread_local AliasPool* thread_python_alias_pool = nullptr;
 
 // The storage of a tensor without the access check of TensorImpl::storage();
 // a tensor that has none (a wrapper that must not be unwrapped) still gets
@@ -146,6 +147,14 @@ AliasPool& alias_pool() {
   return *pool;
 }
 
+AliasPool& python_alias_pool() {
+  AliasPool* pool = thread_python_alias_pool;
+  if (C10_UNLIKELY(pool == nullptr)) {
+    pool = thread_python_alias_pool = new AliasPool(/*python=*/true);
+  }
+  return *pool;
+}
+
 at::Tensor borrow_native(const at::Tensor& flagos, AliasPool& pool, size_t& key) {
   const c10::TensorImpl& like = *flagos.unsafeGetTensorImpl();
   c10::StorageImpl* src = storage_of(flagos);
@@ -184,10 +193,31 @@ at::Tensor borrow_native(const at::Tensor& flagos, AliasPool& pool, size_t& key)
   return alias;
 }
 
+namespace {
+
+// True when only `t` holds its TensorImpl, apart from, possibly, the tensor's
+// own Python object with no reference left in Python but the tensor's (a
+// result a Python kernel made and returned, held by PyRoute with the GIL):
+// retagging it in place is then invisible, and the caller gets that Python
+// object back instead of a new one.
+bool sole_holder(const at::Tensor& t) {
+  const size_t n = t.use_count();
+  if (n == 1) {
+    return true;
+  }
+  const c10::impl::PyObjectSlot* slot = t.unsafeGetTensorImpl()->pyobj_slot();
+  return n == 2 && slot->load_pyobj() != nullptr && slot->has_unique_reference();
+}
+
+}  // namespace
+
 void release_borrowed(at::Tensor&& alias, c10::StorageImpl* alias_storage, AliasPool& pool, size_t key) {
   auto* impl = alias.unsafeGetTensorImpl();
   // Recycle only what nothing else references and the kernel left as made.
-  if (alias.use_count() == 1 && impl->unsafe_storage().unsafeGetStorageImpl() == alias_storage &&
+  // A Python kernel's pool also keeps an alias whose only other holder is
+  // its own Python object, which nothing in Python references any more.
+  const bool sole = pool.python() ? sole_holder(alias) : alias.use_count() == 1;
+  if (sole && impl->unsafe_storage().unsafeGetStorageImpl() == alias_storage &&
       c10::raw::intrusive_ptr::use_count(alias_storage) == 1 &&
       alias_storage->data_ptr().get_deleter() == &borrowed_deleter) {
     // The key of the geometry set at the borrow: a kernel that reshaped the
@@ -262,24 +292,6 @@ at::Tensor flagos_alias(const at::Tensor& native, c10::DeviceIndex index) {
   }
   return tensor_over(wrap_native_storage(src, index, /*may_steal=*/false), flagos_key(), native);
 }
-
-namespace {
-
-// True when only `t` holds its TensorImpl, apart from, possibly, the tensor's
-// own Python object with no reference left in Python but the tensor's (a
-// result a Python kernel made and returned, held by PyRoute with the GIL):
-// retagging it in place is then invisible, and the caller gets that Python
-// object back instead of a new one.
-bool sole_holder(const at::Tensor& t) {
-  const size_t n = t.use_count();
-  if (n == 1) {
-    return true;
-  }
-  const c10::impl::PyObjectSlot* slot = t.unsafeGetTensorImpl()->pyobj_slot();
-  return n == 2 && slot->load_pyobj() != nullptr && slot->has_unique_reference();
-}
-
-}  // namespace
 
 at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index) {
   c10::StorageImpl* src = storage_of(native);

@@ -77,6 +77,16 @@ at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index);
 // two borrows in three reshaped a recycled alias).
 class AliasPool {
  public:
+  // `python`: a pool for the routes that hand aliases to Python kernels
+  // (PyRoute), used only with the GIL held. Its aliases keep the Python
+  // object a kernel saw (dropping one takes the GIL), so a kernel is handed
+  // the same object for the same geometry on the next call instead of a new
+  // one: making and freeing two tensor objects per call was most of what a
+  // FlagGems route added (callgrind, 2026-11-30).
+  explicit AliasPool(bool python = false) : python_(python) {}
+  bool python() const {
+    return python_;
+  }
   // Where aliases shaped like `t` are kept.
   static size_t key(const c10::TensorImpl& t);
   // A recycled alias, one last shaped like `like` (key `k`) where there is
@@ -92,9 +102,12 @@ class AliasPool {
   static constexpr size_t kSpare = 16;
   at::Tensor slots_[kSlots + kProbe - 1];
   c10::SmallVector<at::Tensor, kSpare> spare_;  // when a key's slots are full
+  bool python_;
 };
-// The calling thread's pool (a thread-local lookup: once per routed call).
+// The calling thread's pools (a thread-local lookup: once per routed call):
+// for the native route, and for Python kernels (with the GIL held).
 AliasPool& alias_pool();
+AliasPool& python_alias_pool();
 // Borrowed native alias from the pool (`key` receives its pool key), and its
 // return to the pool.
 at::Tensor borrow_native(const at::Tensor& flagos, AliasPool& pool, size_t& key);
@@ -131,6 +144,10 @@ bool is_attention_routed();
 // results become the caller's own tensors, out= arguments follow resizes).
 class RoutedArgs {
  public:
+  RoutedArgs() = default;
+  // Aliases from `pool` (python_alias_pool() for a Python kernel) instead of
+  // the thread's native-route pool.
+  explicit RoutedArgs(AliasPool& pool) : pool_(&pool) {}
   // Boxed calls: every argument and result on the stack.
   void unwrap(std::vector<c10::IValue>* stack, size_t nargs);
   void finish(const c10::FunctionSchema& schema, std::vector<c10::IValue>* stack);

@@ -13,6 +13,7 @@
 // Behaviour is the boxed route's (RoutedArgs does both): same aliases, same
 // result wrapping, same out=/resize handling, same counts and dispatch log.
 #include "flagos.h"
+#include "typed_call.h"
 #include "typed_ops.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -25,6 +26,9 @@
 namespace torch_fl {
 
 namespace {
+
+using typed::tensors_in;
+using typed::wrap;
 
 // ------------------------------------------------------------ arguments
 // How one parameter type is held during the call (Held) and handed to the
@@ -139,49 +143,6 @@ struct Param<std::optional<at::Device>> {
     return d;
   }
 };
-
-// How many tensors an argument brings (RoutedArgs::reserve).
-template <class T>
-size_t tensors_in(const T&) {
-  return 0;
-}
-size_t tensors_in(const at::Tensor&) {
-  return 1;
-}
-size_t tensors_in(const std::optional<at::Tensor>&) {
-  return 1;
-}
-size_t tensors_in(at::TensorList list) {
-  return list.size();
-}
-size_t tensors_in(const at::ITensorListRef& list) {
-  return list.size();
-}
-size_t tensors_in(const c10::List<std::optional<at::Tensor>>& list) {
-  return list.size();
-}
-
-// -------------------------------------------------------------- results
-template <class T>
-T wrap(RoutedArgs&, T&& v) {
-  return std::forward<T>(v);  // scalars, bools, SymInts
-}
-
-at::Tensor wrap(RoutedArgs& a, at::Tensor&& t) {
-  return a.result(std::move(t));
-}
-
-std::vector<at::Tensor> wrap(RoutedArgs& a, std::vector<at::Tensor>&& ts) {
-  for (auto& t : ts) {
-    t = a.result(std::move(t));
-  }
-  return std::move(ts);
-}
-
-template <class... Ts>
-std::tuple<Ts...> wrap(RoutedArgs& a, std::tuple<Ts...>&& ts) {
-  return std::apply([&](auto&&... v) { return std::tuple<Ts...>{wrap(a, std::move(v))...}; }, std::move(ts));
-}
 
 // ---------------------------------------------------------------- kernel
 template <class Op, class Schema = typename Op::schema>

@@ -4,6 +4,7 @@
 // The Python version of this wrapper cost several microseconds per call,
 // mostly interpreter work; this one walks the arguments once in C++.
 #include "flagos.h"
+#include "typed_call.h"
 #include "typed_ops.h"
 
 #include <ATen/core/boxing/impl/boxing.h>
@@ -154,6 +155,7 @@ struct PyRouteState {
   py::object on_empty;     // called like the operator when an input tensor is empty; null: no such check
   py::object cell;         // the routing layer's [calls, fallbacks, failures]
   std::array<bool, static_cast<size_t>(c10::ScalarType::NumOptions)> other{};
+  bool any_other = false;  // some dtype is in `other`
   std::string line;  // the dispatch-log line, printed while g_route_flags.log_dispatch is on
 
   // The last reference may be dropped by a kernel call without the GIL, or
@@ -178,6 +180,23 @@ struct PyRouteState {
     return Py_IsInitialized() && !_Py_IsFinalizing();
 #endif
   }
+};
+
+// Holds the GIL for a scope (re-entrant). On a routed call's path this is a
+// fraction of pybind11's gil_scoped_acquire, whose lookups of its internals
+// and thread state cost ~850 instructions per acquire (callgrind, host,
+// 2026-11-30), twice per call through a typed front.
+class GilHeld {
+ public:
+  GilHeld() : state_(PyGILState_Ensure()) {}
+  ~GilHeld() {
+    PyGILState_Release(state_);
+  }
+  GilHeld(const GilHeld&) = delete;
+  GilHeld& operator=(const GilHeld&) = delete;
+
+ private:
+  PyGILState_STATE state_;
 };
 
 c10::ScalarType first_dtype(const torch::jit::Stack& stack, size_t first) {
@@ -331,6 +350,15 @@ class PyRouteKernel final : public c10::OperatorKernel {
   using Slot = std::shared_ptr<std::shared_ptr<PyRouteState>>;
   explicit PyRouteKernel(Slot slot) : slot_(std::move(slot)) {}
 
+  // For a typed front (GIL held): the state a call starts with, and the
+  // operator's keyword-only argument names.
+  std::shared_ptr<PyRouteState> state() const {
+    return *slot_;
+  }
+  PyObject* kwnames(const c10::FunctionSchema& schema) {
+    return kwarg_names(schema, kwarg_names_);
+  }
+
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const auto& schema = op.schema();
     const size_t nargs = schema.arguments().size();
@@ -339,8 +367,8 @@ class PyRouteKernel final : public c10::OperatorKernel {
     // their aliases once passed to Python) decrefs its PyObject, which
     // would take the GIL again for each of them. Through a typed front
     // (PyFront) the GIL is held already and this is a re-entrant acquire.
-    py::gil_scoped_acquire gil;
-    RoutedArgs routed;
+    GilHeld gil;
+    RoutedArgs routed(python_alias_pool());
     {
       // A route change may swap the state during this call (a fallback
       // re-plans its own operator): the call keeps the state it started with.
@@ -386,36 +414,248 @@ class PyRouteKernel final : public c10::OperatorKernel {
   std::optional<PyObject*> kwarg_names_;  // filled on the first call, with the GIL
 };
 
-// A typed front on PyRoute's boxed kernel, for the operators of typed_ops.h.
-// Called through the dispatcher's boxing, a boxed kernel's arguments are
-// copied into IValues with the GIL released (the binding released it): the
-// first C++ copy of a tensor only Python holds increfs its PyObject under the
-// GIL, and dropping the copy decrefs it, two GIL hand-offs per flagos
-// argument before the kernel takes the GIL itself. The front takes the GIL
-// once and boxes and unboxes under it.
+// ------------------------------------------------------------ typed fronts
+// A Python argument of a typed call: flagos tensors as their borrowed
+// aliases (from the Python pool), the rest as the boxed route converts them.
+template <class T>
+py::object py_arg(RoutedArgs&, const T& v) {
+  return torch::jit::toPyObject(c10::IValue(v));
+}
+py::object py_tensor(const at::Tensor& t) {
+  return py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
+}
+py::object py_arg(RoutedArgs& a, const at::Tensor& t) {
+  return py_tensor(*a.arg(t));
+}
+py::object py_arg(RoutedArgs& a, const std::optional<at::Tensor>& t) {
+  return t.has_value() ? py_tensor(a.arg_value(*t)) : py::none();
+}
+template <class List>
+py::object py_list(RoutedArgs& a, const List& list) {
+  py::list out(list.size());
+  size_t i = 0;
+  for (const at::Tensor& t : list) {
+    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i++), py_tensor(a.arg_value(t)).release().ptr());
+  }
+  return out;
+}
+py::object py_arg(RoutedArgs& a, at::TensorList list) {
+  return py_list(a, list);
+}
+py::object py_arg(RoutedArgs& a, const at::ITensorListRef& list) {
+  return py_list(a, list);
+}
+py::object py_arg(RoutedArgs& a, const c10::List<std::optional<at::Tensor>>& list) {
+  py::list out(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::optional<at::Tensor> t = list.get(i);
+    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), py_arg(a, t).release().ptr());
+  }
+  return out;
+}
+py::object py_arg(RoutedArgs& a, std::optional<at::Device> d) {
+  return torch::jit::toPyObject(c10::IValue(a.device_arg(d)));
+}
+
+// What the boxed route looks at before calling fn: the first tensor's dtype
+// (routed elsewhere for some dtypes) and whether an input is empty.
+template <class T>
+const at::Tensor* first_tensor(const T&) {
+  return nullptr;
+}
+const at::Tensor* first_tensor(const at::Tensor& t) {
+  return t.defined() ? &t : nullptr;
+}
+const at::Tensor* first_tensor(const std::optional<at::Tensor>& t) {
+  return t.has_value() && t->defined() ? &*t : nullptr;
+}
+const at::Tensor* first_tensor(at::TensorList list) {
+  return list.empty() ? nullptr : &list[0];
+}
+const at::Tensor* first_tensor(const at::ITensorListRef& list) {
+  return list.size() == 0 ? nullptr : &list.front();
+}
+template <class T>
+bool is_empty_input(const T&) {
+  return false;
+}
+bool is_empty_input(const at::Tensor& t) {
+  return t.defined() && t.numel() == 0;
+}
+bool is_empty_input(const std::optional<at::Tensor>& t) {
+  return t.has_value() && is_empty_input(*t);
+}
+bool is_empty_input(at::TensorList list) {
+  for (const at::Tensor& t : list) {
+    if (is_empty_input(t)) {
+      return true;
+    }
+  }
+  return false;
+}
+bool is_empty_input(const at::ITensorListRef& list) {
+  for (const at::Tensor& t : list) {
+    if (is_empty_input(t)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// A typed front on PyRoute, for the operators of typed_ops.h. Called through
+// the dispatcher's boxing, a boxed kernel's arguments are copied into IValues,
+// and the first C++ copy of a tensor only Python holds increfs its PyObject
+// (PyTorch takes the GIL for it), dropping the copy decrefs it: two GIL
+// hand-offs per flagos argument, and the aliases go through IValues once
+// more. The front takes the GIL once, hands fn Python objects of borrowed
+// aliases made straight from the typed arguments (no copy of the caller's
+// tensors), and calls it with a vectorcall. The policies that call something
+// other than fn (a dtype routed elsewhere, an empty input) go through the
+// boxed kernel, as every operator without a front does.
 template <class Op, class Schema = typename Op::schema>
 struct PyFront;
 
 template <class Op, class Ret, class... Args>
 struct PyFront<Op, Ret(Args...)> {
-  // Set when the front is registered; a later registration replaces them.
+  // Set when the front is registered (with the GIL); a later registration replaces them.
   static inline std::optional<c10::BoxedKernel> kernel;
   static inline std::optional<c10::OperatorHandle> handle;
+  static inline PyRouteKernel* route = nullptr;  // owned by `kernel`
+  static inline size_t npos = 0;                 // positional arguments; the rest are keyword-only
+  static inline PyObject* kwnames = nullptr;
 
   static Ret call(Args... args) {
-    py::gil_scoped_acquire gil;
-    return c10::impl::BoxedKernelWrapper<Ret(Args...)>::call(
-        *kernel, *handle, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), std::forward<Args>(args)...);
+    GilHeld gil;
+    // A route change may swap the state during this call: the call keeps the state it started with.
+    std::shared_ptr<PyRouteState> st = route->state();
+    if (C10_UNLIKELY(st->any_other && other_dtype(*st, args...)) ||
+        C10_UNLIKELY(st->on_empty && has_empty(args...))) {
+      return c10::impl::BoxedKernelWrapper<Ret(Args...)>::call(
+          *kernel, *handle, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), std::forward<Args>(args)...);
+    }
+    if (C10_UNLIKELY(g_route_flags.log_dispatch)) {
+      std::cerr << st->line << std::flush;
+    }
+    count_call(st->cell);
+    RoutedArgs routed(python_alias_pool());
+    routed.reserve((typed::tensors_in(args) + ... + size_t{0}));
+    c10::SmallVector<py::object, 8> objects;
+    (objects.push_back(py_arg(routed, args)), ...);  // left to right: the first flagos tensor names the device
+    py::object result = call_fn(*st, objects, routed.index());
+    if (C10_UNLIKELY(!result)) {
+      py::error_already_set error;
+      objects.clear();
+      return on_error(*st, error, args...);
+    }
+    torch::jit::Stack stack;
+    push_python_result(handle->schema(), result, &stack);
+    // The Python objects go first: then an alias whose object nothing else
+    // holds is recycled, and a result's object is handed back to the caller.
+    result = py::object();
+    objects.clear();
+    if (handle->schema().is_mutable()) {
+      routed.sync_mutated();
+    }
+    if constexpr (std::is_void_v<Ret>) {
+      routed.release();
+    } else if constexpr (std::is_same_v<Ret, at::Tensor&>) {
+      routed.release();
+      return self(args...);
+    } else {
+      Ret out = typed::wrap(routed, c10::impl::PopResult<Ret>::call(stack));
+      routed.release();
+      return out;
+    }
   }
 
-  static void install(torch::Library& lib, const char* op, c10::BoxedKernel boxed) {
+  static void install(torch::Library& lib, const char* op, PyRouteKernel::Slot slot) {
     handle = c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
-    kernel = std::move(boxed);
+    auto boxed = std::make_unique<PyRouteKernel>(std::move(slot));
+    route = boxed.get();
+    kernel = c10::BoxedKernel::makeFromFunctor(std::move(boxed));
+    const auto& params = handle->schema().arguments();
+    npos = 0;
+    while (npos < params.size() && !params[npos].kwarg_only()) {
+      ++npos;
+    }
+    kwnames = route->kwnames(handle->schema());
     lib.impl(op, TORCH_FN(call));
+  }
+
+ private:
+  static py::object call_fn(const PyRouteState& st, const c10::SmallVector<py::object, 8>& objects,
+                            c10::DeviceIndex index) {
+    c10::SmallVector<PyObject*, 8> ptrs;
+    for (const auto& o : objects) {
+      ptrs.push_back(o.ptr());
+    }
+    // Launch on the arguments' device (a flagos stream is a CUDA stream).
+    c10::OptionalDeviceGuard guard;
+    if (index >= 0 && index != current_device()) {
+      guard.reset_device(c10::Device(kFlagos, index));
+    }
+    return py::reinterpret_steal<py::object>(PyObject_Vectorcall(st.fn.ptr(), ptrs.data(), npos, kwnames));
+  }
+
+  static bool other_dtype(const PyRouteState& st, const Args&... args) {
+    const at::Tensor* first = nullptr;
+    ((first = first == nullptr ? first_tensor(args) : first), ...);
+    return first != nullptr && st.other[static_cast<size_t>(first->scalar_type())];
+  }
+
+  static bool has_empty(const Args&... args) {
+    // Not an argument the operator writes (an out= tensor it will resize).
+    const auto& params = handle->schema().arguments();
+    size_t i = 0;
+    bool empty = false;
+    (
+        [&] {
+          const auto* alias = params[i++].alias_info();
+          empty = empty || ((alias == nullptr || !alias->isWrite()) && is_empty_input(args));
+        }(),
+        ...);
+    return empty;
+  }
+
+  // In-place operators return their first argument, the caller's own tensor.
+  static at::Tensor& self(Args&... args) {
+    return std::get<0>(std::forward_as_tuple(args...));
+  }
+
+  // fn raised: the routing layer's policy decides (a fallback, once logged,
+  // or the error), given the caller's own arguments.
+  static Ret on_error(const PyRouteState& st, py::error_already_set& error, Args&... args) {
+    py::tuple positional(npos);
+    py::dict keywords;
+    size_t i = 0;
+    (
+        [&] {
+          py::object o;
+          if constexpr (std::is_same_v<std::decay_t<Args>, at::Tensor>) {
+            o = py_tensor(args);
+          } else {
+            o = torch::jit::toPyObject(c10::IValue(args));
+          }
+          if (i < npos) {
+            PyTuple_SET_ITEM(positional.ptr(), static_cast<Py_ssize_t>(i), o.release().ptr());
+          } else {
+            PyDict_SetItem(keywords.ptr(), PyTuple_GET_ITEM(kwnames, static_cast<Py_ssize_t>(i - npos)), o.ptr());
+          }
+          ++i;
+        }(),
+        ...);
+    py::object result = st.on_error(error.value(), positional, keywords);
+    torch::jit::Stack stack;
+    push_python_result(handle->schema(), result, &stack);
+    if constexpr (std::is_same_v<Ret, at::Tensor&>) {
+      return self(args...);
+    } else if constexpr (!std::is_void_v<Ret>) {
+      return c10::impl::PopResult<Ret>::call(stack);  // flagos results already
+    }
   }
 };
 
-using FrontInstaller = void (*)(torch::Library&, const char*, c10::BoxedKernel);
+using FrontInstaller = void (*)(torch::Library&, const char*, PyRouteKernel::Slot);
 
 template <class Op>
 std::string overload_of() {
@@ -462,6 +702,7 @@ struct PyRoute {
     for (const auto& d : other) {
       TORCH_CHECK(THPDtype_Check(d.ptr()), "PyRoute.update: `other` must hold torch.dtype objects");
       st->other[static_cast<size_t>(reinterpret_cast<THPDtype*>(d.ptr())->scalar_type)] = true;
+      st->any_other = true;
     }
     st->line = "[flagos dispatch] " + op + " -> " + label + "\n";
     // Registered once; later updates swap the state behind the kernel
@@ -472,7 +713,7 @@ struct PyRoute {
       c10::WarningUtils::WarningHandlerGuard guard(&quiet);
       library = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
       if (FrontInstaller front = py_front(op)) {
-        front(*library, op.c_str(), c10::BoxedKernel::makeFromFunctor(std::make_unique<PyRouteKernel>(slot)));
+        front(*library, op.c_str(), slot);
       } else {
         library->impl(op.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<PyRouteKernel>(slot)));
       }
