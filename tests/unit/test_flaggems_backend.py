@@ -376,7 +376,7 @@ def test_a_python_kernel_gets_the_same_alias_object_for_the_same_geometry(routed
     routed_to_kernel(op, kernel)
     a, b = torch.tensor([1.0, 2.0], device="flagos"), torch.tensor([3.0, 4.0], device="flagos")
     for t in (a, b, a):
-        assert torch.equal(fn(t).cpu(), fn(t.cpu()))
+        torch.testing.assert_close(fn(t).cpu(), fn(t.cpu()))  # erf on CUDA and on the CPU differ in the last bit
     assert [values for _, values in seen] == [[1.0, 2.0], [3.0, 4.0], [1.0, 2.0]]
     assert seen[0][0]() is not None and seen[0][0]() is seen[1][0]() is seen[2][0]()
 
