@@ -414,3 +414,36 @@ def test_a_typed_front_in_place_call_returns_the_callers_tensor_and_counts(route
     x, y = torch.ones(3, device="flagos"), torch.full((3,), 2.0, device="flagos")
     out = x.add_(y, alpha=3)
     assert out is x and x.cpu().tolist() == [7.0, 7.0, 7.0]
+
+
+# sub.Tensor has a typed front, floor_divide goes through the boxed kernel.
+@pytest.mark.parametrize("op,expr", [("sub.Tensor", lambda x: x - 1), ("floor_divide", lambda x: x // 2)])
+def test_a_scalar_operand_reaches_the_kernel_as_the_python_number(routed_to_kernel, op, expr):
+    """x - 1 passes the 1 as a wrapped-number tensor; a Python kernel gets the
+    number (as FlagGems expects: its kernels take Python scalars), through
+    the typed front as through the boxed kernel."""
+    seen = []
+    aten = getattr(torch.ops.aten, op.split(".")[0])
+
+    def kernel(x, other, **kwargs):
+        seen.append(type(other))
+        return aten(x, other, **kwargs)
+
+    routed_to_kernel(op, kernel)
+    x = torch.arange(4.0, device="flagos")
+    assert torch.equal(expr(x).cpu(), expr(torch.arange(4.0)))
+    assert seen == [int]
+
+
+def test_a_failing_kernel_with_a_scalar_operand_falls_back_natively(fake_gems):
+    """The fallback runs the native route on what the kernel was given: the
+    Python number goes back in as the wrapped-number tensor it came as (an
+    H200 demo under the FlagGems profile stopped at `position_ids - 1` when
+    FlagGems' int64 sub failed)."""
+    routing.set_route("add.Tensor", "flaggems")
+    x = torch.ones(2, device="flagos", dtype=torch.float64)  # the fake add raises for float64
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        assert torch.equal((x + 1).cpu(), torch.full((2,), 2.0, dtype=torch.float64))
+        assert torch.equal((x + 1.5).cpu(), torch.full((2,), 2.5, dtype=torch.float64))
+    assert fake_gems.calls[-1] == ("add", torch_fl.backing(), torch.float64)

@@ -1,6 +1,7 @@
 // Python bindings of the C++ core: torch_fl._C.
 #include "flagos.h"
 
+#include <ATen/ScalarOps.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
@@ -37,10 +38,33 @@ py::dict host_stats(int64_t index) {
 
 // Calls `runner` on aten::<name> with Python arguments, bypassing the
 // dispatcher: the native route or the CPU fallback as a plain function.
+// Python kernels and the routing policy see a scalar operand (x - 1 passes a
+// wrapped-number tensor) as the Python number it was (torch::jit::toPyObject);
+// handed back for a Tensor argument, it becomes that wrapped number again.
+py::tuple numbers_as_tensors(const c10::FunctionSchema& schema, const py::args& args) {
+  const auto& params = schema.arguments();
+  py::tuple out(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    py::object a = args[i];
+    PyObject* o = a.ptr();
+    if (i < params.size() && params[i].type()->kind() == c10::TypeKind::TensorType &&
+        (PyBool_Check(o) || PyLong_Check(o) || PyFloat_Check(o) || PyComplex_Check(o))) {
+      const c10::Scalar value = PyBool_Check(o) ? c10::Scalar(o == Py_True)
+                                                : torch::jit::toIValue(a, c10::NumberType::get()).toScalar();
+      at::Tensor t = c10::scalar_to_tensor(value);
+      t.unsafeGetTensorImpl()->set_wrapped_number(true);
+      a = py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
+    }
+    PyTuple_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), a.release().ptr());
+  }
+  return out;
+}
+
 py::object run_boxed(void (*runner)(const c10::OperatorHandle&, std::vector<c10::IValue>*), const std::string& name,
                      const std::string& overload, const py::args& args, const py::kwargs& kwargs) {
   auto op = c10::Dispatcher::singleton().findSchemaOrThrow(("aten::" + name).c_str(), overload.c_str());
-  auto stack = torch::jit::createStackForSchema(op.schema(), args, kwargs, std::nullopt);
+  auto stack = torch::jit::createStackForSchema(op.schema(), numbers_as_tensors(op.schema(), args), kwargs,
+                                                std::nullopt);
   {
     py::gil_scoped_release no_gil;
     runner(op, &stack);

@@ -425,7 +425,12 @@ py::object py_tensor(const at::Tensor& t) {
   return py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
 }
 py::object py_arg(RoutedArgs& a, const at::Tensor& t) {
-  return py_tensor(*a.arg(t));
+  if (t.defined() && t.device().type() == kFlagos) {
+    return py_tensor(*a.arg(t));
+  }
+  // Others as the boxed route hands them over: a scalar operand (x - 1
+  // passes a wrapped-number tensor) as the Python number it was.
+  return torch::jit::toPyObject(c10::IValue(t));
 }
 py::object py_arg(RoutedArgs& a, const std::optional<at::Tensor>& t) {
   return t.has_value() ? py_tensor(a.arg_value(*t)) : py::none();
@@ -630,12 +635,7 @@ struct PyFront<Op, Ret(Args...)> {
     size_t i = 0;
     (
         [&] {
-          py::object o;
-          if constexpr (std::is_same_v<std::decay_t<Args>, at::Tensor>) {
-            o = py_tensor(args);
-          } else {
-            o = torch::jit::toPyObject(c10::IValue(args));
-          }
+          py::object o = torch::jit::toPyObject(c10::IValue(args));  // as the boxed route's error path
           if (i < npos) {
             PyTuple_SET_ITEM(positional.ptr(), static_cast<Py_ssize_t>(i), o.release().ptr());
           } else {
