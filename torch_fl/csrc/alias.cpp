@@ -220,6 +220,13 @@ void release_borrowed(at::Tensor&& alias, c10::StorageImpl* alias_storage, Alias
   if (sole && impl->unsafe_storage().unsafeGetStorageImpl() == alias_storage &&
       c10::raw::intrusive_ptr::use_count(alias_storage) == 1 &&
       alias_storage->data_ptr().get_deleter() == &borrowed_deleter) {
+    if (pool.python()) {
+      // Its Python object stays reachable while it waits (gc.get_objects()):
+      // an empty tensor over no memory, not a view of bytes that may be freed.
+      alias_storage->set_data_ptr_noswap(c10::DataPtr(nullptr, alias_storage->device()));
+      alias_storage->set_nbytes(0);
+      impl->set_sizes_contiguous({0});
+    }
     // The key of the geometry set at the borrow: a kernel that reshaped the
     // alias only costs the next borrow from that slot a reshape.
     pool.give(std::move(alias), key);

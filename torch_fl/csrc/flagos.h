@@ -82,7 +82,9 @@ class AliasPool {
   // object a kernel saw (dropping one takes the GIL), so a kernel is handed
   // the same object for the same geometry on the next call instead of a new
   // one: making and freeing two tensor objects per call was most of what a
-  // FlagGems route added (callgrind, 2026-11-30).
+  // FlagGems route added (callgrind, 2026-11-30). While pooled they are
+  // empty tensors over no memory (a walk of Python's objects may find them),
+  // so each borrow reshapes one.
   explicit AliasPool(bool python = false) : python_(python) {}
   bool python() const {
     return python_;
