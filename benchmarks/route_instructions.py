@@ -14,6 +14,12 @@ shapes, stands beside the single operators. It needs transformers.
 
     python benchmarks/route_instructions.py                   # host backing
     python benchmarks/route_instructions.py --json benchmarks/results/route_instructions_host.json
+    python benchmarks/route_instructions.py --no-ops --cache-sim   # the decode row with simulated cache misses
+
+With --cache-sim the decode row also counts, in callgrind's simulated caches
+(sized like this host's), the first-level instruction and data cache misses
+flagos adds per routed call: a call's added instructions are few, but they
+are spread over code the rest of a decode step has evicted.
 
 Needs valgrind on PATH (not a Python package: `apt install valgrind`).
 """
@@ -79,8 +85,9 @@ print("routed", sum(s.calls for s in routing.stats()) if dev == "flagos" else 0)
 """
 
 
-def callgrind(toggle: str, source: str, device: str, workdir: str) -> tuple[int, str]:
-    """Instructions executed while `toggle` runs in the script, and the script's output."""
+def callgrind(toggle: str, source: str, device: str, workdir: str, cache_sim: bool = False) -> tuple[dict, str]:
+    """Callgrind's event totals while `toggle` runs in the script ("Ir": instructions; with `cache_sim`
+    also "I1mr", "D1mr", ...: simulated cache misses), and the script's output."""
     script = os.path.join(workdir, "loop.py")
     with open(script, "w") as f:
         f.write(textwrap.dedent(source))
@@ -92,6 +99,7 @@ def callgrind(toggle: str, source: str, device: str, workdir: str) -> tuple[int,
             f"--callgrind-out-file={out}",
             "--collect-atstart=no",
             f"--toggle-collect={toggle}",
+            *(["--cache-sim=yes"] if cache_sim else []),
             sys.executable,
             script,
             device,
@@ -101,35 +109,50 @@ def callgrind(toggle: str, source: str, device: str, workdir: str) -> tuple[int,
         text=True,
     )
     with open(out) as f:
-        totals = re.search(r"^(?:summary|totals): (\d+)", f.read(), re.MULTILINE)
-    if totals is None:
-        raise RuntimeError(f"no instruction total in {out}")
-    return int(totals.group(1)), run.stdout
+        text = f.read()
+    events = re.search(r"^events: (.+)$", text, re.MULTILINE)
+    totals = re.search(r"^(?:summary|totals): ([\d ]+)$", text, re.MULTILINE)
+    if events is None or totals is None:
+        raise RuntimeError(f"no event totals in {out}")
+    return dict(zip(events.group(1).split(), map(int, totals.group(1).split()), strict=True)), run.stdout
 
 
 def instructions(entry: str, stmt: str, device: str, workdir: str) -> int:
     """Instructions inside at::_ops::<entry>::call for the whole script (warm-up included)."""
-    return callgrind(f"at::_ops::{entry}::call(*", LOOP.format(stmt=stmt, calls=CALLS), device, workdir)[0]
+    return callgrind(f"at::_ops::{entry}::call(*", LOOP.format(stmt=stmt, calls=CALLS), device, workdir)[0]["Ir"]
 
 
-def decode_row(native: str, workdir: str) -> dict:
-    """Instructions per token of the tiny Qwen3's greedy decode, and flagos's addition per routed call."""
+def decode_row(native: str, workdir: str, cache_sim: bool = False) -> dict:
+    """Instructions per token of the tiny Qwen3's greedy decode, and flagos's addition per routed call
+    (with `cache_sim`, also the simulated first-level cache misses each side has per routed call)."""
     source = DECODE.format(tokens=DECODE_TOKENS)
-    (n_native, _), (n_flagos, printed) = (callgrind("qsort*", source, d, workdir) for d in (native, "flagos"))
+    (n_native, _), (n_flagos, printed) = (
+        callgrind("qsort*", source, d, workdir, cache_sim) for d in (native, "flagos")
+    )
     routed = int(re.search(r"^routed (\d+)", printed, re.MULTILINE).group(1))
-    return {
+    row = {
         "op": f"tiny Qwen3 greedy decode, per token ({routed // DECODE_TOKENS} routed calls)",
-        "native": round(n_native / DECODE_TOKENS),
-        "flagos": round(n_flagos / DECODE_TOKENS),
-        "added": round((n_flagos - n_native) / DECODE_TOKENS),
-        "added_per_routed_call": round((n_flagos - n_native) / routed),
+        "native": round(n_native["Ir"] / DECODE_TOKENS),
+        "flagos": round(n_flagos["Ir"] / DECODE_TOKENS),
+        "added": round((n_flagos["Ir"] - n_native["Ir"]) / DECODE_TOKENS),
+        "added_per_routed_call": round((n_flagos["Ir"] - n_native["Ir"]) / routed),
     }
+    for event in ("I1mr", "D1mr", "D1mw") if cache_sim else ():
+        row[f"{event}_per_routed_call"] = {
+            "native": round(n_native[event] / routed, 1),
+            "flagos": round(n_flagos[event] / routed, 1),
+        }
+    return row
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", help="write the results here")
     p.add_argument("--no-decode", action="store_true", help="leave out the tiny Qwen3 decode row")
+    p.add_argument("--no-ops", action="store_true", help="leave out the single-operator rows")
+    p.add_argument(
+        "--cache-sim", action="store_true", help="decode row: also simulated cache misses per routed call (slower)"
+    )
     args = p.parse_args()
     if shutil.which("valgrind") is None:
         print("valgrind is not on PATH (apt install valgrind)", file=sys.stderr)
@@ -142,7 +165,7 @@ def main() -> int:
     rows = []
     print(f"{'operator':<18} {native + ' instr/call':>16} {'flagos instr/call':>18} {'added':>8} {'ratio':>7}")
     with tempfile.TemporaryDirectory() as workdir:
-        for name, (entry, stmt) in OPS.items():
+        for name, (entry, stmt) in {} if args.no_ops else OPS.items():
             counts = {d: instructions(entry, stmt, d, workdir) / (CALLS + 50) for d in (native, "flagos")}
             row = {"op": name, "native": round(counts[native]), "flagos": round(counts["flagos"])}
             row["added"] = row["flagos"] - row["native"]
@@ -153,13 +176,16 @@ def main() -> int:
                 flush=True,
             )
         if not args.no_decode:
-            row = decode_row(native, workdir)
+            row = decode_row(native, workdir, args.cache_sim)
             rows.append(row)
             print(
                 f"{row['op']}: {native} {row['native']:,}, flagos {row['flagos']:,} instructions"
                 f" ({row['flagos'] / row['native']:.3f}x), {row['added_per_routed_call']:+,} per routed call",
                 flush=True,
             )
+            for event in ("I1mr", "D1mr", "D1mw") if args.cache_sim else ():
+                misses = row[f"{event}_per_routed_call"]
+                print(f"  {event} per routed call: {native} {misses['native']}, flagos {misses['flagos']}", flush=True)
     if args.json:
         report = {
             "command": "python " + " ".join(sys.argv),
