@@ -451,3 +451,15 @@ def test_a_failing_kernel_with_a_scalar_operand_falls_back_natively(fake_gems):
         assert torch.equal((x + 1).cpu(), torch.full((2,), 2.0, dtype=torch.float64))
         assert torch.equal((x + 1.5).cpu(), torch.full((2,), 2.5, dtype=torch.float64))
     assert fake_gems.calls[-1] == ("add", torch_fl.backing(), torch.float64)
+
+
+@pytest.mark.parametrize("op,call", [("add.Tensor", lambda x, y: x + y), ("atan2", torch.atan2)])
+def test_a_result_that_is_a_backing_device_argument_stays_that_tensor(routed_to_kernel, op, call):
+    """A kernel that returns a tensor of the backing device the caller passed
+    in returns the caller's own tensor (not a flagos tensor over its memory),
+    through the typed front (add) as through the boxed kernel (atan2)."""
+    routed_to_kernel(op, lambda x, y, **kwargs: y)
+    native = torch.device(torch_fl.backing())
+    x, y = torch.ones(2, device="flagos"), torch.full((2,), 5.0, device=native)
+    r = call(x, y)
+    assert r.device.type == native.type and r.data_ptr() == y.data_ptr()

@@ -425,11 +425,12 @@ py::object py_tensor(const at::Tensor& t) {
   return py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
 }
 py::object py_arg(RoutedArgs& a, const at::Tensor& t) {
-  if (t.defined() && t.device().type() == kFlagos) {
-    return py_tensor(*a.arg(t));
+  const c10::MaybeOwned<at::Tensor> given = a.arg(t);  // a flagos tensor's alias; another itself, noted as foreign
+  if (given->unsafeGetTensorImpl() != t.unsafeGetTensorImpl()) {
+    return py_tensor(*given);
   }
-  // Others as the boxed route hands them over: a scalar operand (x - 1
-  // passes a wrapped-number tensor) as the Python number it was.
+  // As the boxed route hands them over: a scalar operand (x - 1 passes a
+  // wrapped-number tensor) as the Python number it was.
   return torch::jit::toPyObject(c10::IValue(t));
 }
 py::object py_arg(RoutedArgs& a, const std::optional<at::Tensor>& t) {
