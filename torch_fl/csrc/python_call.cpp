@@ -491,7 +491,8 @@ bool is_empty_input(const at::Tensor& t) {
 bool is_empty_input(const std::optional<at::Tensor>& t) {
   return t.has_value() && is_empty_input(*t);
 }
-bool is_empty_input(at::TensorList list) {
+template <class List>
+bool has_empty_element(const List& list) {
   for (const at::Tensor& t : list) {
     if (is_empty_input(t)) {
       return true;
@@ -499,13 +500,11 @@ bool is_empty_input(at::TensorList list) {
   }
   return false;
 }
+bool is_empty_input(at::TensorList list) {
+  return has_empty_element(list);
+}
 bool is_empty_input(const at::ITensorListRef& list) {
-  for (const at::Tensor& t : list) {
-    if (is_empty_input(t)) {
-      return true;
-    }
-  }
-  return false;
+  return has_empty_element(list);
 }
 
 // A typed front on PyRoute, for the operators of typed_ops.h. Called through
@@ -529,6 +528,7 @@ struct PyFront<Op, Ret(Args...)> {
   static inline PyRouteKernel* route = nullptr;  // owned by `kernel`
   static inline size_t npos = 0;                 // positional arguments; the rest are keyword-only
   static inline PyObject* kwnames = nullptr;
+  static inline bool mutates = false;            // the schema writes an argument (in-place, out=)
 
   static Ret call(Args... args) {
     GilHeld gil;
@@ -559,7 +559,7 @@ struct PyFront<Op, Ret(Args...)> {
     // holds is recycled, and a result's object is handed back to the caller.
     result = py::object();
     objects.clear();
-    if (handle->schema().is_mutable()) {
+    if (mutates) {
       routed.sync_mutated();
     }
     if constexpr (std::is_void_v<Ret>) {
@@ -585,6 +585,7 @@ struct PyFront<Op, Ret(Args...)> {
       ++npos;
     }
     kwnames = route->kwnames(handle->schema());
+    mutates = handle->schema().is_mutable();
     lib.impl(op, TORCH_FN(call));
   }
 
