@@ -66,6 +66,27 @@ def test_resize_and_set():
     assert st.nbytes() == 64 and st.device.type == "flagos"
 
 
+def test_results_carry_the_dispatch_keys_of_a_flagos_tensor():
+    """A kernel's result is retagged as flagos in place; its dispatch keys must be exactly those of a tensor
+    allocated on flagos (autograd, autocast and the backend key), whatever the kernel and dtype, under
+    inference mode, and for results that need grad."""
+    keys = torch._C._dispatch_keys
+    like = keys(torch.empty(2, device="flagos"))
+    a = torch.randn(3, 4, device="flagos")
+    w = torch.randn(4, 5, device="flagos", requires_grad=True)
+    results = [a + a, a.mm(w.detach()), a.sum(1), (a > 0), a.to(torch.bfloat16), torch.cat([a, a])]
+    for r in results:
+        assert r.device.type == "flagos"
+        assert keys(r) == like, (r.dtype, keys(r))
+    y = a.mm(w)  # autograd records the result: same keys, and backward runs on them
+    assert keys(y) == like
+    y.sum().backward()
+    assert w.grad is not None and keys(w.grad) == like
+    with torch.inference_mode():
+        inf = a * 2
+        assert inf.is_inference() and keys(inf) == keys(torch.empty(2, device="flagos"))
+
+
 def test_zero_copy_aliases_both_ways():
     x = torch.arange(6.0, device="flagos").view(2, 3)
     n = torch_fl.as_native(x)

@@ -29,6 +29,12 @@ struct Backing {
   c10::DeviceIndex count = 0;
   const c10::impl::DeviceGuardImplInterface* guard = nullptr;
   c10::Allocator* allocator = nullptr;  // the backing device's own allocator
+  c10::Allocator* flagos_allocator = nullptr;  // flagos_allocator(), read on every retagged result
+  // The dispatch keys of a fresh backing-device tensor, and what they become
+  // on flagos (TensorImpl::_change_backend_component_keys, computed once at
+  // init): retagging a result is then one compare and one store.
+  c10::DispatchKeySet fresh_native_keys;
+  c10::DispatchKeySet fresh_flagos_keys;
   bool initialized = false;
 };
 
@@ -61,59 +67,74 @@ c10::DataPtr host_adopt(c10::DataPtr&& data, size_t nbytes, c10::DeviceIndex ind
 at::Tensor native_alias(const at::Tensor& flagos, bool owning);
 // A flagos tensor over the bytes of a backing-device tensor (owning).
 at::Tensor flagos_alias(const at::Tensor& native, c10::DeviceIndex index);
-// A flagos tensor for a fresh kernel result; takes over its memory when the
+// A flagos tensor for a fresh kernel result (routed_args.cpp); takes over its memory when the
 // result is the only owner, else aliases it. Results that view a flagos
 // storage (through a native alias) are mapped back to that storage.
 at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index);
-// Borrowed aliases live for one kernel call. Their TensorImpl and StorageImpl
-// are recycled per thread instead of allocated each call: the per-call cost
-// of the native route is mostly these two objects. Recycled aliases are kept
-// under a key of their geometry (element count, rank, dtype, offset, outer and
-// inner size and stride; the whole geometry is compared before an alias is
-// reused as it is), so that a borrow usually finds one whose sizes and
-// strides already match: setting them
-// recomputes five contiguity flags, and in a model's mix of shapes that was
-// the costliest part of a borrow (callgrind, tiny Qwen3 decode, 2026-11-30:
-// two borrows in three reshaped a recycled alias).
-class AliasPool {
- public:
-  // `python`: a pool for the routes that hand aliases to Python kernels
-  // (PyRoute), used only with the GIL held. Its aliases keep the Python
-  // object a kernel saw (dropping one takes the GIL), so a kernel is handed
-  // the same object for the same geometry on the next call instead of a new
-  // one: making and freeing two tensor objects per call was most of what a
-  // FlagGems route added (callgrind, 2026-11-30). While pooled they are
-  // empty tensors over no memory (a walk of Python's objects may find them),
-  // so each borrow reshapes one.
-  explicit AliasPool(bool python = false) : python_(python) {}
-  bool python() const {
-    return python_;
-  }
-  // Where aliases shaped like `t` are kept.
-  static size_t key(const c10::TensorImpl& t);
-  // A recycled alias, one last shaped like `like` (key `k`) where there is
-  // one (then `shaped` is set); undefined when the pool is empty.
-  at::Tensor take(const c10::TensorImpl& like, size_t k, bool& shaped);
-  // Keeps `alias`, shaped as key `k` says, for a later borrow (drops it when
-  // the pool is full).
-  void give(at::Tensor&& alias, size_t k);
-
- private:
-  static constexpr size_t kSlots = 128;  // a decode step of Qwen3 borrows ~40 distinct geometries
-  static constexpr size_t kProbe = 2;    // two arguments of one shape in one call
-  static constexpr size_t kSpare = 16;
-  at::Tensor slots_[kSlots + kProbe - 1];
-  c10::SmallVector<at::Tensor, kSpare> spare_;  // when a key's slots are full
-  bool python_;
-};
+// Borrowed aliases live for one kernel call; their TensorImpls and
+// StorageImpls are recycled per thread through a pool (routed_args.cpp).
+class AliasPool;
 // The calling thread's pools (a thread-local lookup: once per routed call):
 // for the native route, and for Python kernels (with the GIL held).
 AliasPool& alias_pool();
 AliasPool& python_alias_pool();
-// Borrowed native alias from the pool (`key` receives its pool key), and its
-// return to the pool.
-at::Tensor borrow_native(const at::Tensor& flagos, AliasPool& pool, size_t& key);
-void release_borrowed(at::Tensor&& alias, c10::StorageImpl* alias_storage, AliasPool& pool, size_t key);
+// Fills the backing's fresh_native_keys and fresh_flagos_keys (init()).
+void init_result_keys(Backing& b);
+// How an alias's DataPtr says what it is (alias.cpp): borrowed for one call
+// (context: the flagos StorageImpl, no reference), owning a flagos storage,
+// or a flagos storage owning a native one.
+void borrowed_deleter(void*);
+void owning_flagos_deleter(void*);
+void owning_native_deleter(void*);
+
+// Equal sizes, strides and storage offset. A loop over a few dimensions:
+// ArrayRef's operator== calls memcmp, which cost more than the rest of a
+// borrow (callgrind, 2026-11-30).
+inline bool same_geometry(const c10::TensorImpl& a, const c10::TensorImpl& b) {
+  const c10::IntArrayRef sizes = a.sizes();
+  const c10::IntArrayRef other = b.sizes();
+  const size_t n = sizes.size();
+  if (n != other.size() || a.storage_offset() != b.storage_offset()) {
+    return false;
+  }
+  const c10::IntArrayRef strides = a.strides();
+  const c10::IntArrayRef other_strides = b.strides();
+  for (size_t i = 0; i < n; ++i) {
+    if (sizes[i] != other[i] || strides[i] != other_strides[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The storage of a tensor without the access check of TensorImpl::storage();
+// a tensor that has none (a wrapper that must not be unwrapped) still gets
+// that check's error.
+inline c10::StorageImpl* storage_of(const at::Tensor& t) {
+  c10::StorageImpl* st = t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+  return C10_LIKELY(st != nullptr) ? st : t.storage().unsafeGetStorageImpl();
+}
+
+// True when only `t` holds its TensorImpl, apart from, possibly, the tensor's
+// own Python object with no reference left in Python but the tensor's (a
+// result a Python kernel made and returned, held by PyRoute with the GIL):
+// retagging it in place is then invisible, and the caller gets that Python
+// object back instead of a new one.
+inline bool sole_holder(const at::Tensor& t) {
+  const size_t n = t.use_count();
+  if (C10_LIKELY(n == 1)) {
+    return true;
+  }
+  const c10::impl::PyObjectSlot* slot = t.unsafeGetTensorImpl()->pyobj_slot();
+  return n == 2 && slot->load_pyobj() != nullptr && slot->has_unique_reference();
+}
+
+// A flagos tensor for a kernel result that adopt_result()'s in-place retag
+// does not take (routed_args.cpp has that fast path): one of our aliases
+// mapped back, or a wrapper over (or the taken-over memory of) its storage.
+at::Tensor adopt_result_slow(at::Tensor&& native, c10::DeviceIndex index);
+// A new (unpooled) borrowed alias.
+at::Tensor new_borrowed_alias(const at::Tensor& flagos);
 // Gives `flagos` the storage and geometry the kernel left on its alias (an
 // out= argument the kernel resized or re-pointed).
 void sync_back(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageImpl* alias_storage);

@@ -553,15 +553,29 @@ struct PyFront<Op, Ret(Args...)> {
       objects.clear();
       return on_error(*st, error, args...);
     }
-    torch::jit::Stack stack;
-    push_python_result(handle->schema(), result, &stack);
     // The Python objects go first: then an alias whose object nothing else
     // holds is recycled, and a result's object is handed back to the caller.
-    result = py::object();
-    objects.clear();
-    if (mutates) {
-      routed.sync_mutated();
+    auto drop_python = [&] {
+      result = py::object();
+      objects.clear();
+      if (mutates) {
+        routed.sync_mutated();
+      }
+    };
+    if constexpr (std::is_same_v<Ret, at::Tensor>) {
+      // One plain tensor, the common result: taken from its Python object
+      // directly (no boxed stack, no conversion by the schema's type).
+      if (C10_LIKELY(THPVariable_CheckExact(result.ptr()))) {
+        at::Tensor out = THPVariable_Unpack(result.ptr());
+        drop_python();
+        out = routed.result(std::move(out));
+        routed.release();
+        return out;
+      }
     }
+    torch::jit::Stack stack;
+    push_python_result(handle->schema(), result, &stack);
+    drop_python();
     if constexpr (std::is_void_v<Ret>) {
       routed.release();
     } else if constexpr (std::is_same_v<Ret, at::Tensor&>) {

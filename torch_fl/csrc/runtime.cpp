@@ -405,6 +405,8 @@ void init(const std::string& backing_type, int64_t host_devices) {
   b.guard = c10::impl::getDeviceGuardImpl(b.type);
   b.allocator = c10::GetAllocator(b.type);
   TORCH_CHECK(b.allocator != nullptr, "torch_fl: no allocator registered for ", c10::DeviceTypeName(b.type));
+  b.flagos_allocator = flagos_allocator();
+  init_result_keys(b);
   register_hooks();  // first: it fails cleanly if PrivateUse1 is taken
   b.initialized = true;
   g_backing = b;

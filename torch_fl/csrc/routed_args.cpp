@@ -1,0 +1,419 @@
+// RoutedArgs: one routed call's borrowed aliases and results, and the
+// per-thread pool the aliases are recycled through.
+//
+// This is the per-call path of every route (native_typed.cpp's typed kernels,
+// native_route.cpp's boxed kernel, python_call.cpp's Python routes). In a
+// model a routed call runs between long stretches of other code (the
+// interpreter, the dispatcher, kernel launches) that evict it from the
+// instruction cache, so every call fetches its code again: callgrind's cache
+// simulation of a tiny Qwen3 decode counted +159 first-level instruction
+// misses per routed call beside +1,449 instructions (2026-11-30), the misses
+// spread over a dozen small functions in two files. So the path lives in this
+// one translation unit, where the pool's helpers inline into the borrow and
+// the release, the rare cases (no pooled alias, a result that views an
+// argument, one that cannot be retagged) are calls out of line, and a fresh
+// result's dispatch keys are retagged with one compare and one store.
+#include "flagos.h"
+
+#include <ATen/core/stack.h>
+#include <c10/core/InferenceMode.h>
+
+namespace torch_fl {
+
+// ------------------------------------------------------------------- the pool
+// Borrowed aliases live for one kernel call. Their TensorImpl and StorageImpl
+// are recycled per thread instead of allocated each call: the per-call cost
+// of the native route is mostly these two objects. Recycled aliases are kept
+// under a key of their geometry (element count, rank, dtype, offset, outer and
+// inner size and stride; the whole geometry is compared before an alias is
+// reused as it is), so that a borrow usually finds one whose sizes and
+// strides already match: setting them recomputes five contiguity flags, and
+// in a model's mix of shapes that was the costliest part of a borrow
+// (callgrind, tiny Qwen3 decode, 2026-11-30: two borrows in three reshaped a
+// recycled alias).
+class AliasPool {
+ public:
+  // `python`: a pool for the routes that hand aliases to Python kernels
+  // (PyRoute), used only with the GIL held. Its aliases keep the Python
+  // object a kernel saw (dropping one takes the GIL), so a kernel is handed
+  // the same object for the same geometry on the next call instead of a new
+  // one: making and freeing two tensor objects per call was most of what a
+  // FlagGems route added (callgrind, 2026-11-30). While pooled they are
+  // empty tensors over no memory (a walk of Python's objects may find them),
+  // so each borrow reshapes one.
+  explicit AliasPool(bool python) : python_(python) {}
+  bool python() const {
+    return python_;
+  }
+
+  // Where aliases shaped like `t` are kept: a few numbers that tell a
+  // model's shapes apart, not all of them (take() compares the whole
+  // geometry anyway).
+  static size_t key(const c10::TensorImpl& t) {
+    const c10::IntArrayRef sizes = t.sizes();
+    const c10::IntArrayRef strides = t.strides();
+    const uint64_t dim = sizes.size();
+    const uint64_t outer = dim > 0 ? static_cast<uint64_t>(sizes[0]) ^ (static_cast<uint64_t>(strides[0]) << 20) : 0;
+    const uint64_t inner =
+        dim > 1 ? static_cast<uint64_t>(sizes[dim - 1]) ^ (static_cast<uint64_t>(strides[dim - 1]) << 20) : 0;
+    const uint64_t h = (static_cast<uint64_t>(t.numel()) + (dim << 40) +
+                        (static_cast<uint64_t>(t.dtype().toScalarType()) << 48) +
+                        static_cast<uint64_t>(t.storage_offset())) *
+                           0x9E3779B97F4A7C15ull +
+                       outer * 0xC2B2AE3D27D4EB4Full + inner * 0x165667B19E3779F9ull;
+    return h >> 57;  // the top 7 bits, which mix all of the above: 0 .. kSlots - 1
+  }
+
+  // A recycled alias, one last shaped like `like` (key `k`) where there is
+  // one (then `shaped` is set); undefined when the pool is empty.
+  at::Tensor take(const c10::TensorImpl& like, size_t k, bool& shaped) {
+    at::Tensor* slot = &slots_[k];
+    for (size_t i = 0; i < kProbe; ++i) {
+      if (slot[i].defined() && same_geometry(*slot[i].unsafeGetTensorImpl(), like)) {
+        shaped = true;
+        return std::move(slot[i]);
+      }
+    }
+    shaped = false;
+    for (size_t i = 0; i < kProbe; ++i) {
+      if (slot[i].defined()) {
+        return std::move(slot[i]);
+      }
+    }
+    return take_spare();
+  }
+
+  // Keeps `alias`, shaped as key `k` says, for a later borrow (drops it when
+  // the pool is full).
+  void give(at::Tensor&& alias, size_t k) {
+    at::Tensor* slot = &slots_[k];
+    for (size_t i = 0; i < kProbe; ++i) {
+      if (!slot[i].defined()) {
+        slot[i] = std::move(alias);
+        return;
+      }
+    }
+    give_spare(std::move(alias));
+  }
+
+ private:
+  C10_NOINLINE at::Tensor take_spare() {
+    if (spare_.empty()) {
+      return {};  // a new alias, kept under its key afterwards
+    }
+    at::Tensor alias = std::move(spare_.back());
+    spare_.pop_back();
+    return alias;
+  }
+  C10_NOINLINE void give_spare(at::Tensor&& alias) {
+    if (spare_.size() < kSpare) {
+      spare_.push_back(std::move(alias));
+    }
+  }
+
+  static constexpr size_t kSlots = 128;  // a decode step of Qwen3 borrows ~40 distinct geometries
+  static constexpr size_t kProbe = 2;    // two arguments of one shape in one call
+  static constexpr size_t kSpare = 16;
+  at::Tensor slots_[kSlots + kProbe - 1];
+  c10::SmallVector<at::Tensor, kSpare> spare_;  // when a key's slots are full
+  bool python_;
+};
+
+namespace {
+
+// Leaked per thread on purpose: tensors must not be destroyed during thread or
+// process teardown, when the allocator behind them may already be gone. A
+// plain pointer, set on first use: a thread_local with a dynamic initialiser
+// would run its guard on every access.
+thread_local AliasPool* thread_alias_pool = nullptr;
+thread_local AliasPool* thread_python_alias_pool = nullptr;
+
+C10_NOINLINE AliasPool* new_pool(AliasPool*& slot, bool python) {
+  return slot = new AliasPool(python);
+}
+
+inline bool is_flagos(const at::Tensor& t) {
+  return t.defined() && t.device().type() == kFlagos;
+}
+
+// A pooled alias pointed at `src`'s bytes with `like`'s dtype and geometry.
+void point_alias(c10::TensorImpl* impl, const c10::TensorImpl& like, c10::StorageImpl* src, bool shaped) {
+  const Backing& b = g_backing;
+  // The recycled alias keeps its own StorageImpl: only the bytes it points at
+  // change (no reference counting on the hot path).
+  c10::StorageImpl* st = impl->unsafe_storage().unsafeGetStorageImpl();
+  const c10::Device device(b.type, b.host ? -1 : like.device().index());
+  st->set_data_ptr_noswap(c10::DataPtr(src->mutable_data(), src, &borrowed_deleter, device));
+  st->set_nbytes(src->nbytes());
+  st->set_resizable(src->resizable());
+  // The TensorImpl caches its device: refresh it (and the dtype) on change.
+  if (C10_UNLIKELY(impl->dtype() != like.dtype() || impl->device() != device)) {
+    impl->set_storage_and_dtype(impl->unsafe_storage(), like.dtype());
+  }
+  if (!shaped) {
+    impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  }
+  if (C10_UNLIKELY(impl->is_conj() != like.is_conj())) {
+    impl->_set_conj(like.is_conj());
+  }
+  if (C10_UNLIKELY(impl->is_neg() != like.is_neg())) {
+    impl->_set_neg(like.is_neg());
+  }
+}
+
+// The dispatch keys of a TensorImpl, writable: TensorImpl keeps them
+// protected, and its one setter (_change_backend_component_keys) recomputes
+// them from scratch, out of line, on every result. A pointer to the member
+// formed inside a derived class reaches it without a cast.
+struct KeySetAccess : c10::TensorImpl {
+  static c10::DispatchKeySet& of(c10::TensorImpl& t) {
+    return t.*(&KeySetAccess::key_set_);
+  }
+};
+
+// A fresh backing-device result retagged as flagos in place: its memory, its
+// cached device and its dispatch keys.
+void retag(c10::TensorImpl* impl, c10::StorageImpl* src, c10::DeviceIndex index) {
+  const Backing& b = g_backing;
+  const c10::Device device(kFlagos, index);
+  if (b.host) {
+    src->set_data_ptr_noswap(host_adopt(src->set_data_ptr(c10::DataPtr(nullptr, src->device())), src->nbytes(), index));
+  } else {
+    src->mutable_data_ptr().unsafe_set_device(device);
+  }
+  src->set_allocator(b.flagos_allocator);
+  // Refreshes the device the TensorImpl caches. Moving its own storage out
+  // and back in (it is the sole holder) spares a reference-count round trip.
+  impl->set_storage_keep_dtype(std::move(const_cast<c10::Storage&>(impl->unsafe_storage())));
+  c10::DispatchKeySet& keys = KeySetAccess::of(*impl);
+  if (C10_LIKELY(keys == b.fresh_native_keys)) {
+    keys = b.fresh_flagos_keys;  // what _change_backend_component_keys makes of them (init)
+  } else {
+    impl->_change_backend_component_keys(device);
+  }
+}
+
+}  // namespace
+
+AliasPool& alias_pool() {
+  AliasPool* pool = thread_alias_pool;
+  return C10_LIKELY(pool != nullptr) ? *pool : *new_pool(thread_alias_pool, /*python=*/false);
+}
+
+AliasPool& python_alias_pool() {
+  AliasPool* pool = thread_python_alias_pool;
+  return C10_LIKELY(pool != nullptr) ? *pool : *new_pool(thread_python_alias_pool, /*python=*/true);
+}
+
+void init_result_keys(Backing& b) {
+  // A tensor as a backing-device kernel makes its results (outside inference
+  // mode), retagged the way adopt_result() does for other key sets.
+  c10::InferenceMode not_inference(false);
+  auto probe = c10::make_intrusive<c10::TensorImpl>(c10::DispatchKeySet(b.key), caffe2::TypeMeta::Make<float>(),
+                                                    c10::Device(b.type, b.host ? -1 : 0));
+  b.fresh_native_keys = probe->key_set();
+  probe->_change_backend_component_keys(c10::Device(kFlagos, 0));
+  b.fresh_flagos_keys = probe->key_set();
+}
+
+at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index) {
+  c10::StorageImpl* src = storage_of(native);
+  auto* impl = native.unsafeGetTensorImpl();
+  const auto deleter = src->data_ptr().get_deleter();
+  // A fresh result that nothing else holds (not a view of one of our aliases,
+  // whose deleter says so): turn it into a flagos tensor in place rather than
+  // wrapping it. Whoever else holds the tensor or its storage would see the
+  // change: those results are wrapped.
+  if (C10_LIKELY(deleter != &borrowed_deleter && deleter != &owning_flagos_deleter && sole_holder(native) &&
+                 c10::raw::intrusive_ptr::use_count(src) == 1 && !impl->is_inference() &&
+                 impl->allow_tensor_metadata_change())) {
+    retag(impl, src, index);
+    return std::move(native);
+  }
+  return adopt_result_slow(std::move(native), index);
+}
+
+// ----------------------------------------------------------------- RoutedArgs
+const at::Tensor& RoutedArgs::borrow_held(const at::Tensor& t, bool keep) {
+  AliasPool& pool = pool_ != nullptr ? *pool_ : *(pool_ = &alias_pool());
+  const c10::TensorImpl& like = *t.unsafeGetTensorImpl();
+  c10::StorageImpl* src = storage_of(t);
+  size_t key = 0;
+  at::Tensor alias;
+  if (C10_LIKELY(src->data_ptr().get_deleter() != &owning_native_deleter)) {
+    key = AliasPool::key(like);
+    bool shaped = false;
+    alias = pool.take(like, key, shaped);
+    if (C10_LIKELY(alias.defined())) {
+      point_alias(alias.unsafeGetTensorImpl(), like, src, shaped);
+    } else {
+      alias = new_borrowed_alias(t);  // kept under `key` when released
+    }
+  } else {
+    alias = new_borrowed_alias(t);  // the original native tensor's storage, not pooled
+  }
+  if (index_ < 0) {
+    index_ = t.device().index();
+  }
+  c10::StorageImpl* storage = alias.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+  borrowed_.push_back({keep ? c10::MaybeOwned<at::Tensor>::owned(std::in_place, t)
+                            : c10::MaybeOwned<at::Tensor>::borrowed(t),
+                       std::move(alias), storage, key});
+  return borrowed_.back().alias;
+}
+
+void RoutedArgs::release() {
+  AliasPool* pool = pool_;
+  for (auto& b : borrowed_) {
+    at::Tensor& alias = b.alias;
+    auto* impl = alias.unsafeGetTensorImpl();
+    c10::StorageImpl* st = b.alias_storage;
+    // Recycle only what nothing else references and the kernel left as made.
+    // A Python kernel's pool also keeps an alias whose only other holder is
+    // its own Python object, which nothing in Python references any more.
+    const bool python = pool->python();
+    const bool sole = C10_UNLIKELY(python) ? sole_holder(alias) : alias.use_count() == 1;
+    if (sole && impl->unsafe_storage().unsafeGetStorageImpl() == st && c10::raw::intrusive_ptr::use_count(st) == 1 &&
+        st->data_ptr().get_deleter() == &borrowed_deleter) {
+      if (C10_UNLIKELY(python)) {
+        // Its Python object stays reachable while it waits (gc.get_objects()):
+        // an empty tensor over no memory, not a view of bytes that may be freed.
+        st->set_data_ptr_noswap(c10::DataPtr(nullptr, st->device()));
+        st->set_nbytes(0);
+        impl->set_sizes_contiguous({0});
+      }
+      // The key of the geometry set at the borrow: a kernel that reshaped the
+      // alias only costs the next borrow from that slot a reshape.
+      pool->give(std::move(alias), b.pool_key);
+    }
+  }
+  borrowed_.clear();
+}
+
+void RoutedArgs::note_foreign(const at::Tensor& t) {
+  // Tensors of the backing device type that the caller passed in themselves
+  // (a CPU tensor on host backing, a CUDA tensor on a GPU): results that are,
+  // or view, one of them stay as they are.
+  if (t.defined() && t.device().type() == g_backing.type && t.has_storage()) {
+    foreign_.push_back(t.storage().unsafeGetStorageImpl());
+  }
+}
+
+void RoutedArgs::unwrap(torch::jit::Stack* stack, size_t nargs) {
+  for (size_t i = stack->size() - nargs; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (is_flagos(t)) {
+        v = borrow_held(t, /*keep=*/true);  // the stack slot holding `t` is overwritten
+      } else {
+        note_foreign(t);
+      }
+    } else if (v.isTensorList()) {
+      // The boxed list is this call's own: swap the elements in place.
+      auto list = v.toTensorList();
+      for (size_t j = 0; j < list.size(); ++j) {
+        at::Tensor t = list.get(j);
+        if (is_flagos(t)) {
+          list.set(j, borrow_held(t, /*keep=*/true));
+        } else {
+          note_foreign(t);
+        }
+      }
+    } else if (v.isOptionalTensorList()) {
+      auto list = v.toOptionalTensorList();
+      c10::List<std::optional<at::Tensor>> out;
+      out.reserve(list.size());
+      for (std::optional<at::Tensor> t : list) {
+        if (t.has_value() && is_flagos(*t)) {
+          out.push_back(borrow_held(*t, /*keep=*/true));
+        } else {
+          out.push_back(std::move(t));
+        }
+      }
+      v = std::move(out);
+    } else if (v.isDevice()) {
+      v = *device_arg(v.toDevice());
+    }
+  }
+}
+
+std::optional<c10::Device> RoutedArgs::device_arg(std::optional<c10::Device> d) {
+  if (!d.has_value()) {
+    return d;
+  }
+  to_native_device_ = d->type() != kFlagos;
+  if (d->type() != kFlagos) {
+    return d;
+  }
+  // A device argument names where results go (factories, _to_copy).
+  if (d->has_index()) {
+    index_ = d->index();
+  }
+  const Backing& bk = g_backing;
+  return c10::Device(bk.type, bk.host ? -1 : d->index());
+}
+
+at::Tensor RoutedArgs::unwrap_result(at::Tensor&& r) const {
+  if (!r.defined() || r.device().type() != g_backing.type) {
+    return std::move(r);  // e.g. CPU results of a CUDA kernel stay CPU
+  }
+  if (C10_UNLIKELY(!foreign_.empty())) {
+    const c10::StorageImpl* st = r.storage().unsafeGetStorageImpl();
+    for (const auto* f : foreign_) {
+      if (st == f) {
+        return std::move(r);
+      }
+    }
+  }
+  // In-place and out= return the flagos argument itself. Such a result is one
+  // of our aliases, so borrowed_ holds a second reference to it: a fresh
+  // result (one reference) skips the scan, which for a _foreach op's list of
+  // results would be quadratic in the list's length.
+  if (r.use_count() > 1) {
+    for (const auto& b : borrowed_) {
+      if (r.unsafeGetTensorImpl() == b.alias.unsafeGetTensorImpl()) {
+        return *b.flagos;
+      }
+    }
+  }
+  // On a GPU the result's own device is right (cross-device copies); host
+  // memory has no index, so it comes from the arguments.
+  const c10::DeviceIndex target = g_backing.host ? (index_ < 0 ? current_device() : index_) : r.device().index();
+  return adopt_result(std::move(r), target);
+}
+
+void RoutedArgs::finish(const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
+  if (schema.is_mutable()) {
+    sync_mutated();
+  }
+  // With an explicit native device argument (_to_copy(x, device="cpu")) the
+  // results belong to that device.
+  if (C10_LIKELY(!to_native_device_)) {
+    const size_t nret = schema.returns().size();
+    for (size_t i = stack->size() - nret; i < stack->size(); ++i) {
+      c10::IValue& v = (*stack)[i];
+      if (v.isTensor()) {
+        v = unwrap_result(std::move(v).toTensor());
+      } else if (v.isTensorList()) {
+        auto list = std::move(v).toTensorList();
+        c10::List<at::Tensor> out;
+        out.reserve(list.size());
+        for (size_t j = 0; j < list.size(); ++j) {
+          out.push_back(unwrap_result(list.extract(j)));
+        }
+        v = std::move(out);
+      }
+    }
+  }
+  release();
+}
+
+void RoutedArgs::sync_mutated() {
+  // Arguments the kernel may have resized or re-pointed (out=, set_, resize_).
+  for (const auto& b : borrowed_) {
+    sync_back_if_changed(*b.flagos, b.alias, b.alias_storage);
+  }
+}
+
+}  // namespace torch_fl
