@@ -143,7 +143,13 @@ void point_alias(c10::TensorImpl* impl, const c10::TensorImpl& like, c10::Storag
   // change (no reference counting on the hot path).
   c10::StorageImpl* st = impl->unsafe_storage().unsafeGetStorageImpl();
   const c10::Device device(b.type, b.host ? -1 : like.device().index());
-  st->set_data_ptr_noswap(c10::DataPtr(src->mutable_data(), src, &borrowed_deleter, device));
+  // The pooled alias's DataPtr is a borrowed one (or empty): dropping its
+  // context first spares the call of its deleter, which does nothing. Its
+  // storage has none of the checks set_data_ptr_noswap() refreshes (no
+  // copy-on-write, no access errors), so it is written directly.
+  c10::DataPtr& data = st->_mutable_data_ptr_no_checks();
+  (void)data.release_context();
+  data = c10::DataPtr(src->mutable_data(), src, &borrowed_deleter, device);
   st->set_nbytes(src->nbytes());
   st->set_resizable(src->resizable());
   // The TensorImpl caches its device: refresh it (and the dtype) on change.
@@ -264,6 +270,7 @@ const at::Tensor& RoutedArgs::borrow_held(const at::Tensor& t, bool keep) {
 
 void RoutedArgs::release() {
   AliasPool* pool = pool_;
+  const bool python = pool != nullptr && pool->python();
   for (auto& b : borrowed_) {
     at::Tensor& alias = b.alias;
     auto* impl = alias.unsafeGetTensorImpl();
@@ -271,7 +278,6 @@ void RoutedArgs::release() {
     // Recycle only what nothing else references and the kernel left as made.
     // A Python kernel's pool also keeps an alias whose only other holder is
     // its own Python object, which nothing in Python references any more.
-    const bool python = pool->python();
     const bool sole = C10_UNLIKELY(python) ? sole_holder(alias) : alias.use_count() == 1;
     if (sole && impl->unsafe_storage().unsafeGetStorageImpl() == st && c10::raw::intrusive_ptr::use_count(st) == 1 &&
         st->data_ptr().get_deleter() == &borrowed_deleter) {
