@@ -6,6 +6,9 @@ gaps into parts, each timed as host microseconds per call in the same run:
 
 - the Python route machinery with a kernel that does nothing (a trivial
   Python function routed through torch_fl._C.PyRoute vs called directly),
+  and with kernels that do 100 rounds of tensor attribute reads or 500
+  additions (routed vs called directly on persistent aliases, in pairs:
+  whether a kernel's own work runs slower inside the route),
 - the FlagGems kernel called directly on persistent CUDA tensors vs on fresh
   alias tensors each call (what the route hands it); for add and mul, each
   step from the direct call to the routed one also timed call by call in
@@ -119,12 +122,33 @@ def main(argv=None) -> int:
     def nothing(x, y, alpha=1):
         return x
 
-    cell = [0, 0, 0]
+    def tensor_reads(x, y, alpha=1):
+        for _ in range(100):
+            x.dtype, x.shape, x.is_contiguous(), y.data_ptr(), isinstance(y, torch.Tensor)
+        return x
+
+    def arithmetic(x, y, alpha=1):
+        total = 0
+        for i in range(500):
+            total += i
+        return x
+
+    from overhead import paired_calls_us
+
+    na, nb = torch_fl.as_native(fa), torch_fl.as_native(fb)  # persistent aliases
     route = torch_fl._C.PyRoute("add.Tensor")
-    route.update(nothing, lambda e, a, kw: None, lambda *a, **kw: None, [], None, cell, "breakdown")
     try:
-        row("python kernel that does nothing, called directly", lambda: nothing(a, b, alpha=1))
-        row("python kernel that does nothing, routed (PyRoute)", lambda: fa + fb)
+        for fn in (nothing, tensor_reads, arithmetic):
+            route.update(fn, lambda e, a, kw: None, lambda *a, **kw: None, [], None, [0, 0, 0], "breakdown")
+            if fn is nothing:
+                row("python kernel that does nothing, called directly", lambda: nothing(a, b, alpha=1))
+                row("python kernel that does nothing, routed (PyRoute)", lambda: fa + fb)
+            # Does a kernel's own work run slower inside the route? The same function routed and called
+            # directly on persistent aliases, call by call in pairs: the gap beyond the do-nothing kernel's.
+            one, two = paired_calls_us(lambda fn=fn: fn(na, nb, alpha=1), lambda: fa + fb, native, args.calls * 10)
+            name = f"python kernel ({fn.__name__}): routed vs direct, per pair"
+            rows[name] = statistics.median(t - o for o, t in zip(one, two, strict=True))
+            print(f"  {name:<58} {rows[name]:+8.2f} us (direct {statistics.median(one):.2f} us)", flush=True)
     finally:
         route.destroy()
     row("add on the native route", lambda: fa + fb)
