@@ -161,7 +161,7 @@ void register_autocast_and_sdp();
 void set_attention_routed(bool routed);
 bool is_attention_routed();
 
-// --- one routed call (native_route.cpp) ---
+// --- one routed call (routed_args.cpp) ---
 // Swaps a boxed call's flagos arguments for borrowed native aliases, and
 // afterwards turns the results back into flagos tensors (in-place and out=
 // results become the caller's own tensors, out= arguments follow resizes).
