@@ -50,10 +50,6 @@ c10::DispatchKey flagos_key() {
 
 }  // namespace
 
-at::Tensor new_borrowed_alias(const at::Tensor& flagos) {
-  return native_alias(flagos, /*owning=*/false);
-}
-
 at::Tensor native_alias(const at::Tensor& flagos, bool owning) {
   c10::StorageImpl* src = flagos.storage().unsafeGetStorageImpl();
   const Backing& b = g_backing;

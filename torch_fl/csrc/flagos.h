@@ -133,8 +133,6 @@ inline bool sole_holder(const at::Tensor& t) {
 // does not take (routed_args.cpp has that fast path): one of our aliases
 // mapped back, or a wrapper over (or the taken-over memory of) its storage.
 at::Tensor adopt_result_slow(at::Tensor&& native, c10::DeviceIndex index);
-// A new (unpooled) borrowed alias.
-at::Tensor new_borrowed_alias(const at::Tensor& flagos);
 // Gives `flagos` the storage and geometry the kernel left on its alias (an
 // out= argument the kernel resized or re-pointed).
 void sync_back(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageImpl* alias_storage);

@@ -265,6 +265,17 @@ PyObject* kwarg_names(const c10::FunctionSchema& schema, std::optional<PyObject*
   return *cache;
 }
 
+// fn(*objects[:npos], **dict(zip(kwnames, objects[npos:]))) by vectorcall;
+// null with the Python error set when fn raised.
+py::object vectorcall(const py::object& fn, const c10::SmallVector<py::object, 8>& objects, size_t npos,
+                      PyObject* kwnames) {
+  c10::SmallVector<PyObject*, 8> ptrs;
+  for (const auto& o : objects) {
+    ptrs.push_back(o.ptr());
+  }
+  return py::reinterpret_steal<py::object>(PyObject_Vectorcall(fn.ptr(), ptrs.data(), npos, kwnames));
+}
+
 // An operator's arguments as Python objects: the positional ones, then the
 // keyword-only ones named by `kwnames`, laid out for a vectorcall (no
 // argument tuple or keyword dict is built per call).
@@ -274,15 +285,11 @@ struct PyArgs {
   PyObject* kwnames = nullptr;  // borrowed from the kernel's cache
 
   py::object call(const py::object& fn) const {
-    c10::SmallVector<PyObject*, 8> ptrs;
-    for (const auto& o : objects) {
-      ptrs.push_back(o.ptr());
-    }
-    PyObject* r = PyObject_Vectorcall(fn.ptr(), ptrs.data(), npos, kwnames);
-    if (r == nullptr) {
+    py::object r = vectorcall(fn, objects, npos, kwnames);
+    if (!r) {
       throw py::error_already_set();
     }
-    return py::reinterpret_steal<py::object>(r);
+    return r;
   }
   // As (args, kwargs), for the error policy.
   py::tuple args_tuple() const {
@@ -606,16 +613,12 @@ struct PyFront<Op, Ret(Args...)> {
  private:
   static py::object call_fn(const PyRouteState& st, const c10::SmallVector<py::object, 8>& objects,
                             c10::DeviceIndex index) {
-    c10::SmallVector<PyObject*, 8> ptrs;
-    for (const auto& o : objects) {
-      ptrs.push_back(o.ptr());
-    }
     // Launch on the arguments' device (a flagos stream is a CUDA stream).
     c10::OptionalDeviceGuard guard;
     if (index >= 0 && index != current_device()) {
       guard.reset_device(c10::Device(kFlagos, index));
     }
-    return py::reinterpret_steal<py::object>(PyObject_Vectorcall(st.fn.ptr(), ptrs.data(), npos, kwnames));
+    return vectorcall(st.fn, objects, npos, kwnames);
   }
 
   static bool other_dtype(const PyRouteState& st, const Args&... args) {

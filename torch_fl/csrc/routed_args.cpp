@@ -253,10 +253,10 @@ const at::Tensor& RoutedArgs::borrow_held(const at::Tensor& t, bool keep) {
     if (C10_LIKELY(alias.defined())) {
       point_alias(alias.unsafeGetTensorImpl(), like, src, shaped);
     } else {
-      alias = new_borrowed_alias(t);  // kept under `key` when released
+      alias = native_alias(t, /*owning=*/false);  // kept under `key` when released
     }
   } else {
-    alias = new_borrowed_alias(t);  // the original native tensor's storage, not pooled
+    alias = native_alias(t, /*owning=*/false);  // the original native tensor's storage, not pooled
   }
   if (index_ < 0) {
     index_ = t.device().index();
