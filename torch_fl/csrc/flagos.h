@@ -166,6 +166,12 @@ bool is_attention_routed();
 class RoutedArgs {
  public:
   RoutedArgs() = default;
+  // Out of line: one copy shared by every operator's kernel, rather than one
+  // inlined into each (a routed model runs a few dozen kernels in turn, each
+  // fetching its own code again).
+  ~RoutedArgs();
+  RoutedArgs(const RoutedArgs&) = delete;
+  RoutedArgs& operator=(const RoutedArgs&) = delete;
   // Aliases from `pool` (python_alias_pool() for a Python kernel) instead of
   // the thread's native-route pool.
   explicit RoutedArgs(AliasPool& pool) : pool_(&pool) {}
@@ -214,6 +220,13 @@ class RoutedArgs {
 
  private:
   struct Borrowed {
+    // Built in place in borrowed_ (no temporary to move and destroy).
+    Borrowed(const at::Tensor& t, bool keep, at::Tensor&& a, size_t key)
+        : flagos(keep ? c10::MaybeOwned<at::Tensor>::owned(std::in_place, t)
+                      : c10::MaybeOwned<at::Tensor>::borrowed(t)),
+          alias(std::move(a)),
+          alias_storage(alias.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl()),
+          pool_key(key) {}
     c10::MaybeOwned<at::Tensor> flagos;  // owned where the boxed stack slot is overwritten
     at::Tensor alias;
     c10::StorageImpl* alias_storage;
@@ -221,6 +234,8 @@ class RoutedArgs {
   };
   // Borrows an alias of `t` and returns the copy held in borrowed_.
   const at::Tensor& borrow_held(const at::Tensor& t, bool keep);
+  // The rare borrows, out of line: a new alias, or one that is not pooled.
+  const at::Tensor& borrow_new(const at::Tensor& t, bool keep, size_t key);
   // The same where earlier references must stay valid: within reserve().
   const at::Tensor& borrow_held_reserved(const at::Tensor& t, bool keep) {
     TORCH_INTERNAL_ASSERT(borrowed_.size() < borrowed_.capacity(),

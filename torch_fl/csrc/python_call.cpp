@@ -428,6 +428,20 @@ template <class T>
 py::object py_arg(RoutedArgs&, const T& v) {
   return torch::jit::toPyObject(c10::IValue(v));
 }
+// A scalar argument (add's alpha) as the Python number the boxed route makes
+// of it, without the IValue round trip for the common kinds.
+py::object py_arg(RoutedArgs&, const c10::Scalar& v) {
+  if (v.isSymbolic()) {
+    return torch::jit::toPyObject(c10::IValue(v));
+  }
+  if (v.type() == c10::ScalarType::Long) {
+    return py::reinterpret_steal<py::object>(PyLong_FromLongLong(v.toLong()));
+  }
+  if (v.type() == c10::ScalarType::Double) {
+    return py::reinterpret_steal<py::object>(PyFloat_FromDouble(v.toDouble()));
+  }
+  return torch::jit::toPyObject(c10::IValue(v));
+}
 py::object py_tensor(const at::Tensor& t) {
   return py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
 }

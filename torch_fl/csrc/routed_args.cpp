@@ -20,6 +20,60 @@
 
 namespace torch_fl {
 
+// ------------------------------------------------------------- field access
+// A TensorImpl's fields, read and written directly. Its accessors check the
+// sizes policy and the symbolic-shape flag on every call, and its one setter
+// of the dispatch keys (_change_backend_component_keys) recomputes them from
+// scratch: a borrow made about ten such checked calls, half its instructions
+// (callgrind, 2026-12-01). A borrow checks once that the tensor is plain
+// (plain()) and reads the fields after that. Pointers to members formed inside
+// a derived class reach the protected fields without a cast.
+struct ImplFields : c10::TensorImpl {
+  // Default sizes and strides, not symbolic: what the fields below assume.
+  static bool plain(const c10::TensorImpl& t) {
+    return !(t.*(&ImplFields::matches_policy))(SizesStridesPolicy::CustomStrides) && !t.has_symbolic_sizes_strides();
+  }
+  static const c10::impl::SizesAndStrides& geometry(const c10::TensorImpl& t) {
+    return t.*(&ImplFields::sizes_and_strides_);
+  }
+  static int64_t offset(const c10::TensorImpl& t) {
+    return t.*(&ImplFields::storage_offset_);
+  }
+  static int64_t numel(const c10::TensorImpl& t) {
+    return t.*(&ImplFields::numel_);
+  }
+  static std::optional<c10::Device>& device(c10::TensorImpl& t) {
+    return t.*(&ImplFields::device_opt_);
+  }
+  static c10::DispatchKeySet& keys(c10::TensorImpl& t) {
+    return t.*(&ImplFields::key_set_);
+  }
+};
+
+namespace {
+
+// same_geometry() for two plain tensors.
+inline bool same_plain_geometry(const c10::TensorImpl& a, const c10::TensorImpl& b) {
+  const c10::impl::SizesAndStrides& x = ImplFields::geometry(a);
+  const c10::impl::SizesAndStrides& y = ImplFields::geometry(b);
+  const size_t n = x.size();
+  if (n != y.size() || ImplFields::offset(a) != ImplFields::offset(b)) {
+    return false;
+  }
+  const int64_t* xs = x.sizes_data();
+  const int64_t* ys = y.sizes_data();
+  const int64_t* xt = x.strides_data();
+  const int64_t* yt = y.strides_data();
+  for (size_t i = 0; i < n; ++i) {
+    if (xs[i] != ys[i] || xt[i] != yt[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 // ------------------------------------------------------------------- the pool
 // Borrowed aliases live for one kernel call. Their TensorImpl and StorageImpl
 // are recycled per thread instead of allocated each call: the per-call cost
@@ -46,30 +100,31 @@ class AliasPool {
     return python_;
   }
 
-  // Where aliases shaped like `t` are kept: a few numbers that tell a
+  // Where aliases shaped like `t` (plain) are kept: a few numbers that tell a
   // model's shapes apart, not all of them (take() compares the whole
   // geometry anyway).
   static size_t key(const c10::TensorImpl& t) {
-    const c10::IntArrayRef sizes = t.sizes();
-    const c10::IntArrayRef strides = t.strides();
-    const uint64_t dim = sizes.size();
+    const c10::impl::SizesAndStrides& g = ImplFields::geometry(t);
+    const uint64_t dim = g.size();
+    const int64_t* sizes = g.sizes_data();
+    const int64_t* strides = g.strides_data();
     const uint64_t outer = dim > 0 ? static_cast<uint64_t>(sizes[0]) ^ (static_cast<uint64_t>(strides[0]) << 20) : 0;
     const uint64_t inner =
         dim > 1 ? static_cast<uint64_t>(sizes[dim - 1]) ^ (static_cast<uint64_t>(strides[dim - 1]) << 20) : 0;
-    const uint64_t h = (static_cast<uint64_t>(t.numel()) + (dim << 40) +
+    const uint64_t h = (static_cast<uint64_t>(ImplFields::numel(t)) + (dim << 40) +
                         (static_cast<uint64_t>(t.dtype().toScalarType()) << 48) +
-                        static_cast<uint64_t>(t.storage_offset())) *
+                        static_cast<uint64_t>(ImplFields::offset(t))) *
                            0x9E3779B97F4A7C15ull +
                        outer * 0xC2B2AE3D27D4EB4Full + inner * 0x165667B19E3779F9ull;
     return h >> 57;  // the top 7 bits, which mix all of the above: 0 .. kSlots - 1
   }
 
-  // A recycled alias, one last shaped like `like` (key `k`) where there is
-  // one (then `shaped` is set); undefined when the pool is empty.
+  // A recycled alias, one last shaped like `like` (plain; key `k`) where
+  // there is one (then `shaped` is set); undefined when the pool is empty.
   at::Tensor take(const c10::TensorImpl& like, size_t k, bool& shaped) {
     at::Tensor* slot = &slots_[k];
     for (size_t i = 0; i < kProbe; ++i) {
-      if (slot[i].defined() && same_geometry(*slot[i].unsafeGetTensorImpl(), like)) {
+      if (slot[i].defined() && same_plain_geometry(*slot[i].unsafeGetTensorImpl(), like)) {
         shaped = true;
         return std::move(slot[i]);
       }
@@ -136,13 +191,31 @@ inline bool is_flagos(const at::Tensor& t) {
   return t.defined() && t.device().type() == kFlagos;
 }
 
-// A pooled alias pointed at `src`'s bytes with `like`'s dtype and geometry.
-void point_alias(c10::TensorImpl* impl, const c10::TensorImpl& like, c10::StorageImpl* src, bool shaped) {
-  const Backing& b = g_backing;
+// The parts of point_alias() a recycled alias rarely needs, out of line.
+C10_NOINLINE void reshape_alias(c10::TensorImpl* impl, const c10::TensorImpl& like) {
+  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+}
+C10_NOINLINE void retype_alias(c10::TensorImpl* impl, const c10::TensorImpl& like) {
+  // Refreshes the device the TensorImpl caches (from its storage) and the dtype.
+  impl->set_storage_and_dtype(impl->unsafe_storage(), like.dtype());
+  if (impl->is_conj() != like.is_conj()) {
+    impl->_set_conj(like.is_conj());
+  }
+  if (impl->is_neg() != like.is_neg()) {
+    impl->_set_neg(like.is_neg());
+  }
+}
+
+// The conjugate and negative bits, which an alias copies from its tensor.
+const c10::DispatchKeySet kConjNeg({c10::DispatchKey::Conjugate, c10::DispatchKey::Negative});
+
+// A pooled alias pointed at `src`'s bytes with `like`'s (plain) dtype and
+// geometry, on `device`.
+inline void point_alias(c10::TensorImpl* impl, const c10::TensorImpl& like, c10::StorageImpl* src, c10::Device device,
+                        bool shaped) {
   // The recycled alias keeps its own StorageImpl: only the bytes it points at
   // change (no reference counting on the hot path).
   c10::StorageImpl* st = impl->unsafe_storage().unsafeGetStorageImpl();
-  const c10::Device device(b.type, b.host ? -1 : like.device().index());
   // The pooled alias's DataPtr is a borrowed one (or empty): dropping its
   // context first spares the call of its deleter, which does nothing. Its
   // storage has none of the checks set_data_ptr_noswap() refreshes (no
@@ -152,30 +225,14 @@ void point_alias(c10::TensorImpl* impl, const c10::TensorImpl& like, c10::Storag
   data = c10::DataPtr(src->mutable_data(), src, &borrowed_deleter, device);
   st->set_nbytes(src->nbytes());
   st->set_resizable(src->resizable());
-  // The TensorImpl caches its device: refresh it (and the dtype) on change.
-  if (C10_UNLIKELY(impl->dtype() != like.dtype() || impl->device() != device)) {
-    impl->set_storage_and_dtype(impl->unsafe_storage(), like.dtype());
+  if (C10_UNLIKELY(impl->dtype() != like.dtype() || ImplFields::device(*impl) != device ||
+                   !((impl->key_set() ^ like.key_set()) & kConjNeg).empty())) {
+    retype_alias(impl, like);
   }
   if (!shaped) {
-    impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
-  }
-  if (C10_UNLIKELY(impl->is_conj() != like.is_conj())) {
-    impl->_set_conj(like.is_conj());
-  }
-  if (C10_UNLIKELY(impl->is_neg() != like.is_neg())) {
-    impl->_set_neg(like.is_neg());
+    reshape_alias(impl, like);
   }
 }
-
-// The dispatch keys of a TensorImpl, writable: TensorImpl keeps them
-// protected, and its one setter (_change_backend_component_keys) recomputes
-// them from scratch, out of line, on every result. A pointer to the member
-// formed inside a derived class reaches it without a cast.
-struct KeySetAccess : c10::TensorImpl {
-  static c10::DispatchKeySet& of(c10::TensorImpl& t) {
-    return t.*(&KeySetAccess::key_set_);
-  }
-};
 
 // A fresh backing-device result retagged as flagos in place: its memory, its
 // cached device and its dispatch keys.
@@ -188,10 +245,8 @@ void retag(c10::TensorImpl* impl, c10::StorageImpl* src, c10::DeviceIndex index)
     src->mutable_data_ptr().unsafe_set_device(device);
   }
   src->set_allocator(b.flagos_allocator);
-  // Refreshes the device the TensorImpl caches. Moving its own storage out
-  // and back in (it is the sole holder) spares a reference-count round trip.
-  impl->set_storage_keep_dtype(std::move(const_cast<c10::Storage&>(impl->unsafe_storage())));
-  c10::DispatchKeySet& keys = KeySetAccess::of(*impl);
+  ImplFields::device(*impl) = device;  // what set_storage_keep_dtype() would read back from the storage
+  c10::DispatchKeySet& keys = ImplFields::keys(*impl);
   if (C10_LIKELY(keys == b.fresh_native_keys)) {
     keys = b.fresh_flagos_keys;  // what _change_backend_component_keys makes of them (init)
   } else {
@@ -240,32 +295,43 @@ at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index) {
 }
 
 // ----------------------------------------------------------------- RoutedArgs
+RoutedArgs::~RoutedArgs() = default;
+
 const at::Tensor& RoutedArgs::borrow_held(const at::Tensor& t, bool keep) {
   AliasPool& pool = pool_ != nullptr ? *pool_ : *(pool_ = &alias_pool());
   const c10::TensorImpl& like = *t.unsafeGetTensorImpl();
-  c10::StorageImpl* src = storage_of(t);
-  size_t key = 0;
-  at::Tensor alias;
-  if (C10_LIKELY(src->data_ptr().get_deleter() != &owning_native_deleter)) {
-    key = AliasPool::key(like);
-    bool shaped = false;
-    alias = pool.take(like, key, shaped);
-    if (C10_LIKELY(alias.defined())) {
-      point_alias(alias.unsafeGetTensorImpl(), like, src, shaped);
-    } else {
-      alias = native_alias(t, /*owning=*/false);  // kept under `key` when released
-    }
-  } else {
-    alias = native_alias(t, /*owning=*/false);  // the original native tensor's storage, not pooled
+  c10::StorageImpl* src = like.unsafe_storage().unsafeGetStorageImpl();
+  // Pooled: a plain tensor with storage, not one over a native tensor's own
+  // storage (owning_native_deleter: its alias is that native tensor).
+  if (C10_UNLIKELY(src == nullptr || src->data_ptr().get_deleter() == &owning_native_deleter ||
+                   !ImplFields::plain(like))) {
+    return borrow_new(t, keep, /*key=*/0);
   }
+  const size_t key = AliasPool::key(like);
+  bool shaped = false;
+  at::Tensor alias = pool.take(like, key, shaped);
+  if (C10_UNLIKELY(!alias.defined())) {
+    return borrow_new(t, keep, key);
+  }
+  const Backing& b = g_backing;
+  const c10::DeviceIndex index = like.device().index();
+  point_alias(alias.unsafeGetTensorImpl(), like, src, c10::Device(b.type, b.host ? -1 : index), shaped);
+  if (index_ < 0) {
+    index_ = index;
+  }
+  return borrowed_.emplace_back(t, keep, std::move(alias), key).alias;
+}
+
+// A new alias (kept in the pool under `key` when released), or the alias of a
+// tensor the pool does not take: a native tensor's own storage, a tensor with
+// custom or symbolic sizes, or none (storage_of() raises the tensor's error).
+const at::Tensor& RoutedArgs::borrow_new(const at::Tensor& t, bool keep, size_t key) {
+  (void)storage_of(t);
+  at::Tensor alias = native_alias(t, /*owning=*/false);
   if (index_ < 0) {
     index_ = t.device().index();
   }
-  c10::StorageImpl* storage = alias.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
-  borrowed_.push_back({keep ? c10::MaybeOwned<at::Tensor>::owned(std::in_place, t)
-                            : c10::MaybeOwned<at::Tensor>::borrowed(t),
-                       std::move(alias), storage, key});
-  return borrowed_.back().alias;
+  return borrowed_.emplace_back(t, keep, std::move(alias), key).alias;
 }
 
 void RoutedArgs::release() {
