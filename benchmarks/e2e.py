@@ -30,12 +30,7 @@ child loads, so all variants hold identical weights.
 process, alternating call by call for N pairs: on a shared machine whose load
 drifts between processes, the median of per-pair ratios is the steadier
 number (training is not paired: native CUDA backward cannot share a process
-with torch_fl). --interleave N decodes N
-generations on native and flagos in that process taking turns token by
-token (ABBA per token; a stopping criterion hands the turn over): each
-token's time on one device is paired with the same token's on the other
-milliseconds apart, so the median per-token ratio is steadier still than
-pairs of whole generations. --concurrent (two GPUs) pairs all three tasks another way:
+with torch_fl). --concurrent (two GPUs) pairs all three tasks another way:
 each round runs the native and the flagos child at the same time, one per
 GPU, swapping GPUs every round, so load on the shared host hits both alike;
 the median of the rounds' ratios is reported beside the other numbers.
@@ -101,104 +96,6 @@ def _inference_call(task: str, model, sz: dict, seed: int, device):
     return prefill, sz["batch"] * sz["length"]
 
 
-def _interleaved_decode(models: dict, native, flagos, sz: dict, seed: int, generations: int) -> dict:
-    """Greedy decode on native and flagos taking turns token by token, in one process.
-
-    Each device's generate() runs in a thread of its own; a stopping criterion
-    called once per new token ends that token's step (after a device
-    synchronize) and hands the turn over, so the two decodes alternate token
-    by token in ABBA order and each token's time on native is paired with the
-    same token's time on flagos a few milliseconds apart. Load on the shared
-    host that drifts within a generation (pairs of whole generations, seconds
-    apart, spread from 0.7x to 1.3x on the H200) hits both sides of a token
-    pair alike. The criterion adds one `or` of a preallocated tensor per
-    token to both sides. Returns the median per-token ratio native/flagos
-    time and the ratio of the summed times.
-    """
-    import threading
-
-    import qwen3
-    import torch
-    import workloads
-    from transformers import StoppingCriteria, StoppingCriteriaList
-
-    steps = sz["new_tokens"]
-
-    class Turn(StoppingCriteria):
-        def __init__(self, device):
-            self.device = device
-            self.go, self.done = threading.Semaphore(0), threading.Semaphore(0)
-            self.start, self.times = 0.0, []
-            self.not_done = torch.zeros(sz["batch"], dtype=torch.bool, device=device)
-
-        def __call__(self, input_ids, scores, **kwargs):
-            workloads.synchronize(self.device)
-            self.times.append(time.perf_counter() - self.start)
-            self.done.release()
-            self.go.acquire()
-            self.start = time.perf_counter()
-            return self.not_done
-
-    def run(d, turn: Turn, outputs: dict, errors: list) -> None:
-        try:
-            x = ids.to(d)
-            turn.go.acquire()
-            turn.start = time.perf_counter()
-            outputs[d] = models[d].generate(
-                input_ids=x,
-                attention_mask=torch.ones_like(x),
-                max_new_tokens=steps,
-                min_new_tokens=steps,
-                do_sample=False,
-                stopping_criteria=StoppingCriteriaList([turn]),
-            )
-        except BaseException as e:  # reported by the main thread
-            errors.append(e)
-            turn.done.release()
-
-    ids = qwen3.tokens(models[native].config.vocab_size, sz["batch"], sz["prompt"], seed=seed + 1)
-    for d in models:  # warm up, one device at a time
-        workloads.greedy(models[d], ids.to(d), steps)
-        workloads.synchronize(d)
-    step_ratios, sums, match = [], {native: 0.0, flagos: 0.0}, True
-    for g in range(generations):
-        turns = {d: Turn(d) for d in models}
-        outputs, errors = {}, []
-        threads = [threading.Thread(target=run, args=(d, turns[d], outputs, errors)) for d in models]
-        for t in threads:
-            t.start()
-        for k in range(steps):
-            for d in (native, flagos) if (k + g) % 2 == 0 else (flagos, native):
-                turns[d].go.release()
-                turns[d].done.acquire()
-                if errors:
-                    raise errors[0]
-        for d in models:
-            turns[d].go.release()  # generate() returns after its last token
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
-        n, f = turns[native].times, turns[flagos].times
-        step_ratios += [a / b for a, b in zip(n, f, strict=True)]
-        sums[native] += sum(n)
-        sums[flagos] += sum(f)
-        match = match and outputs[native].cpu().tolist() == outputs[flagos].cpu().tolist()
-    step_ratios.sort()
-    q = len(step_ratios) // 4
-    tokens = generations * steps * sz["batch"]
-    return {
-        "pairs": len(step_ratios),
-        "generations": generations,
-        "ratio_median": statistics.median(step_ratios),
-        "ratio_quartiles": [step_ratios[q], step_ratios[-q - 1]],
-        "ratio_total": sums[native] / sums[flagos],
-        "native_tokens_per_s": tokens / sums[native],
-        "flagos_tokens_per_s": tokens / sums[flagos],
-        "tokens_match_native": match,
-    }
-
-
 def _paired_worker(args) -> dict:
     """Native and flagos in one process, alternating call by call (ABBA order).
 
@@ -222,11 +119,7 @@ def _paired_worker(args) -> dict:
     sizes = json.loads(args.sizes)
     out: dict = {"variant": "paired", "pid": os.getpid(), "backing": torch_fl.backing(), "tasks": {}}
     models = {d: qwen3.build(args.ckpt, dtype=dtype).to(d) for d in (native, flagos)}
-    if args.interleave > 0 and "decode" in args.tasks.split(","):
-        out["tasks"]["decode_interleaved"] = _interleaved_decode(
-            models, native, flagos, sizes["decode"], args.seed, args.interleave
-        )
-    for task in [t for t in args.tasks.split(",") if t in ("decode", "prefill") and args.paired > 0]:
+    for task in [t for t in args.tasks.split(",") if t in ("decode", "prefill")]:
         sz = sizes[task]
         calls = {d: _inference_call(task, models[d], sz, args.seed, d) for d in models}
         tokens = calls[native][1]
@@ -410,8 +303,6 @@ def _run_child(variant, args, ckpt, sizes, gpu: int | None = None) -> dict:
         str(args.seed),
         "--paired",
         str(args.paired),
-        "--interleave",
-        str(args.interleave),
     ]
     env = _variant_env(variant)
     if gpu is not None:
@@ -566,10 +457,6 @@ def _chart(
     pairs = (paired or {}).get("tasks", {})
     if pairs:
         series["flagos, in-process pairs"] = [pairs.get(t, {}).get("ratio_median", 0.0) for t in tasks]
-    if "decode_interleaved" in pairs:
-        series["flagos, token-interleaved decode"] = [
-            pairs["decode_interleaved"]["ratio_median"] if t == "decode" else 0.0 for t in tasks
-        ]
     if concurrent:
         series["flagos, concurrent on two GPUs"] = [concurrent.get(t, {}).get("ratio_median", 0.0) for t in tasks]
     variants = list(series)
@@ -612,13 +499,6 @@ def _parse(argv=None):
         default=0,
         help="also run decode and prefill on native and flagos in one process, alternating, for this many pairs "
         "(before the rounds; the steadier ratio on a shared machine)",
-    )
-    p.add_argument(
-        "--interleave",
-        type=int,
-        default=0,
-        help="also decode on native and flagos in one process taking turns token by token, for this many "
-        "generations each; the median of per-token ratios (steadier than whole-generation pairs)",
     )
     p.add_argument(
         "--concurrent",
@@ -723,15 +603,8 @@ def main(argv=None) -> int:
         else:
             ckpt = spec
         raw = []
-        if (args.paired > 0 and {"decode", "prefill"} & set(args.tasks)) or (
-            args.interleave > 0 and "decode" in args.tasks
-        ):
-            print(
-                f"paired: native and flagos alternating in one process, {args.paired} pairs"
-                f"{f', {args.interleave} token-interleaved decodes' if args.interleave else ''} ...",
-                end=" ",
-                flush=True,
-            )
+        if args.paired > 0 and {"decode", "prefill"} & set(args.tasks):
+            print(f"paired: native and flagos alternating in one process, {args.paired} pairs ...", end=" ", flush=True)
             paired = _run_child("paired", args, ckpt, sizes)
             print(_paired_brief(paired), f"[{paired.get('wall_s', '?')} s]", flush=True)
         stop_at = started + args.deadline if args.deadline else float("inf")

@@ -6,8 +6,7 @@
 # wheels, builds the core, then runs benchmarks/overhead.py, benchmarks/e2e.py
 # (ROUNDS rounds, default 3; E2E_DEADLINE=seconds starts no round that would end
 # later; E2E_VARIANTS=native,flagos limits the variants; PAIRS in-process
-# native/flagos pairs first, default 6; INTERLEAVE decode generations per device
-# taking turns token by token, default 0; CONCURRENT=1 on two GPUs runs native
+# native/flagos pairs first, default 6; CONCURRENT=1 on two GPUs runs native
 # and flagos at once in each round, one per GPU), benchmarks/profile_decode.py for prefill and decode, or the demo
 # (native routes, then the FlagGems profile); JSON, PNG and logs go to $OUT.
 # Correctness checks: scripts/gpu_check.sh.
@@ -39,7 +38,7 @@ if [[ $STEP == all || $STEP == e2e ]]; then
   concurrent=()
   (( $(nvidia-smi -L | wc -l) > 1 )) && [[ ${CONCURRENT:-0} == 1 ]] && concurrent=(--concurrent)
   python3 benchmarks/e2e.py --rounds "${ROUNDS:-3}" ${E2E_DEADLINE:+--deadline "$E2E_DEADLINE"} \
-    ${E2E_VARIANTS:+--variants "$E2E_VARIANTS"} --paired "${PAIRS:-6}" --interleave "${INTERLEAVE:-0}" "${concurrent[@]}" \
+    ${E2E_VARIANTS:+--variants "$E2E_VARIANTS"} --paired "${PAIRS:-6}" "${concurrent[@]}" \
     --out "$OUT" --name e2e-h200-qwen3-0.6b 2>&1 | tail -30
 fi
 echo "total: $(( $(date +%s) - start )) s"

@@ -17,18 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.anyplatform
 def test_e2e_benchmark_quick(tmp_path):
     cmd = [sys.executable, str(REPO / "benchmarks" / "e2e.py"), "--model", "tiny", "--quick", "--rounds", "1"]
-    cmd += [
-        "--variants",
-        "native,flagos",
-        "--out",
-        str(tmp_path),
-        "--name",
-        "smoke",
-        "--paired",
-        "2",
-        "--interleave",
-        "2",
-    ]
+    cmd += ["--variants", "native,flagos", "--out", str(tmp_path), "--name", "smoke", "--paired", "2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "smoke.json").read_text())
@@ -55,13 +44,6 @@ def test_e2e_benchmark_quick(tmp_path):
         assert entry["native_tokens_per_s"] > 0 and entry["flagos_tokens_per_s"] > 0
     assert paired["tasks"]["decode"]["tokens_match_native"] is True
     assert "train" not in paired["tasks"]  # native CUDA backward cannot share a process with torch_fl
-    # --interleave: two generations per device taking turns token by token, one ratio per new token
-    inter = paired["tasks"]["decode_interleaved"]
-    new_tokens = 8  # the quick decode size
-    assert inter["generations"] == 2 and inter["pairs"] == 2 * new_tokens
-    assert inter["ratio_quartiles"][0] <= inter["ratio_median"] <= inter["ratio_quartiles"][1]
-    assert inter["ratio_total"] > 0 and inter["native_tokens_per_s"] > 0 and inter["flagos_tokens_per_s"] > 0
-    assert inter["tokens_match_native"] is True
     # --replot draws the chart of a written report again, where matplotlib is installed
     png = tmp_path / "smoke.png"
     png.unlink(missing_ok=True)
