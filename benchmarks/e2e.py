@@ -5,6 +5,7 @@
     python benchmarks/e2e.py --model /path/to/Qwen3-0.6B --rounds 5
     python benchmarks/e2e.py --variants native,flagos --paired 6   # + in-process pairs
     python benchmarks/e2e.py --variants native,flagos --concurrent  # two GPUs: native and flagos at once
+    python benchmarks/e2e.py --tasks decode --variants native,flagos --step-pairs 12  # token by token
 
 Tasks (full sizes): decode (batch 1, 32-token prompt, 64 new tokens, greedy),
 prefill (8 x 512 tokens, one forward pass, logits of the last position as
@@ -34,6 +35,10 @@ with torch_fl). --concurrent (two GPUs) pairs all three tasks another way:
 each round runs the native and the flagos child at the same time, one per
 GPU, swapping GPUs every round, so load on the shared host hits both alike;
 the median of the rounds' ratios is reported beside the other numbers.
+--step-pairs N decodes N sequences on native and flagos in one process and
+one thread, alternating token by token (workloads.greedy_steps(): the
+forward calls generate() makes), and also decodes each sequence with each
+model alone, so the report shows whether alternating slowed the steps.
 
 Writes benchmarks/results/<name>.json (with the command line) and .png (if
 matplotlib is installed), and prints a Markdown table.
@@ -119,7 +124,7 @@ def _paired_worker(args) -> dict:
     sizes = json.loads(args.sizes)
     out: dict = {"variant": "paired", "pid": os.getpid(), "backing": torch_fl.backing(), "tasks": {}}
     models = {d: qwen3.build(args.ckpt, dtype=dtype).to(d) for d in (native, flagos)}
-    for task in [t for t in args.tasks.split(",") if t in ("decode", "prefill")]:
+    for task in [t for t in args.tasks.split(",") if t in ("decode", "prefill") and args.paired > 0]:
         sz = sizes[task]
         calls = {d: _inference_call(task, models[d], sz, args.seed, d) for d in models}
         tokens = calls[native][1]
@@ -146,7 +151,67 @@ def _paired_worker(args) -> dict:
         if task == "decode":
             res["tokens_match_native"] = results[native].cpu().tolist() == results[flagos].cpu().tolist()
         out["tasks"][task] = res
+    if args.step_pairs > 0 and "decode" in args.tasks.split(","):
+        out["tasks"]["decode_tokens"] = _token_pairs(models, native, flagos, sizes["decode"], args)
     return out
+
+
+def _token_pairs(models: dict, native, flagos, sz: dict, args) -> dict:
+    """Decode on native and flagos alternating token by token in one thread.
+
+    A generate() pair is two 1.7 s calls, long enough for the shared host's
+    load to change between them; a decode step is ~25 ms. Both models decode
+    the same prompt with greedy_steps() (generate()'s forward calls, one token
+    at a time); each step is timed to its synchronisation, ABBA by token. Each
+    sequence is also decoded by each model alone (ABBA by sequence), so that
+    the report shows whether alternating slows the steps themselves.
+    """
+    import qwen3
+    import workloads
+
+    devices = (native, flagos)
+    ids = {
+        d: qwen3.tokens(models[d].config.vocab_size, sz["batch"], sz["prompt"], seed=args.seed + 1).to(d)
+        for d in devices
+    }
+    new = sz["new_tokens"]
+    secs: dict = {d: [] for d in devices}
+    alone: dict = {d: [] for d in devices}
+    match = True
+    workloads.run_steps(workloads.greedy_steps(models[native], ids[native], new))  # warm-up
+    workloads.run_steps(workloads.greedy_steps(models[flagos], ids[flagos], new))
+    for s in range(args.step_pairs):
+        steps = {d: workloads.greedy_steps(models[d], ids[d], new) for d in devices}
+        for i in range(new):
+            for d in devices if (s * new + i) % 2 == 0 else devices[::-1]:
+                t = time.perf_counter()
+                next(steps[d])
+                workloads.synchronize(d)
+                secs[d].append(time.perf_counter() - t)
+        tokens = {d: workloads.run_steps(steps[d]).cpu().tolist() for d in devices}
+        match = match and tokens[native] == tokens[flagos]
+        for d in devices if s % 2 == 0 else devices[::-1]:
+            t = time.perf_counter()
+            workloads.run_steps(workloads.greedy_steps(models[d], ids[d], new))
+            workloads.synchronize(d)
+            alone[d].append(time.perf_counter() - t)
+    ratios = sorted(n / f for n, f in zip(secs[native], secs[flagos], strict=True))
+    q = statistics.quantiles(ratios, n=4)
+    tokens = sz["batch"] * new * args.step_pairs
+    alone_rate = {d: sz["batch"] * new * len(alone[d]) / sum(alone[d]) for d in devices}
+    return {
+        "pairs": len(ratios),
+        "sequences": args.step_pairs,
+        "ratio_median": statistics.median(ratios),
+        "ratio_quartiles": [round(q[0], 4), round(q[2], 4)],
+        "ratio_of_sums": sum(secs[native]) / sum(secs[flagos]),
+        "native_tokens_per_s": tokens / sum(secs[native]),
+        "flagos_tokens_per_s": tokens / sum(secs[flagos]),
+        "alone_native_tokens_per_s": alone_rate[native],
+        "alone_flagos_tokens_per_s": alone_rate[flagos],
+        "alone_ratio_median": statistics.median(n / f for n, f in zip(alone[native], alone[flagos], strict=True)),
+        "tokens_match_native": match,
+    }
 
 
 def _infer_dtype(args, on_gpu: bool):
@@ -303,6 +368,8 @@ def _run_child(variant, args, ckpt, sizes, gpu: int | None = None) -> dict:
         str(args.seed),
         "--paired",
         str(args.paired),
+        "--step-pairs",
+        str(args.step_pairs),
     ]
     env = _variant_env(variant)
     if gpu is not None:
@@ -433,7 +500,14 @@ def _paired_brief(paired: dict) -> str:
     parts = []
     for t, r in paired["tasks"].items():
         match = {True: ", greedy = native", False: ", greedy differs"}.get(r.get("tokens_match_native"), "")
-        parts.append(f"{t} {r['ratio_median']:.3f}x (median of {r['pairs']} pairs{match})")
+        if t == "decode_tokens":
+            alone = r["alone_ratio_median"]
+            parts.append(
+                f"decode token by token {r['ratio_median']:.3f}x (median of {r['pairs']} token pairs, "
+                f"{r['ratio_of_sums']:.3f}x summed{match}; alone {alone:.3f}x)"
+            )
+        else:
+            parts.append(f"{t} {r['ratio_median']:.3f}x (median of {r['pairs']} pairs{match})")
     return "; ".join(parts)
 
 
@@ -455,8 +529,11 @@ def _chart(
     # ratio of the in-process pairs where they ran (the steadier number).
     series = {v: [summary[v].get(t, {}).get("ratio_to_native", 0.0) for t in tasks] for v in summary}
     pairs = (paired or {}).get("tasks", {})
-    if pairs:
+    if set(pairs) & set(tasks):
         series["flagos, in-process pairs"] = [pairs.get(t, {}).get("ratio_median", 0.0) for t in tasks]
+    if "decode_tokens" in pairs:
+        by_token = pairs["decode_tokens"]["ratio_median"]
+        series["flagos, token-by-token pairs"] = [by_token if t == "decode" else 0.0 for t in tasks]
     if concurrent:
         series["flagos, concurrent on two GPUs"] = [concurrent.get(t, {}).get("ratio_median", 0.0) for t in tasks]
     variants = list(series)
@@ -499,6 +576,14 @@ def _parse(argv=None):
         default=0,
         help="also run decode and prefill on native and flagos in one process, alternating, for this many pairs "
         "(before the rounds; the steadier ratio on a shared machine)",
+    )
+    p.add_argument(
+        "--step-pairs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also decode N sequences on native and flagos in one process, alternating token by token (one thread); "
+        "reports the median per-token ratio and how fast each decodes alone",
     )
     p.add_argument(
         "--concurrent",
@@ -603,8 +688,11 @@ def main(argv=None) -> int:
         else:
             ckpt = spec
         raw = []
-        if args.paired > 0 and {"decode", "prefill"} & set(args.tasks):
-            print(f"paired: native and flagos alternating in one process, {args.paired} pairs ...", end=" ", flush=True)
+        if (args.paired > 0 and {"decode", "prefill"} & set(args.tasks)) or (
+            args.step_pairs > 0 and "decode" in args.tasks
+        ):
+            what = f"{args.paired} pairs" + (f", {args.step_pairs} sequences token by token" if args.step_pairs else "")
+            print(f"paired: native and flagos alternating in one process, {what} ...", end=" ", flush=True)
             paired = _run_child("paired", args, ckpt, sizes)
             print(_paired_brief(paired), f"[{paired.get('wall_s', '?')} s]", flush=True)
         stop_at = started + args.deadline if args.deadline else float("inf")

@@ -120,3 +120,17 @@ def test_matches_native(cpu_models, variant, dtype):
     ref_logits = workloads.last_logits(native, ids.to(NATIVE))
     fl_logits = workloads.last_logits(flagos, ids.to("flagos"))
     torch.testing.assert_close(fl_logits, ref_logits, **TOL[dtype])
+
+
+@pytest.mark.anyplatform
+def test_token_by_token_decode_matches_generate(cpu_models):
+    # benchmarks/e2e.py --step-pairs alternates two models token by token with
+    # greedy_steps(); it must decode exactly what generate() does.
+    model = copy.deepcopy(cpu_models("tiny", torch.float32)).to("flagos")
+    ids = _prompt(model).to("flagos")
+    steps = workloads.greedy_steps(model, ids, NEW_TOKENS)
+    for _ in range(NEW_TOKENS):
+        next(steps)  # exactly one yield per generated token
+    tokens = workloads.run_steps(steps)
+    assert tokens.device.type == "flagos"
+    assert torch.equal(tokens.cpu(), workloads.greedy(model, ids, NEW_TOKENS).cpu())

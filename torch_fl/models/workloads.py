@@ -8,6 +8,7 @@ it by path; see qwen3.py.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 
 import torch
@@ -58,6 +59,50 @@ def greedy(model, input_ids: torch.Tensor, new_tokens: int, streamer=None) -> to
         do_sample=False,
         streamer=streamer,
     )
+
+
+@torch.no_grad()
+def greedy_steps(model, input_ids: torch.Tensor, new_tokens: int):
+    """greedy() one token at a time: a generator that yields after each token.
+
+    Runs the forward calls generate() makes (the prompt, then one token at a
+    time on a DynamicCache, the attention mask grown by one each step) without
+    generate()'s own bookkeeping, so that a benchmark can alternate two models
+    token by token in one thread. Its return value (StopIteration.value) is
+    prompt + new tokens, the same as greedy()'s.
+    """
+    from transformers import DynamicCache
+
+    params = inspect.signature(model.forward).parameters
+    cache_arg = "cache" if "cache" in params else "past_key_values"  # renamed in transformers 5.x
+    cache = DynamicCache(config=model.config)
+    mask = torch.ones_like(input_ids)
+    positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+    step_ids, generated = input_ids, []
+    for _ in range(new_tokens):
+        logits = model(
+            input_ids=step_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **{cache_arg: cache},
+        ).logits
+        step_ids = logits[:, -1].argmax(-1, keepdim=True)
+        generated.append(step_ids)
+        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], -1)
+        positions = positions[:, -1:] + 1
+        yield
+    return torch.cat([input_ids, *generated], -1)
+
+
+def run_steps(steps) -> torch.Tensor:
+    """Runs a greedy_steps() generator to its end and returns its tokens."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
 
 
 @torch.no_grad()
