@@ -13,6 +13,10 @@ gaps into parts, each timed as host microseconds per call in the same run:
   alias tensors each call (what the route hands it); for add and mul, each
   step from the direct call to the routed one also timed call by call in
   pairs (the median of per-pair differences),
+- a routed add's and mul's time inside the FlagGems function and around
+  it (the function wrapped in a timer and routed through PyRoute, against
+  the same wrapper called directly on CUDA tensors, in pairs): whether the
+  route's extra time is the kernel's own work on aliases or the route,
 - the native route's parts: an in-place add (no result to allocate or
   adopt: dispatch and borrowed aliases only), an empty tensor (allocation and
   free through the flagos allocator), a view (a metadata operation on flagos:
@@ -30,6 +34,7 @@ import json
 import statistics
 import sys
 import time
+from array import array
 
 import torch
 
@@ -103,6 +108,60 @@ def flaggems_gaps(table: dict, a, b, fa, fb, native, pairs: int) -> dict[str, fl
     return out
 
 
+def inside_and_outside(table: dict, a, b, fa, fb, native, pairs: int) -> dict[str, float]:
+    """Where a flaggems-routed add's or mul's extra time is: inside the FlagGems function or around it.
+
+    The function is wrapped in a timer and routed through PyRoute (as a
+    flaggems route is); routed calls on flagos tensors and direct calls on
+    CUDA tensors alternate (ABBA). Per pair, the time inside the function
+    (on the aliases the route hands it vs on the caller's CUDA tensors) and
+    the time around it (torch's binding, the dispatcher, the route) are
+    compared; medians of the per-pair differences, microseconds.
+    """
+    out = {}
+    clock = time.perf_counter
+    for op, call, routed, kwargs in (
+        ("add", table.get("add.Tensor"), lambda: fa + fb, {"alpha": 1}),
+        ("mul", table.get("mul.Tensor"), lambda: fa * fb, {}),
+    ):
+        if call is None:
+            continue
+        inner: list[float] = []
+
+        def timed(x, y, *, _call=call, _inner=inner, **kw):
+            t = clock()
+            r = _call(x, y, **kw)
+            _inner.append(clock() - t)
+            return r
+
+        route = torch_fl._C.PyRoute(f"{op}.Tensor")
+        route.update(timed, lambda e, a, kw: None, lambda *a, **kw: None, [], None, array("q", [0, 0, 0]), "breakdown")
+        try:
+            for _ in range(200):
+                routed()
+                timed(a, b, **kwargs)
+            sync = torch.cuda.synchronize if native.type == "cuda" else (lambda: None)
+            sync()
+            inside, around = [], []
+            for i in range(pairs):
+                order = ("direct", "routed") if i % 2 == 0 else ("routed", "direct")
+                spent = {}
+                for which in order:
+                    inner.clear()
+                    t = clock()
+                    routed() if which == "routed" else timed(a, b, **kwargs)
+                    spent[which] = (clock() - t, inner[0])
+                inside.append(spent["routed"][1] - spent["direct"][1])
+                around.append((spent["routed"][0] - spent["routed"][1]) - (spent["direct"][0] - spent["direct"][1]))
+                if i % 128 == 127:
+                    sync()  # the GPU queue never fills: host time only
+        finally:
+            route.destroy()
+        out[f"flag_gems {op} routed vs direct: inside the function, per pair"] = statistics.median(inside) * 1e6
+        out[f"flag_gems {op} routed vs direct: around the function, per pair"] = statistics.median(around) * 1e6
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=2000)
@@ -139,7 +198,7 @@ def main(argv=None) -> int:
     route = torch_fl._C.PyRoute("add.Tensor")
     try:
         for fn in (nothing, tensor_reads, arithmetic):
-            route.update(fn, lambda e, a, kw: None, lambda *a, **kw: None, [], None, [0, 0, 0], "breakdown")
+            route.update(fn, lambda e, a, kw: None, lambda *a, **kw: None, [], None, array("q", [0, 0, 0]), "breakdown")
             if fn is nothing:
                 row("python kernel that does nothing, called directly", lambda: nothing(a, b, alpha=1))
                 row("python kernel that does nothing, routed (PyRoute)", lambda: fa + fb)
@@ -178,6 +237,7 @@ def main(argv=None) -> int:
         with torch_fl.routing.route({"mul.Tensor": "flaggems"}):
             row("flag_gems mul, routed from flagos", lambda: fa * fb)
         gaps = flaggems_gaps(LOADER.table, a, b, fa, fb, native, args.calls * 5)
+        gaps.update(inside_and_outside(LOADER.table, a, b, fa, fb, native, args.calls * 5))
         for name, us in gaps.items():
             print(f"  {name:<58} {us:+8.2f} us", flush=True)
         rows.update(gaps)

@@ -7,8 +7,10 @@ with a monkeypatched module; the real one runs under the `flaggems` marker.
 
 from __future__ import annotations
 
+import gc
 import warnings
 import weakref
+from array import array
 
 import pytest
 import torch
@@ -275,7 +277,7 @@ def _neg_routed_to(kernel):
         raise exc
 
     route = torch_fl._C.PyRoute("neg")
-    route.update(kernel, on_error, lambda *a, **kw: None, [], None, [0, 0, 0], "test")
+    route.update(kernel, on_error, lambda *a, **kw: None, [], None, array("q", [0, 0, 0]), "test")
     try:
         return -torch.arange(3.0, device="flagos")
     finally:
@@ -328,7 +330,7 @@ def test_keyword_only_arguments_reach_the_kernel_and_the_error_policy_by_name(ro
         return torch.zeros(2, device="flagos")
 
     route = torch_fl._C.PyRoute("add.Tensor")
-    route.update(add, on_error, lambda *a, **kw: None, [], None, [0, 0, 0], "test")
+    route.update(add, on_error, lambda *a, **kw: None, [], None, array("q", [0, 0, 0]), "test")
     x = torch.ones(2, device="flagos")
     try:
         assert torch.equal(torch.add(x, x, alpha=2).cpu(), torch.full((2,), 3.0))
@@ -353,7 +355,7 @@ def routed_to_kernel(routing_state):
             raise exc
 
         route = torch_fl._C.PyRoute(op)
-        route.update(kernel, on_error, lambda *a, **kw: None, [], None, [0, 0, 0], "test")
+        route.update(kernel, on_error, lambda *a, **kw: None, [], None, array("q", [0, 0, 0]), "test")
         routes.append(route)
 
     yield routed
@@ -383,6 +385,29 @@ def test_a_python_kernel_gets_the_same_alias_object_for_the_same_geometry(routed
     # Between calls it is reachable from Python (gc.get_objects()), so it views nothing.
     # (Not untyped_storage(): a storage object made for it keeps it from the pool.)
     assert pooled.numel() == 0 and pooled.data_ptr() == 0
+
+
+@pytest.mark.parametrize("op,fn", [("neg", torch.neg), ("erf", torch.erf)])
+def test_a_pooled_alias_waits_out_of_pythons_reach_and_keeps_its_geometry(routed_to_kernel, op, fn):
+    """Between calls a recycled alias's Python object is off the garbage
+    collector's lists (nothing in Python can reach it, so it may keep its
+    geometry and a pointer that is stale by then); the kernel gets it back
+    tracked, over its own call's bytes."""
+    seen = []
+
+    def kernel(x):
+        seen.append((id(x), gc.is_tracked(x), x.shape, x.cpu().tolist()))  # no reference kept
+        return fn(x)
+
+    routed_to_kernel(op, kernel)
+    a, b = torch.tensor([1.0, 2.0], device="flagos"), torch.tensor([3.0, 4.0], device="flagos")
+    for t in (a, b):
+        torch.testing.assert_close(fn(t).cpu(), fn(t.cpu()))
+    assert seen[0][0] == seen[1][0]  # one recycled object
+    assert all(tracked for _, tracked, _, _ in seen)
+    assert [values for *_, values in seen] == [[1.0, 2.0], [3.0, 4.0]]
+    pooled = seen[1][0]
+    assert all(id(o) != pooled for o in gc.get_objects())
 
 
 @pytest.mark.parametrize("op,fn", [("neg", torch.neg), ("erf", torch.erf)])

@@ -78,6 +78,15 @@ class AliasPool;
 // for the native route, and for Python kernels (with the GIL held).
 AliasPool& alias_pool();
 AliasPool& python_alias_pool();
+// A Python pool's alias between calls (python_call.cpp; GIL held): park
+// takes its Python object, if any, off the garbage collector's lists, so
+// that nothing in Python can reach it while it waits and it may keep its
+// geometry and its (stale) pointer; false when that cannot be promised (a
+// weak reference to the object exists): then the caller empties it instead.
+// unpark puts the object back on the collector's lists when it is borrowed
+// again, before any Python code sees it.
+bool park_python_alias(c10::TensorImpl* alias);
+void unpark_python_alias(c10::TensorImpl* alias);
 // Fills the backing's fresh_native_keys and fresh_flagos_keys (init()).
 void init_result_keys(Backing& b);
 // How an alias's DataPtr says what it is (alias.cpp): borrowed for one call
@@ -174,7 +183,7 @@ class RoutedArgs {
   RoutedArgs& operator=(const RoutedArgs&) = delete;
   // Aliases from `pool` (python_alias_pool() for a Python kernel) instead of
   // the thread's native-route pool.
-  explicit RoutedArgs(AliasPool& pool) : pool_(&pool) {}
+  explicit RoutedArgs(AliasPool& pool);
   // Boxed calls: every argument and result on the stack.
   void unwrap(std::vector<c10::IValue>* stack, size_t nargs);
   void finish(const c10::FunctionSchema& schema, std::vector<c10::IValue>* stack);
@@ -250,6 +259,7 @@ class RoutedArgs {
   c10::SmallVector<const c10::StorageImpl*, 4> foreign_;
   c10::DeviceIndex index_ = -1;
   bool to_native_device_ = false;  // a device argument names a non-flagos device
+  bool python_ = false;            // aliases from a Python pool (park / unpark their objects)
 };
 
 // --- native route state (native_route.cpp) ---

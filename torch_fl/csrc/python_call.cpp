@@ -153,7 +153,11 @@ struct PyRouteState {
   py::object on_error;     // (exception, args, kwargs) -> result
   py::object other_dtype;  // called like the operator for the dtypes in `other`
   py::object on_empty;     // called like the operator when an input tensor is empty; null: no such check
-  py::object cell;         // the routing layer's [calls, fallbacks, failures]
+  py::object cell;         // the routing layer's array('q', [calls, fallbacks, failures])
+  // cell[0], counted here with the GIL held: through the array's buffer, held
+  // while the state lives (which also keeps the array from being resized).
+  int64_t* calls = nullptr;
+  Py_buffer cell_view{};
   std::array<bool, static_cast<size_t>(c10::ScalarType::NumOptions)> other{};
   bool any_other = false;  // some dtype is in `other`
   std::string line;  // the dispatch-log line, printed while g_route_flags.log_dispatch is on
@@ -170,6 +174,9 @@ struct PyRouteState {
       return;
     }
     py::gil_scoped_acquire gil;
+    if (calls != nullptr) {
+      PyBuffer_Release(&cell_view);
+    }
     fn = on_error = other_dtype = on_empty = cell = py::object();
   }
 
@@ -181,6 +188,40 @@ struct PyRouteState {
 #endif
   }
 };
+
+}  // namespace
+
+// A pooled alias's Python object, if it has one.
+PyObject* python_object_of(c10::TensorImpl* alias) {
+  return alias->pyobj_slot()->load_pyobj();
+}
+
+bool park_python_alias(c10::TensorImpl* alias) {
+  PyObject* obj = python_object_of(alias);
+  if (obj == nullptr) {
+    return true;  // only the pool holds it
+  }
+  // A weak reference could hand it to Python while it waits. (The offset is
+  // negative for objects whose weak references CPython keeps before the
+  // object, 3.12+; zero for types without weak references.)
+  const Py_ssize_t offset = Py_TYPE(obj)->tp_weaklistoffset;
+  if (offset != 0 && *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + offset) != nullptr) {
+    return false;
+  }
+  if (PyObject_GC_IsTracked(obj)) {
+    PyObject_GC_UnTrack(obj);
+  }
+  return true;
+}
+
+void unpark_python_alias(c10::TensorImpl* alias) {
+  PyObject* obj = python_object_of(alias);
+  if (obj != nullptr && !PyObject_GC_IsTracked(obj)) {
+    PyObject_GC_Track(obj);
+  }
+}
+
+namespace {
 
 // Holds the GIL for a scope (re-entrant). On a routed call's path this is a
 // fraction of pybind11's gil_scoped_acquire, whose lookups of its internals
@@ -342,12 +383,10 @@ void push_python_result(const c10::FunctionSchema& schema, const py::object& res
   }
 }
 
-void count_call(const py::object& cell) {
-  PyObject* list = cell.ptr();
-  PyObject* next = PyNumber_Add(PyList_GET_ITEM(list, 0), py::int_(1).ptr());
-  if (next != nullptr) {
-    PyList_SetItem(list, 0, next);  // steals `next`
-  }
+// One call of a route, counted in its cell with the GIL held. (A Python int
+// in a list cost an int object and a list store per call, H200, 2026-12-01.)
+inline void count_call(PyRouteState& st) {
+  ++*st.calls;
 }
 
 class PyRouteKernel final : public c10::OperatorKernel {
@@ -395,7 +434,7 @@ class PyRouteKernel final : public c10::OperatorKernel {
       // The caller's arguments, for the error path.
       c10::SmallVector<c10::IValue, 8> original(stack->end() - nargs, stack->end());
       routed.unwrap(stack, nargs);
-      count_call(st->cell);
+      count_call(*st);
       const PyArgs py_args = pop_python_args(schema, stack, kwarg_names_);
       py::object result;
       try {
@@ -563,7 +602,7 @@ struct PyFront<Op, Ret(Args...)> {
     if (C10_UNLIKELY(g_route_flags.log_dispatch)) {
       std::cerr << st->line << std::flush;
     }
-    count_call(st->cell);
+    count_call(*st);
     RoutedArgs routed(python_alias_pool());
     routed.reserve((typed::tensors_in(args) + ... + size_t{0}));
     c10::SmallVector<py::object, 8> objects;
@@ -731,6 +770,17 @@ struct PyRoute {
     if (!on_empty.is_none()) {
       st->on_empty = std::move(on_empty);
     }
+    // The call counter: cell[0] of an array('q'), written through its buffer.
+    if (PyObject_GetBuffer(cell.ptr(), &st->cell_view, PyBUF_WRITABLE | PyBUF_FORMAT) != 0) {
+      PyErr_Clear();
+      throw py::type_error("PyRoute.update: `cell` must be array('q', [calls, fallbacks, failures])");
+    }
+    const char* format = st->cell_view.format != nullptr ? st->cell_view.format : "B";
+    if (st->cell_view.itemsize != 8 || st->cell_view.len < 3 * 8 || (format[0] != 'q' && format[0] != 'l')) {
+      PyBuffer_Release(&st->cell_view);
+      throw py::type_error("PyRoute.update: `cell` must be array('q', [calls, fallbacks, failures])");
+    }
+    st->calls = static_cast<int64_t*>(st->cell_view.buf);
     st->cell = std::move(cell);
     for (const auto& d : other) {
       TORCH_CHECK(THPDtype_Check(d.ptr()), "PyRoute.update: `other` must hold torch.dtype objects");

@@ -92,9 +92,9 @@ class AliasPool {
   // object a kernel saw (dropping one takes the GIL), so a kernel is handed
   // the same object for the same geometry on the next call instead of a new
   // one: making and freeing two tensor objects per call was most of what a
-  // FlagGems route added (callgrind, 2026-11-30). While pooled they are
-  // empty tensors over no memory (a walk of Python's objects may find them),
-  // so each borrow reshapes one.
+  // FlagGems route added (callgrind, 2026-11-30). While pooled, their
+  // Python objects are off the garbage collector's lists (release(), park),
+  // so they keep their geometry like the native pool's aliases.
   explicit AliasPool(bool python) : python_(python) {}
   bool python() const {
     return python_;
@@ -295,6 +295,8 @@ at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index) {
 }
 
 // ----------------------------------------------------------------- RoutedArgs
+RoutedArgs::RoutedArgs(AliasPool& pool) : pool_(&pool), python_(pool.python()) {}
+
 RoutedArgs::~RoutedArgs() = default;
 
 const at::Tensor& RoutedArgs::borrow_held(const at::Tensor& t, bool keep) {
@@ -316,6 +318,9 @@ const at::Tensor& RoutedArgs::borrow_held(const at::Tensor& t, bool keep) {
   const Backing& b = g_backing;
   const c10::DeviceIndex index = like.device().index();
   point_alias(alias.unsafeGetTensorImpl(), like, src, c10::Device(b.type, b.host ? -1 : index), shaped);
+  if (C10_UNLIKELY(python_)) {
+    unpark_python_alias(alias.unsafeGetTensorImpl());
+  }
   if (index_ < 0) {
     index_ = index;
   }
@@ -336,7 +341,7 @@ const at::Tensor& RoutedArgs::borrow_new(const at::Tensor& t, bool keep, size_t 
 
 void RoutedArgs::release() {
   AliasPool* pool = pool_;
-  const bool python = pool != nullptr && pool->python();
+  const bool python = python_;
   for (auto& b : borrowed_) {
     at::Tensor& alias = b.alias;
     auto* impl = alias.unsafeGetTensorImpl();
@@ -347,9 +352,14 @@ void RoutedArgs::release() {
     const bool sole = C10_UNLIKELY(python) ? sole_holder(alias) : alias.use_count() == 1;
     if (sole && impl->unsafe_storage().unsafeGetStorageImpl() == st && c10::raw::intrusive_ptr::use_count(st) == 1 &&
         st->data_ptr().get_deleter() == &borrowed_deleter) {
-      if (C10_UNLIKELY(python)) {
-        // Its Python object stays reachable while it waits (gc.get_objects()):
-        // an empty tensor over no memory, not a view of bytes that may be freed.
+      // A Python pool's alias waits off the garbage collector's lists, so
+      // nothing in Python reaches it and it keeps its geometry: the next
+      // borrow of that geometry reshapes nothing (emptying it and reshaping
+      // it again was a third of what a FlagGems route added around the
+      // kernel, H200, 2026-12-01). If Python could still reach it (a weak
+      // reference), it waits as an empty tensor over no memory instead, not
+      // a view of bytes that may be freed.
+      if (C10_UNLIKELY(python) && !park_python_alias(impl)) {
         st->set_data_ptr_noswap(c10::DataPtr(nullptr, st->device()));
         st->set_nbytes(0);
         impl->set_sizes_contiguous({0});

@@ -24,6 +24,7 @@ import functools
 import sys
 import threading
 import warnings
+from array import array
 from dataclasses import dataclass
 
 import torch
@@ -51,7 +52,9 @@ class _State:
         # op -> (plan, Library, kernel cell) for ops with a Python kernel
         self.libs: dict[str, tuple[tuple, torch.library.Library, list]] = {}
         self.labels: dict[str, str] = {}  # op -> native dispatch-log label we set
-        self.cells: dict[tuple[str, str], list[int]] = {}  # (op, stats backend) -> [calls, fallbacks, failures]
+        # (op, stats backend) -> array('q', [calls, fallbacks, failures]); a C++ route counts its calls
+        # in cell[0] through the array's buffer (torch_fl._C.PyRoute), Python kernels count here
+        self.cells: dict[tuple[str, str], array] = {}
         self.warned: set[tuple[str, str, torch.dtype | None]] = set()
         self.failed: dict[str, set[tuple[str, torch.dtype | None]]] = {}  # op -> {(backend, dtype)}
         self.glob_notes: list[str] = []
@@ -165,11 +168,11 @@ def _dtype_of(args, kwargs):
     return d if isinstance(d, torch.dtype) else None
 
 
-def _cell(op: str, backend: str) -> list[int]:
+def _cell(op: str, backend: str) -> array:
     key = (op, backends.stats_name(backend))
     cell = STATE.cells.get(key)
     if cell is None:
-        cell = STATE.cells[key] = [0, 0, 0]
+        cell = STATE.cells[key] = array("q", [0, 0, 0])
     return cell
 
 
@@ -331,7 +334,7 @@ def _make_callable(op: str, target: Target, native_run, mutable: bool):
     return kernel
 
 
-def _empty_input_fallback(op: str, backend: str, unsafe: str, native_run, cell: list, strict: bool):
+def _empty_input_fallback(op: str, backend: str, unsafe: str, native_run, cell: array, strict: bool):
     """Runs a call with an empty input tensor natively, for a backend that is not given those (`unsafe`: why)."""
     why = f"an input tensor is empty and '{backend}' kernels are not given empty tensors"
 
