@@ -188,8 +188,8 @@ def _token_pairs(models: dict, native, flagos, sz: dict, args) -> dict:
                 next(steps[d])
                 workloads.synchronize(d)
                 secs[d].append(time.perf_counter() - t)
-        tokens = {d: workloads.run_steps(steps[d]).cpu().tolist() for d in devices}
-        match = match and tokens[native] == tokens[flagos]
+        decoded = {d: workloads.run_steps(steps[d]).cpu().tolist() for d in devices}
+        match = match and decoded[native] == decoded[flagos]
         for d in devices if s % 2 == 0 else devices[::-1]:
             t = time.perf_counter()
             workloads.run_steps(workloads.greedy_steps(models[d], ids[d], new))
@@ -197,8 +197,8 @@ def _token_pairs(models: dict, native, flagos, sz: dict, args) -> dict:
             alone[d].append(time.perf_counter() - t)
     ratios = sorted(n / f for n, f in zip(secs[native], secs[flagos], strict=True))
     q = statistics.quantiles(ratios, n=4)
-    tokens = sz["batch"] * new * args.step_pairs
-    alone_rate = {d: sz["batch"] * new * len(alone[d]) / sum(alone[d]) for d in devices}
+    tokens = sz["batch"] * new * args.step_pairs  # per device, alternating and alone alike
+    alone_rate = {d: tokens / sum(alone[d]) for d in devices}
     return {
         "pairs": len(ratios),
         "sequences": args.step_pairs,
