@@ -131,3 +131,19 @@ def test_e2e_benchmark_concurrent(tmp_path):
         entry = report["concurrent"][task]
         assert entry["pairs"] == 2 and entry["ratio_median"] > 0
     assert report["summary"]["flagos"]["decode"]["tokens_match_native"] is True
+
+
+@pytest.mark.anyplatform
+def test_prefill_children_benchmark(tmp_path):
+    out = tmp_path / "children.jsonl"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "prefill_children.py"), "--model", "tiny", "--pairs", "1"]
+    cmd += ["--forwards", "2", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    reports = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["variant"] for r in reports] == ["native", "flagos"]
+    for r in reports:
+        assert len(r["forwards"]) == 4  # two warm-up forwards, then the timed ones
+        assert r["median_wall_ms"] > 0 and r["median_cpu_ms"] > 0
+        assert r["torch_fl_imported"] is (r["variant"] == "flagos")  # the native child is plain PyTorch
+    assert "median of children" in proc.stdout
