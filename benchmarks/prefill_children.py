@@ -4,8 +4,9 @@ e2e.py's child rounds put flagos prefill anywhere from 0.5x to 1.1x of native. T
 forward (Qwen3-0.6B architecture, bf16, 8 x 512 tokens, no_grad, last-position logits) in N pairs of
 child processes (ABBA order) and records, per forward, the wall time, the main thread's CPU time
 and the GPU time between CUDA events around it, and where the process ran (CPU at start and end,
-threads, tracked Python objects). When the CPU time equals the wall time the forward is host-bound:
-the process's CPU, not the GPU, sets its speed.
+threads, tracked Python objects): whether a slow child is slow for native and flagos alike, and
+whether it stays slow. (CPU time equal to wall time does not say the host sets the pace: the CUDA
+driver spins on the CPU while a full launch queue waits for the GPU too.)
 
     python benchmarks/prefill_children.py --pairs 5 --json benchmarks/results/prefill-children-h200.jsonl
     python benchmarks/prefill_children.py --model tiny --pairs 1   # host backing: native is CPU, no GPU time
