@@ -70,7 +70,8 @@ at::Tensor flagos_alias(const at::Tensor& native, c10::DeviceIndex index);
 // A flagos tensor for a fresh kernel result (routed_args.cpp); takes over its memory when the
 // result is the only owner, else aliases it. Results that view a flagos
 // storage (through a native alias) are mapped back to that storage.
-at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index);
+// `gil_held`: the caller holds the GIL (a Python route; routed_args.cpp says why it matters).
+at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index, bool gil_held = false);
 // Borrowed aliases live for one kernel call; their TensorImpls and
 // StorageImpls are recycled per thread through a pool (routed_args.cpp).
 class AliasPool;
