@@ -189,12 +189,12 @@ struct PyRouteState {
   }
 };
 
-}  // namespace
-
 // A pooled alias's Python object, if it has one.
 PyObject* python_object_of(c10::TensorImpl* alias) {
   return alias->pyobj_slot()->load_pyobj();
 }
+
+}  // namespace
 
 bool park_python_alias(c10::TensorImpl* alias) {
   PyObject* obj = python_object_of(alias);
