@@ -394,7 +394,8 @@ def environment() -> dict:
     return env
 
 
-def plot(rows: list[Row], path: str) -> None:
+def plot(rows: list[Row], path: str, device: str | None = None) -> None:
+    """Bar chart of the per-call rows; `device` names the machine in the title (default: this one)."""
     try:
         import matplotlib
 
@@ -410,11 +411,21 @@ def plot(rows: list[Row], path: str) -> None:
     ax.bar([x + 0.2 for x in xs], [r.flagos for r in small], 0.4, label="flagos")
     ax.set_xticks(list(xs), [r.name for r in small], rotation=20, ha="right")
     ax.set_ylabel("microseconds per call")
-    ax.set_title(f"flagos vs native, {rows and environment()['device']}")
+    ax.set_title(f"flagos vs native, {device or environment()['device']}")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"wrote {path}")
+
+
+def replot(json_path: str) -> int:
+    """Draws the PNG of a written report again, beside it (a GPU run returns few files: JSON only)."""
+    with open(json_path) as f:
+        report = json.load(f)
+    fields = {"name", "unit", "native", "flagos", "round_diffs", "paired_added_us"}
+    rows = [Row(**{k: v for k, v in r.items() if k in fields}) for r in report["results"]]
+    plot(rows, json_path.removesuffix(".json") + ".png", device=report["environment"]["device"])
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -424,7 +435,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes and few calls (smoke test)")
     parser.add_argument("--small-only", action="store_true", help="only the small-operator (per-call) rows")
     parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/overhead_<backing>.json)")
+    parser.add_argument("--replot", metavar="JSON", help="only draw the PNG of this report again, beside it")
     args = parser.parse_args(argv)
+    if args.replot:
+        return replot(args.replot)
     if args.quick:
         args.rounds, args.calls = min(args.rounds, 3), min(args.calls, 200)
     backing = torch_fl.backing()

@@ -3,8 +3,9 @@
 # the versions to $OUT/versions.txt, builds the core against the machine's torch.
 # Sourced twice in one command (gpu_bench.sh, then gpu_check.sh), it sets up once.
 start=$(date +%s)  # the callers report their total from here
-[[ -n ${FLAGOS_GPU_READY:-} ]] && return 0
+# A second caller may name another $OUT (gpu_check.sh with OUT=$OUT/check): make it before returning.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+[[ -n ${FLAGOS_GPU_READY:-} ]] && return 0
 export PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -15,6 +16,9 @@ fi
   python3 -c 'import torch, triton, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda,
     "triton", triton.__version__, "transformers", transformers.__version__)'
   python3 -c 'import flag_gems; print("flag_gems", flag_gems.__version__)' 2>&1 | tail -1
+  # The OpInfo conformance tests import torch.testing._internal.common_utils, which needs expecttest.
+  python3 -c 'import expecttest' 2>/dev/null || echo "expecttest missing: the conformance tests will fail;" \
+    "run 'python3 -m pip download --no-deps -d .whl expecttest' on the dev machine and carry .whl"
   date -u +"%Y-%m-%d %H:%M UTC"
 } | tee "$OUT/versions.txt"
 build_start=$(date +%s)

@@ -59,3 +59,45 @@ def test_paired_calls_alternate_and_time_each_call():
     a, b = overhead.paired_calls_us(first, second, torch.device("cpu"), pairs=6, clock=lambda: now[0])
     assert order == ["a", "b", "b", "a", "a", "b", "b", "a", "a", "b", "b", "a"]
     assert a == [1e6] * 6 and b == [5e6] * 6  # each call's own time, in microseconds
+
+
+@pytest.mark.anyplatform
+def test_replot_draws_the_chart_of_a_written_report(tmp_path):
+    """--replot draws the chart of a JSON a GPU run returned (its PNG left behind) again, beside it."""
+    pytest.importorskip("matplotlib")
+    report = {
+        "command": "python benchmarks/overhead.py",
+        "environment": {"device": "NVIDIA H200 (flagos over cuda)", "backing": "cuda"},
+        "rounds": 7,
+        "calls": 2000,
+        "results": [
+            {
+                "name": "add 4x4",
+                "unit": "us/call",
+                "native": 7.0,
+                "flagos": 7.2,
+                "round_diffs": [0.2],
+                "paired_added_us": None,
+                "ratio": 1.03,
+                "added_us": 0.2,
+            },
+            {
+                "name": "add 256M fp32 (bandwidth)",
+                "unit": "GB/s",
+                "native": 4300.0,
+                "flagos": 4301.0,
+                "round_diffs": None,
+                "paired_added_us": None,
+                "ratio": 1.0,
+                "added_us": None,
+            },
+        ],
+    }
+    path = tmp_path / "overhead_cuda.json"
+    path.write_text(json.dumps(report))
+    cmd = [sys.executable, str(REPO / "benchmarks" / "overhead.py"), "--replot", str(path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    png = tmp_path / "overhead_cuda.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"wrote {png}" in proc.stdout
