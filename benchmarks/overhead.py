@@ -394,16 +394,17 @@ def environment() -> dict:
     return env
 
 
-def plot(rows: list[Row], path: str, device: str | None = None) -> None:
-    """Bar chart of the per-call rows; `device` names the machine in the title (default: this one)."""
+def plot(rows: list[Row], path: str, device: str | None = None) -> bool:
+    """Bar chart of the per-call rows; `device` names the machine in the title (default: this one).
+    False when matplotlib is not installed (no chart)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib not installed: no chart (pip install matplotlib)")
-        return
+        print("no chart: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
+        return False
     small = [r for r in rows if r.unit == "us/call"]
     fig, ax = plt.subplots(figsize=(9, 4))
     xs = range(len(small))
@@ -416,6 +417,7 @@ def plot(rows: list[Row], path: str, device: str | None = None) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"wrote {path}")
+    return True
 
 
 def replot(json_path: str) -> int:
@@ -424,8 +426,7 @@ def replot(json_path: str) -> int:
         report = json.load(f)
     fields = {"name", "unit", "native", "flagos", "round_diffs", "paired_added_us"}
     rows = [Row(**{k: v for k, v in r.items() if k in fields}) for r in report["results"]]
-    plot(rows, json_path.removesuffix(".json") + ".png", device=report["environment"]["device"])
-    return 0
+    return 0 if plot(rows, json_path.removesuffix(".json") + ".png", device=report["environment"]["device"]) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
