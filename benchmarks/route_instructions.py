@@ -40,6 +40,8 @@ import textwrap
 OPS = {
     "mul.Tensor": ("mul_Tensor", "a * b"),
     "add.Tensor": ("add_Tensor", "a + b"),
+    # inference mode makes inference tensors (no autograd keys); flagos retags them in place too
+    "add, inference mode": ("add_Tensor", "with torch.inference_mode(): a + b"),
     "mm": ("mm", "torch.mm(a, w)"),
     "cat": ("cat", "torch.cat([a, b])"),
     "view (metadata)": ("view", "a.view(16)"),

@@ -23,7 +23,7 @@ def test_overhead_benchmark_quick(tmp_path):
     report = json.loads(out.read_text())
     assert report["rounds"] == 2 and "overhead.py" in report["command"]
     rows = {r["name"]: r for r in report["results"]}
-    assert {"add 4x4", "mul 4x4", "mm 64x64", "softmax 32x128"} <= set(rows)
+    assert {"add 4x4", "add 4x4 in inference mode", "mul 4x4", "mm 64x64", "softmax 32x128"} <= set(rows)
     layer = next(r for name, r in rows.items() if name.startswith("decoder-layer mix"))
     decode = next(r for name, r in rows.items() if name.startswith("tiny Qwen3 greedy decode"))
     # the routed-call counts come from routing stats: a layer routes dozens of calls, a token over a hundred

@@ -83,8 +83,22 @@ def test_results_carry_the_dispatch_keys_of_a_flagos_tensor():
     y.sum().backward()
     assert w.grad is not None and keys(w.grad) == like
     with torch.inference_mode():
-        inf = a * 2
-        assert inf.is_inference() and keys(inf) == keys(torch.empty(2, device="flagos"))
+        like_inference = keys(torch.empty(2, device="flagos"))
+        made = [a * 2, a.mm(w), a.sum(1), (a > 0), a.to(torch.bfloat16), torch.cat([a, a])]
+        for r in made:
+            assert r.is_inference() and r.device.type == "flagos"
+            assert keys(r) == like_inference, (r.dtype, keys(r))
+    host = a.cpu()
+    expected = [
+        host * 2,
+        host.mm(w.detach().cpu()),
+        host.sum(1),
+        host > 0,
+        host.to(torch.bfloat16),
+        torch.cat([host, host]),
+    ]
+    for r, e in zip(made, expected, strict=True):
+        torch.testing.assert_close(r.cpu(), e)
 
 
 def test_zero_copy_aliases_both_ways():

@@ -32,9 +32,12 @@ struct Backing {
   c10::Allocator* flagos_allocator = nullptr;  // flagos_allocator(), read on every retagged result
   // The dispatch keys of a fresh backing-device tensor, and what they become
   // on flagos (TensorImpl::_change_backend_component_keys, computed once at
-  // init): retagging a result is then one compare and one store.
+  // init): retagging a result is then one compare and one store. The same
+  // for a tensor made in inference mode (no autograd keys).
   c10::DispatchKeySet fresh_native_keys;
   c10::DispatchKeySet fresh_flagos_keys;
+  c10::DispatchKeySet fresh_native_inference_keys;
+  c10::DispatchKeySet fresh_flagos_inference_keys;
   bool initialized = false;
 };
 
@@ -88,7 +91,7 @@ AliasPool& python_alias_pool();
 // again, before any Python code sees it.
 bool park_python_alias(c10::TensorImpl* alias);
 void unpark_python_alias(c10::TensorImpl* alias);
-// Fills the backing's fresh_native_keys and fresh_flagos_keys (init()).
+// Fills the backing's fresh_*_keys (init()).
 void init_result_keys(Backing& b);
 // How an alias's DataPtr says what it is (alias.cpp): borrowed for one call
 // (context: the flagos StorageImpl, no reference), owning a flagos storage,

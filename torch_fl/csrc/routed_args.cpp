@@ -266,6 +266,8 @@ void retag(c10::TensorImpl* impl, c10::StorageImpl* src, c10::DeviceIndex index)
   c10::DispatchKeySet& keys = ImplFields::keys(*impl);
   if (C10_LIKELY(keys == b.fresh_native_keys)) {
     keys = b.fresh_flagos_keys;  // what _change_backend_component_keys makes of them (init)
+  } else if (keys == b.fresh_native_inference_keys) {
+    keys = b.fresh_flagos_inference_keys;
   } else {
     impl->_change_backend_component_keys(device);
   }
@@ -284,14 +286,17 @@ AliasPool& python_alias_pool() {
 }
 
 void init_result_keys(Backing& b) {
-  // A tensor as a backing-device kernel makes its results (outside inference
-  // mode), retagged the way adopt_result() does for other key sets.
-  c10::InferenceMode not_inference(false);
-  auto probe = c10::make_intrusive<c10::TensorImpl>(c10::DispatchKeySet(b.key), caffe2::TypeMeta::Make<float>(),
-                                                    c10::Device(b.type, b.host ? -1 : 0));
-  b.fresh_native_keys = probe->key_set();
-  probe->_change_backend_component_keys(c10::Device(kFlagos, 0));
-  b.fresh_flagos_keys = probe->key_set();
+  // A tensor as a backing-device kernel makes its results, outside inference
+  // mode and in it (where TensorImpl leaves out the autograd keys), retagged
+  // the way adopt_result() does for other key sets.
+  for (const bool inference : {false, true}) {
+    c10::InferenceMode mode(inference);
+    auto probe = c10::make_intrusive<c10::TensorImpl>(c10::DispatchKeySet(b.key), caffe2::TypeMeta::Make<float>(),
+                                                      c10::Device(b.type, b.host ? -1 : 0));
+    (inference ? b.fresh_native_inference_keys : b.fresh_native_keys) = probe->key_set();
+    probe->_change_backend_component_keys(c10::Device(kFlagos, 0));
+    (inference ? b.fresh_flagos_inference_keys : b.fresh_flagos_keys) = probe->key_set();
+  }
 }
 
 at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index, bool gil_held) {
@@ -304,8 +309,7 @@ at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index, bool gil_he
   // change: those results are wrapped.
   if (C10_LIKELY(deleter != &borrowed_deleter && deleter != &owning_flagos_deleter &&
                  (C10_UNLIKELY(gil_held) ? sole_holder_with_gil(native) : sole_holder(native)) &&
-                 c10::raw::intrusive_ptr::use_count(src) == 1 && !impl->is_inference() &&
-                 impl->allow_tensor_metadata_change())) {
+                 c10::raw::intrusive_ptr::use_count(src) == 1 && impl->allow_tensor_metadata_change())) {
     retag(impl, src, index);
     return std::move(native);
   }
