@@ -134,3 +134,23 @@ def test_token_by_token_decode_matches_generate(cpu_models):
     tokens = workloads.run_steps(steps)
     assert tokens.device.type == "flagos"
     assert torch.equal(tokens.cpu(), workloads.greedy(model, ids, NEW_TOKENS).cpu())
+
+
+@pytest.mark.anyplatform
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_generation_in_inference_mode_matches_native(cpu_models, dtype):
+    # Under torch.inference_mode() every result is an inference tensor (no autograd
+    # keys), retagged as flagos in place like any other and then fed to the next
+    # operator, the KV cache's cat included: generation must still match native.
+    base = cpu_models("tiny", dtype)
+    native = copy.deepcopy(base).to(NATIVE)
+    flagos = copy.deepcopy(base).to("flagos")
+    ids = _prompt(base)
+    with torch.inference_mode():
+        ref_tokens = workloads.greedy(native, ids.to(NATIVE), NEW_TOKENS)
+        fl_tokens = workloads.greedy(flagos, ids.to("flagos"), NEW_TOKENS)
+        ref_logits = workloads.last_logits(native, ids.to(NATIVE))
+        fl_logits = workloads.last_logits(flagos, ids.to("flagos"))
+    assert fl_tokens.is_inference() and fl_tokens.device.type == "flagos"
+    assert torch.equal(fl_tokens.cpu(), ref_tokens.cpu())
+    torch.testing.assert_close(fl_logits.cpu(), ref_logits.cpu(), **TOL[dtype])
