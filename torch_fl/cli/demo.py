@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import os
+import statistics
 import sys
 import time
 
@@ -35,6 +36,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--device", default="flagos", help="flagos device, e.g. flagos:1 (default: current)")
     parser.add_argument("--seed", type=int, default=0, help="seed for random weights and the prompt")
     parser.add_argument("--top", type=int, default=12, help="operators to list")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="timed generations on each device, alternating flagos and native (default 3; medians reported)",
+    )
 
 
 class _Progress:
@@ -132,7 +139,11 @@ def run(args) -> int:
     cfg = routing.config_file()
     print(f"  routes : {profile}" + (f", file {cfg}" if cfg else ""))
 
-    steps = 5
+    rounds = args.rounds
+    if rounds < 1:
+        print(f"--rounds must be at least 1, not {rounds}", file=sys.stderr)
+        return 2
+    steps = 4
     _step(1, steps, f"building Qwen3 '{spec}' (seed {args.seed}, {str(dtype).replace('torch.', '')}) on the CPU")
     t0 = time.perf_counter()
     base = qwen3.build(spec, seed=args.seed, dtype=dtype)
@@ -162,21 +173,34 @@ def run(args) -> int:
     workloads.greedy(flagos_model, ids.to(device), new_tokens)
     workloads.greedy(native_model, ids.to(native), new_tokens)
 
-    _step(4, steps, f"generating on {device}")
-    routing.reset_stats()
-    fl_out, fl_rate = _timed_generate(flagos_model, ids.to(device), new_tokens, device, str(device))
-    rows = route_stats.stats()
-    print(f"      {fl_rate:.1f} tokens/s")
+    # Rounds alternate flagos and native (ABBA), so that a shared machine's
+    # changing load hits both alike; the medians are reported.
+    _step(4, steps, f"generating on {device} and on native {native}, alternating, {rounds} rounds each")
+    sides = [("flagos", flagos_model, device, str(device)), ("native", native_model, native, f"native {native}")]
+    rates: dict[str, list[float]] = {"flagos": [], "native": []}
+    outs: dict[str, list[torch.Tensor]] = {"flagos": [], "native": []}
+    rows = []
+    for r in range(rounds):
+        for side, model, dev, label in sides if r % 2 == 0 else sides[::-1]:
+            if side == "flagos" and r == 0:
+                routing.reset_stats()  # the operator table below: one generation's calls
+            out, rate = _timed_generate(model, ids.to(dev), new_tokens, dev, f"{label} ({r + 1}/{rounds})")
+            if side == "flagos" and r == 0:
+                rows = route_stats.stats()
+            rates[side].append(rate)
+            outs[side].append(out)
+            print(f"      {label}: {rate:.1f} tokens/s", flush=True)
 
-    _step(5, steps, f"generating on native {native} (reference)")
-    nat_out, nat_rate = _timed_generate(native_model, ids.to(native), new_tokens, native, f"native {native}")
-    print(f"      {nat_rate:.1f} tokens/s")
-
-    same = torch.equal(fl_out, nat_out)
+    fl_out = outs["flagos"][0]
+    same = all(torch.equal(o, outs["native"][0]) for o in outs["flagos"] + outs["native"])
+    fl_rate, nat_rate = statistics.median(rates["flagos"]), statistics.median(rates["native"])
     generated = fl_out[0, ids.shape[1] :].tolist()
     print()
     print("Result")
-    print(f"  tokens/s   flagos {fl_rate:10.1f}   native {nat_rate:10.1f}   ratio {fl_rate / nat_rate:.2f}x")
+    print(
+        f"  tokens/s   flagos {fl_rate:10.1f}   native {nat_rate:10.1f}   ratio {fl_rate / nat_rate:.2f}x"
+        f"   (medians of {rounds} alternating rounds)"
+    )
     print(f"  greedy tokens identical to native: {'yes' if same else 'NO'}")
     if tokenizer is not None:
         print(f"  text: {TEXT_PROMPT!r} -> {tokenizer.decode(generated)!r}")
