@@ -26,7 +26,7 @@ def test_demo_generates_on_flagos_and_natively_and_shows_the_routes():
     assert "greedy tokens identical to native: yes" in out
     assert "(medians of 2 alternating rounds)" in out
     # two timed generations per side, alternating: flagos, native, then native, flagos
-    timed = re.findall(r"^\s+(flagos:\d|native \w+): [\d.]+ tokens/s$", out, re.MULTILINE)
+    timed = re.findall(r"^\s+(flagos:\d+|native [\w:]+): [\d.]+ tokens/s$", out, re.MULTILINE)
     assert len(timed) == 4 and timed[0] == timed[3] and timed[1] == timed[2] and timed[0] != timed[1], timed
     rate = re.search(r"tokens/s\s+flagos\s+([\d.]+)\s+native\s+([\d.]+)\s+ratio\s+([\d.]+)x", out)
     assert rate and float(rate.group(1)) > 0 and float(rate.group(2)) > 0
