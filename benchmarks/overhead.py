@@ -30,7 +30,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import torch
 
@@ -432,8 +432,8 @@ def replot(json_path: str) -> int:
     """Draws the PNG of a written report again, beside it (a GPU run returns few files: JSON only)."""
     with open(json_path) as f:
         report = json.load(f)
-    fields = {"name", "unit", "native", "flagos", "round_diffs", "paired_added_us"}
-    rows = [Row(**{k: v for k, v in r.items() if k in fields}) for r in report["results"]]
+    names = {f.name for f in fields(Row)}  # the report adds derived keys (ratio, added_us)
+    rows = [Row(**{k: v for k, v in r.items() if k in names}) for r in report["results"]]
     return 0 if plot(rows, json_path.removesuffix(".json") + ".png", device=report["environment"]["device"]) else 1
 
 

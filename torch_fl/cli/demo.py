@@ -182,10 +182,11 @@ def run(args) -> int:
     rows = []
     for r in range(rounds):
         for side, model, dev, label in sides if r % 2 == 0 else sides[::-1]:
-            if side == "flagos" and r == 0:
-                routing.reset_stats()  # the operator table below: one generation's calls
+            table_run = side == "flagos" and r == 0  # the operator table below: one generation's calls
+            if table_run:
+                routing.reset_stats()
             out, rate = _timed_generate(model, ids.to(dev), new_tokens, dev, f"{label} ({r + 1}/{rounds})")
-            if side == "flagos" and r == 0:
+            if table_run:
                 rows = route_stats.stats()
             rates[side].append(rate)
             outs[side].append(out)
