@@ -26,7 +26,7 @@ pytest.importorskip("transformers")
 
 ON_CUDA = torch_fl.backing() == "cuda"
 NATIVE = "cuda" if ON_CUDA else "cpu"
-TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.bfloat16: dict(rtol=1.6e-2, atol=5e-2)}
+TOL = workloads.LOGITS_TOLERANCE
 
 CASES = [
     pytest.param("tiny", torch.float32, id="tiny-fp32", marks=pytest.mark.anyplatform),
