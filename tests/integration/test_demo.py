@@ -32,7 +32,7 @@ def test_demo_generates_on_flagos_and_natively_and_shows_the_routes():
     assert rate and float(rate.group(1)) > 0 and float(rate.group(2)) > 0
     # each round's own ratio, and the prompt's logits against native's (identical with native routes)
     assert re.search(r"^\s+each round, flagos / native: [\d.]+x\s+[\d.]+x$", out, re.MULTILINE), out
-    assert re.search(r"logits: max \|flagos - native\| 0, within the float32 tolerance .*: yes$", out, re.MULTILINE)
+    assert re.search(r"logits: max \|flagos - native\| 0, within the \w+ tolerance .*: yes$", out, re.MULTILINE)
     # the operator table: one generation's routed calls, each with the backend that ran it
     assert re.search(r"^\s+mul\.Tensor\s+native\s+\d+$", out, re.MULTILINE), out
     assert "fallbacks: none" in out
