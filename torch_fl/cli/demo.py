@@ -135,6 +135,43 @@ def agreement(
     return False, [f"  this is a defect ({why}): please report it with this output"]
 
 
+def _print_rounds(rates: dict[str, list[float]]) -> None:
+    pairs = [f / n for f, n in zip(rates["flagos"], rates["native"], strict=True)]
+    print(f"  each round, flagos / native: {'  '.join(f'{p:.2f}x' for p in pairs)}")
+    if max(pairs) > 1.05 * min(pairs):
+        # On a shared machine one generation's speed swings with the load; a
+        # few rounds cannot separate flagos's cost from that.
+        print(
+            f"  (the rounds differ by {100 * (max(pairs) / min(pairs) - 1):.0f} %: a shared machine's load moves "
+            "single rounds; benchmarks/e2e.py --paired 40 measures over many pairs)"
+        )
+
+
+def _print_agreement(first_diff: int | None, fl_logits, nat_logits, dtype: torch.dtype, rows: list) -> bool:
+    """Prints whether flagos gave native's tokens, how close the prompt's logits are, and why they differ."""
+    from torch_fl.models import workloads
+
+    if first_diff is None:
+        print("  greedy tokens identical to native: yes")
+    else:
+        print(f"  greedy tokens identical to native: NO (first difference at generated token {first_diff + 1})")
+    tol = workloads.LOGITS_TOLERANCE[dtype]
+    logits_close = torch.allclose(fl_logits, nat_logits, **tol)
+    print(
+        f"  prompt's last-position logits: max |flagos - native| {(fl_logits - nat_logits).abs().max().item():.3g}, "
+        f"within the {str(dtype).removeprefix('torch.')} tolerance (rtol {tol['rtol']:g}, atol {tol['atol']:g}): "
+        f"{'yes' if logits_close else 'NO'}"
+    )
+    other_kernels: dict[str, list[str]] = {}
+    for r in rows:
+        if r.backend != "native" and r.calls:
+            other_kernels.setdefault(r.backend, []).append(r.op)
+    agrees, why = agreement(first_diff, logits_close, other_kernels)
+    for line in why:
+        print(line)
+    return agrees
+
+
 def _step(i: int, n: int, text: str) -> None:
     print(f"[{i}/{n}] {text}", flush=True)
 
@@ -232,9 +269,7 @@ def run(args) -> int:
             print(f"      {label}: {rate:.1f} tokens/s", flush=True)
 
     fl_out = outs["flagos"][0]
-    first_diff = first_difference(outs, ids.shape[1])
     fl_rate, nat_rate = statistics.median(rates["flagos"]), statistics.median(rates["native"])
-    pairs = [f / n for f, n in zip(rates["flagos"], rates["native"], strict=True)]
     generated = fl_out[0, ids.shape[1] :].tolist()
     print()
     print("Result")
@@ -242,34 +277,14 @@ def run(args) -> int:
         f"  tokens/s   flagos {fl_rate:10.1f}   native {nat_rate:10.1f}   ratio {fl_rate / nat_rate:.2f}x"
         f"   (medians of {rounds} alternating rounds)"
     )
-    print(f"  each round, flagos / native: {'  '.join(f'{p:.2f}x' for p in pairs)}")
-    if max(pairs) > 1.05 * min(pairs):
-        # On a shared machine one generation's speed swings with the load; a
-        # few rounds cannot separate flagos's cost from that.
-        print(
-            f"  (the rounds differ by {100 * (max(pairs) / min(pairs) - 1):.0f} %: a shared machine's load moves "
-            "single rounds; benchmarks/e2e.py --paired 40 measures over many pairs)"
-        )
-    if first_diff is None:
-        print("  greedy tokens identical to native: yes")
-    else:
-        print(f"  greedy tokens identical to native: NO (first difference at generated token {first_diff + 1})")
-    tol = workloads.LOGITS_TOLERANCE[dtype]
-    fl_logits = workloads.last_logits(flagos_model, ids.to(device))
-    nat_logits = workloads.last_logits(native_model, ids.to(native))
-    logits_close = torch.allclose(fl_logits, nat_logits, **tol)
-    print(
-        f"  prompt's last-position logits: max |flagos - native| {(fl_logits - nat_logits).abs().max().item():.3g}, "
-        f"within the {str(dtype).removeprefix('torch.')} tolerance (rtol {tol['rtol']:g}, atol {tol['atol']:g}): "
-        f"{'yes' if logits_close else 'NO'}"
+    _print_rounds(rates)
+    agrees = _print_agreement(
+        first_difference(outs, ids.shape[1]),
+        workloads.last_logits(flagos_model, ids.to(device)),
+        workloads.last_logits(native_model, ids.to(native)),
+        dtype,
+        rows,
     )
-    other_kernels: dict[str, list[str]] = {}
-    for r in rows:
-        if r.backend != "native" and r.calls:
-            other_kernels.setdefault(r.backend, []).append(r.op)
-    agrees, why = agreement(first_diff, logits_close, other_kernels)
-    for line in why:
-        print(line)
     if tokenizer is not None:
         print(f"  text: {TEXT_PROMPT!r} -> {tokenizer.decode(generated)!r}")
     else:
