@@ -10,13 +10,16 @@ and the result's Python object are the same on both and not counted.
 A last row counts a whole greedy decode of the tiny Qwen3 (16 tokens after a
 warm-up, everything the process executes: Python, transformers, dispatcher,
 kernels), so what flagos adds per routed call in a model, with its mix of
-shapes, stands beside the single operators. It needs transformers.
+shapes, stands beside the single operators; --prefill adds a row of four
+forwards over 4 x 128 tokens without a cache (e2e.py's prefill, smaller).
+They need transformers.
 
     python benchmarks/route_instructions.py                   # host backing
     python benchmarks/route_instructions.py --json benchmarks/results/route_instructions_host.json
     python benchmarks/route_instructions.py --no-ops --cache-sim   # the decode row with simulated cache misses
+    python benchmarks/route_instructions.py --no-ops --no-decode --prefill --cache-sim   # the prefill row
 
-With --cache-sim the decode row also counts, in callgrind's simulated caches
+With --cache-sim the model rows also count, in callgrind's simulated caches
 (sized like this host's), the first-level instruction and data cache misses
 flagos adds per routed call: a call's added instructions are few, but they
 are spread over code the rest of a decode step has evicted.
@@ -60,31 +63,50 @@ for _ in range({calls}):
 """
 
 
-# Greedy decode of the tiny Qwen3, counted from inside libc's qsort: callgrind
-# collects only while a named function runs, and qsort calling back into
-# Python is a function that runs exactly the decode (the first comparison).
-DECODE_TOKENS = 16
-DECODE = """
+# A model workload of the tiny Qwen3, counted from inside libc's qsort:
+# callgrind collects only while a named function runs, and qsort calling back
+# into Python is a function that runs exactly the workload (the first
+# comparison). `{setup}` warms up; `{work}` is what is counted, `{units}` times.
+MODEL = """
 import ctypes, gc, sys, torch, torch_fl
 from torch_fl import routing
 from torch_fl.models import qwen3, workloads
 torch.set_num_threads(1)
 dev = sys.argv[1]
 model = qwen3.build("tiny", seed=0).eval().to(dev)
-ids = qwen3.tokens(model.config.vocab_size, 1, 32).to(dev)
-workloads.greedy(model, ids, 4)
+{setup}
 routing.reset_stats()
 gc.collect()
 gc.disable()
 ran = []
-def decode(a, b):
+def work(a, b):
     if not ran:
-        ran.append(workloads.greedy(model, ids, {tokens}))
+        with torch.no_grad():
+            ran.append({work})
     return 0
-cmp = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(decode)
+cmp = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(work)
 ctypes.CDLL(None).qsort((ctypes.c_long * 2)(1, 2), 2, 8, cmp)
 print("routed", sum(s.calls for s in routing.stats()) if dev == "flagos" else 0)
 """
+DECODE_TOKENS = 16
+PREFILL_FORWARDS = 4
+# name -> (row label per unit, units, warm-up, the counted work)
+WORKLOADS = {
+    "decode": (
+        "tiny Qwen3 greedy decode, per token",
+        DECODE_TOKENS,
+        "ids = qwen3.tokens(model.config.vocab_size, 1, 32).to(dev)\nworkloads.greedy(model, ids, 4)",
+        f"workloads.greedy(model, ids, {DECODE_TOKENS})",
+    ),
+    # a forward over a batch of prompts, no cache (e2e.py's prefill, smaller)
+    "prefill": (
+        "tiny Qwen3 prefill of 4 x 128 tokens, per forward",
+        PREFILL_FORWARDS,
+        "ids = qwen3.tokens(model.config.vocab_size, 4, 128).to(dev)\n"
+        "with torch.no_grad():\n    model(input_ids=ids, use_cache=False)",
+        f"[model(input_ids=ids, use_cache=False) for _ in range({PREFILL_FORWARDS})]",
+    ),
+}
 
 
 def callgrind(toggle: str, source: str, device: str, workdir: str, cache_sim: bool = False) -> tuple[dict, str]:
@@ -124,19 +146,20 @@ def instructions(entry: str, stmt: str, device: str, workdir: str) -> int:
     return callgrind(f"at::_ops::{entry}::call(*", LOOP.format(stmt=stmt, calls=CALLS), device, workdir)[0]["Ir"]
 
 
-def decode_row(native: str, workdir: str, cache_sim: bool = False) -> dict:
-    """Instructions per token of the tiny Qwen3's greedy decode, and flagos's addition per routed call
-    (with `cache_sim`, also the simulated first-level cache misses each side has per routed call)."""
-    source = DECODE.format(tokens=DECODE_TOKENS)
+def model_row(workload: str, native: str, workdir: str, cache_sim: bool = False) -> dict:
+    """Instructions per unit (token, forward) of a tiny Qwen3 workload, and flagos's addition per routed
+    call (with `cache_sim`, also the simulated first-level cache misses each side has per routed call)."""
+    label, units, setup, work = WORKLOADS[workload]
+    source = MODEL.format(setup=setup, work=work)
     (n_native, _), (n_flagos, printed) = (
         callgrind("qsort*", source, d, workdir, cache_sim) for d in (native, "flagos")
     )
     routed = int(re.search(r"^routed (\d+)", printed, re.MULTILINE).group(1))
     row = {
-        "op": f"tiny Qwen3 greedy decode, per token ({routed // DECODE_TOKENS} routed calls)",
-        "native": round(n_native["Ir"] / DECODE_TOKENS),
-        "flagos": round(n_flagos["Ir"] / DECODE_TOKENS),
-        "added": round((n_flagos["Ir"] - n_native["Ir"]) / DECODE_TOKENS),
+        "op": f"{label} ({routed // units} routed calls)",
+        "native": round(n_native["Ir"] / units),
+        "flagos": round(n_flagos["Ir"] / units),
+        "added": round((n_flagos["Ir"] - n_native["Ir"]) / units),
         "added_per_routed_call": round((n_flagos["Ir"] - n_native["Ir"]) / routed),
     }
     for event in ("I1mr", "D1mr", "D1mw") if cache_sim else ():
@@ -151,9 +174,10 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", help="write the results here")
     p.add_argument("--no-decode", action="store_true", help="leave out the tiny Qwen3 decode row")
+    p.add_argument("--prefill", action="store_true", help="add a tiny Qwen3 prefill row (forwards over 4 x 128)")
     p.add_argument("--no-ops", action="store_true", help="leave out the single-operator rows")
     p.add_argument(
-        "--cache-sim", action="store_true", help="decode row: also simulated cache misses per routed call (slower)"
+        "--cache-sim", action="store_true", help="model rows: also simulated cache misses per routed call (slower)"
     )
     args = p.parse_args()
     if shutil.which("valgrind") is None:
@@ -177,8 +201,8 @@ def main() -> int:
                 f" {row['flagos'] / row['native']:>6.3f}x",
                 flush=True,
             )
-        if not args.no_decode:
-            row = decode_row(native, workdir, args.cache_sim)
+        for workload in [w for w, on in (("decode", not args.no_decode), ("prefill", args.prefill)) if on]:
+            row = model_row(workload, native, workdir, args.cache_sim)
             rows.append(row)
             print(
                 f"{row['op']}: {native} {row['native']:,}, flagos {row['flagos']:,} instructions"
