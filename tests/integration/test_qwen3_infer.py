@@ -5,11 +5,10 @@ Host backing (CI): the tiny Qwen3 against native CPU. CUDA backing: the tiny
 model against native CUDA, and the Qwen3-0.6B architecture (random weights,
 bf16) against native CUDA (marked `cuda`).
 
-Tolerance for last-position logits (float32 logits compared):
-  float32 model: rtol 1e-4, atol 1e-4; bfloat16 model: rtol 1.6e-2, atol 5e-2.
-With native routes flagos runs the backing's own kernels, so in practice the
-logits are bit-identical; the tolerances leave room for routes to other
-backends (FlagGems) without hiding real errors (logits span several units).
+Tolerance for last-position logits (float32 logits compared): the demo's,
+`workloads.LOGITS_TOLERANCE` (float32 model: rtol 1e-4, atol 1e-4; bfloat16
+model: rtol 1.6e-2, atol 5e-2). With native routes flagos runs the backing's
+own kernels, so in practice the logits are bit-identical.
 """
 
 from __future__ import annotations

@@ -111,28 +111,29 @@ def agreement(
 ) -> tuple[bool, list[str]]:
     """Whether the run agrees with native, and the lines that say why.
 
-    Identical tokens agree. Different tokens are explained, not a defect, when
-    some operators ran on other kernels than native (FlagGems, the CPU
-    fallback), which round differently, and the prompt's logits still agree
-    within the tolerance the tests use: greedy decoding of near-tied logits
-    turns a last-bit difference into another token. With native routes only,
-    flagos runs native's own kernels, so any difference is a defect.
+    Logits beyond the tolerance the tests use are a defect, whatever the
+    tokens. Identical tokens with close logits agree. Different tokens are
+    explained, not a defect, when some operators ran on other kernels than
+    native (FlagGems, the CPU fallback), which round differently: greedy
+    decoding of near-tied logits turns a last-bit difference into another
+    token. With native routes only, flagos runs native's own kernels, so any
+    difference is a defect.
     """
+    if not logits_close:
+        return False, [_DEFECT.format(why="the logits differ beyond the tolerance")]
     if first_diff is None:
         return True, []
-    if other_kernels and logits_close:
+    if other_kernels:
         ran = "; ".join(f"{b}: {', '.join(ops)}" for b, ops in other_kernels.items())
         return True, [
             f"  why: operators ran on other kernels than native ({ran}), which round differently;",
             "  greedy decoding turns a last-bit difference between near-tied logits into another token,",
             "  and the logits agree within tolerance",
         ]
-    why = (
-        "the logits differ beyond the tolerance"
-        if not logits_close
-        else "every operator ran native's own kernels, which must give native's tokens"
-    )
-    return False, [f"  this is a defect ({why}): please report it with this output"]
+    return False, [_DEFECT.format(why="every operator ran native's own kernels, which must give native's tokens")]
+
+
+_DEFECT = "  this is a defect ({why}): please report it with this output"
 
 
 def _print_rounds(rates: dict[str, list[float]]) -> None:
@@ -150,6 +151,7 @@ def _print_rounds(rates: dict[str, list[float]]) -> None:
 def _print_agreement(first_diff: int | None, fl_logits, nat_logits, dtype: torch.dtype, rows: list) -> bool:
     """Prints whether flagos gave native's tokens, how close the prompt's logits are, and why they differ."""
     from torch_fl.models import workloads
+    from torch_fl.routing import summary as route_stats
 
     if first_diff is None:
         print("  greedy tokens identical to native: yes")
@@ -162,11 +164,7 @@ def _print_agreement(first_diff: int | None, fl_logits, nat_logits, dtype: torch
         f"within the {str(dtype).removeprefix('torch.')} tolerance (rtol {tol['rtol']:g}, atol {tol['atol']:g}): "
         f"{'yes' if logits_close else 'NO'}"
     )
-    other_kernels: dict[str, list[str]] = {}
-    for r in rows:
-        if r.backend != "native" and r.calls:
-            other_kernels.setdefault(r.backend, []).append(r.op)
-    agrees, why = agreement(first_diff, logits_close, other_kernels)
+    agrees, why = agreement(first_diff, logits_close, route_stats.non_native_ops(rows))
     for line in why:
         print(line)
     return agrees

@@ -24,3 +24,13 @@ def backends_used(rows: list | None = None) -> dict[str, int]:
     for r in rows:
         out[r.backend] = out.get(r.backend, 0) + r.calls
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def non_native_ops(rows: list | None = None) -> dict[str, list[str]]:
+    """Operators that ran on another backend than native (FlagGems, the CPU fallback), per backend."""
+    rows = stats() if rows is None else rows
+    out: dict[str, list[str]] = {}
+    for r in rows:
+        if r.backend != "native" and r.calls:
+            out.setdefault(r.backend, []).append(r.op)
+    return out
