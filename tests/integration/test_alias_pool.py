@@ -111,3 +111,48 @@ def test_an_out_argument_the_kernel_reshapes():
         # tensors of the out= argument's first shape, borrowed next
         check(lambda t: t * 5, torch.arange(12.0))
         check(lambda t: t * 5, torch.arange(6.0).reshape(2, 3))
+
+
+def pool_stats() -> tuple[int, int, int]:
+    """(borrows, aliases made, aliases reshaped) of this thread's native-route pool so far."""
+    import torch_fl
+
+    return torch_fl._C._alias_pool_stats()
+
+
+def test_a_repeated_forward_makes_and_reshapes_no_alias():
+    # Every geometry of a warm model's forward finds its own alias at home, also in a pool that other
+    # shapes filled before: geometries that differ only in their middle dimensions (the attention heads'
+    # two layouts) once took one alias from each other on every use, a reshape each time.
+    pytest.importorskip("transformers")
+    from torch_fl.models import qwen3
+
+    model = qwen3.build("tiny", seed=0).to("flagos")
+    other, ids = (qwen3.tokens(model.config.vocab_size, b, n).to("flagos") for b, n in ((2, 50), (3, 37)))
+    with torch.no_grad():
+        model(input_ids=other, use_cache=False)
+        before = pool_stats()
+        for _ in range(2):
+            model(input_ids=ids, use_cache=False)
+        warm = pool_stats()
+        model(input_ids=ids, use_cache=False)
+    after = pool_stats()
+    assert sum(warm[1:]) > sum(before[1:])  # new geometries: their first borrows missed
+    assert after[0] > warm[0] + 100  # the forward borrowed through the pool
+    assert after[1:] == warm[1:]
+
+
+def test_a_kernel_that_raises_leaves_the_pool_usable():
+    # The aliases of a call whose kernel raises are dropped and their slots freed: left marked as out on a
+    # borrow, a few such calls would leave a geometry no slot, and every later borrow of it a new alias.
+    a = torch.randn(3, 4, device="flagos")
+    bad = torch.randn(5, 6, device="flagos")
+    for _ in range(10):
+        with pytest.raises(RuntimeError):
+            torch.mm(a, bad)
+    _ = a * a
+    warm = pool_stats()
+    for _ in range(10):
+        _ = a * a
+    after = pool_stats()
+    assert after[0] == warm[0] + 20 and after[1:] == warm[1:]

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <optional>
 #include <string>
+#include <tuple>
 
 namespace torch_fl {
 
@@ -82,6 +83,10 @@ class AliasPool;
 // for the native route, and for Python kernels (with the GIL held).
 AliasPool& alias_pool();
 AliasPool& python_alias_pool();
+// The calling thread's pool's counts so far (`python`: the Python routes'
+// pool): borrows, new aliases made, recycled ones reshaped. Tests and
+// benchmarks/alias_pool.py.
+std::tuple<int64_t, int64_t, int64_t> alias_pool_stats(bool python);
 // A Python pool's alias between calls (python_call.cpp; GIL held): park
 // takes its Python object, if any, off the garbage collector's lists, so
 // that nothing in Python can reach it while it waits and it may keep its
@@ -182,6 +187,8 @@ class RoutedArgs {
   // Out of line, so that each operator's typed kernel carries one call rather
   // than the destruction of two small vectors. In the tiny Qwen3 decode this
   // measured the same as inline, within noise (docs/verification.md section 8).
+  // Aliases still held (a kernel raised before release()) are dropped and
+  // their pool slots freed.
   ~RoutedArgs();
   RoutedArgs(const RoutedArgs&) = delete;
   RoutedArgs& operator=(const RoutedArgs&) = delete;
@@ -234,21 +241,24 @@ class RoutedArgs {
  private:
   struct Borrowed {
     // Built in place in borrowed_ (no temporary to move and destroy).
-    Borrowed(const at::Tensor& t, bool keep, at::Tensor&& a, size_t key)
+    Borrowed(const at::Tensor& t, bool keep, at::Tensor&& a, size_t home_slot)
         : flagos(keep ? c10::MaybeOwned<at::Tensor>::owned(std::in_place, t)
                       : c10::MaybeOwned<at::Tensor>::borrowed(t)),
           alias(std::move(a)),
           alias_storage(alias.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl()),
-          pool_key(key) {}
+          home(home_slot) {}
     c10::MaybeOwned<at::Tensor> flagos;  // owned where the boxed stack slot is overwritten
     at::Tensor alias;
     c10::StorageImpl* alias_storage;
-    size_t pool_key;
+    size_t home;  // the pool slot the alias returns to (AliasPool::kNoHome: none)
   };
   // Borrows an alias of `t` and returns the copy held in borrowed_.
   const at::Tensor& borrow_held(const at::Tensor& t, bool keep);
   // The rare borrows, out of line: a new alias, or one that is not pooled.
-  const at::Tensor& borrow_new(const at::Tensor& t, bool keep, size_t key);
+  const at::Tensor& borrow_new(const at::Tensor& t, bool keep, size_t home);
+  // Records a borrow (its alias, returned by reference) in borrowed_.
+  const at::Tensor& hold(const at::Tensor& t, bool keep, at::Tensor&& alias, size_t home);
+  C10_NOINLINE const at::Tensor& hold_grown(const at::Tensor& t, bool keep, at::Tensor&& alias, size_t home);
   // The same where earlier references must stay valid: within reserve().
   const at::Tensor& borrow_held_reserved(const at::Tensor& t, bool keep) {
     TORCH_INTERNAL_ASSERT(borrowed_.size() < borrowed_.capacity(),

@@ -114,6 +114,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "without gradients decompose into the routed operators instead of taking the backing device's SDPA).");
   m.def("_attention_routed", &is_attention_routed, "What _set_attention_routed was last told.");
   m.def("_reset_route_stats", &reset_route_stats);
+  m.def("_alias_pool_stats", &alias_pool_stats, py::arg("python") = false,
+        "(borrows, aliases made, aliases reshaped) of this thread's alias pool so far: a warm model's "
+        "repeated forward should make and reshape none (benchmarks/alias_pool.py).");
   m.def("_host_memory_stats", &host_stats, py::arg("index"));
   m.def("_host_reset_peak", [](int64_t i) { host_reset_peak(static_cast<c10::DeviceIndex>(i)); });
 }

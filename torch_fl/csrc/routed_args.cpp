@@ -94,14 +94,26 @@ inline bool same_plain_geometry(const c10::TensorImpl& a, const c10::TensorImpl&
 // ------------------------------------------------------------------- the pool
 // Borrowed aliases live for one kernel call. Their TensorImpl and StorageImpl
 // are recycled per thread instead of allocated each call: the per-call cost
-// of the native route is mostly these two objects. Recycled aliases are kept
-// under a key of their geometry (element count, rank, dtype, offset, outer and
-// inner size and stride; the whole geometry is compared before an alias is
-// reused as it is), so that a borrow usually finds one whose sizes and
-// strides already match: setting them recomputes five contiguity flags, and
-// in a model's mix of shapes that was the costliest part of a borrow
-// (callgrind, tiny Qwen3 decode, 2026-11-30: two borrows in three reshaped a
-// recycled alias).
+// of the native route is mostly these two objects. A recycled alias keeps the
+// geometry it last had, so a borrow should find one whose sizes and strides
+// already match: setting them recomputes five contiguity flags, the costliest
+// part of a borrow that misses.
+//
+// Each alias has a home slot, found from a hash of its whole geometry, and
+// goes back to it after the call. A borrow looks in the four slots from its
+// hash for an alias of its geometry; if none is there it makes a new alias in
+// a free slot of those four, and only when all four are taken does it reshape
+// one: the one borrowed longest ago, never one out on this call's borrows. The
+// earlier pool (128 slots, two probed, a hash of the outer and inner
+// dimensions only, a miss reshaping whatever it found) kept one alias where
+// geometries that differ only in their middle dimensions (a transposed head
+// layout) met, so they took it from each other on every use. In a replay of
+// Qwen3-0.6B's operators (four layers, the geometries of e2e.py's prefill and
+// of a 200-token decode), 14 % of a prefill's borrows and 22 % of a decode's
+// reshaped an alias; with home slots 0 % and 0.8 % (decode's growing cache
+// length keeps making new geometries), also in a pool other shapes filled
+// first. Host callgrind, tiny Qwen3 prefill: ~100 instructions and 14 % of
+// the added instruction-cache misses fewer per routed call.
 class AliasPool {
  public:
   // `python`: a pool for the routes that hand aliases to Python kernels
@@ -117,65 +129,130 @@ class AliasPool {
     return python_;
   }
 
-  // Where aliases shaped like `t` (plain) are kept: a few numbers that tell a
-  // model's shapes apart, not all of them (take() compares the whole
-  // geometry anyway).
+  // No home slot: an alias of a tensor the pool does not key (not plain), or
+  // one borrowed while every slot of its key was out.
+  static constexpr size_t kNoHome = SIZE_MAX;
+
+  // The first slot where aliases shaped like `t` (plain) live: a hash of its
+  // dtype, element count, offset and every size and stride.
   static size_t key(const c10::TensorImpl& t) {
     const c10::impl::SizesAndStrides& g = ImplFields::geometry(t);
-    const uint64_t dim = g.size();
+    const size_t dim = g.size();
     const int64_t* sizes = g.sizes_data();
     const int64_t* strides = g.strides_data();
-    const uint64_t outer = dim > 0 ? static_cast<uint64_t>(sizes[0]) ^ (static_cast<uint64_t>(strides[0]) << 20) : 0;
-    const uint64_t inner =
-        dim > 1 ? static_cast<uint64_t>(sizes[dim - 1]) ^ (static_cast<uint64_t>(strides[dim - 1]) << 20) : 0;
-    const uint64_t h = (static_cast<uint64_t>(ImplFields::numel(t)) + (dim << 40) +
-                        (static_cast<uint64_t>(t.dtype().toScalarType()) << 48) +
-                        static_cast<uint64_t>(ImplFields::offset(t))) *
-                           0x9E3779B97F4A7C15ull +
-                       outer * 0xC2B2AE3D27D4EB4Full + inner * 0x165667B19E3779F9ull;
-    return h >> 57;  // the top 7 bits, which mix all of the above: 0 .. kSlots - 1
+    uint64_t h = (static_cast<uint64_t>(ImplFields::numel(t)) + (static_cast<uint64_t>(dim) << 40) +
+                  (static_cast<uint64_t>(t.dtype().toScalarType()) << 48) +
+                  static_cast<uint64_t>(ImplFields::offset(t))) *
+                 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < dim; ++i) {
+      h = (h ^ static_cast<uint64_t>(sizes[i])) * 0xC2B2AE3D27D4EB4Full;
+      h = (h ^ static_cast<uint64_t>(strides[i])) * 0x165667B19E3779F9ull;
+    }
+    return h >> (64 - kSlotBits);  // the top bits, which mix all of the above
   }
 
-  // A recycled alias, one last shaped like `like` (plain; key `k`) where
-  // there is one (then `shaped` is set); undefined when the pool is empty.
-  at::Tensor take(const c10::TensorImpl& like, size_t k, bool& shaped) {
-    at::Tensor* slot = &slots_[k];
-    for (size_t i = 0; i < kProbe; ++i) {
-      if (slot[i].defined() && same_plain_geometry(*slot[i].unsafeGetTensorImpl(), like)) {
+  // An alias for a borrow of `like` (plain; key `k`) and its `home` slot:
+  // one last shaped like `like` (then `shaped` is set) where there is one,
+  // else undefined (make a new one, home or kNoHome) or another to reshape.
+  at::Tensor take(const c10::TensorImpl& like, size_t k, bool& shaped, size_t& home) {
+    for (size_t j = k; j < k + kProbe; ++j) {
+      if (slots_[j].defined() && same_plain_geometry(*slots_[j].unsafeGetTensorImpl(), like)) {
         shaped = true;
-        return std::move(slot[i]);
+        home = j;
+        out_[j] = true;
+        used_[j] = ++borrows_;
+        return std::move(slots_[j]);
       }
     }
-    shaped = false;
-    for (size_t i = 0; i < kProbe; ++i) {
-      if (slot[i].defined()) {
-        return std::move(slot[i]);
-      }
-    }
-    return take_spare();
+    return take_miss(k, shaped, home);
   }
 
-  // Keeps `alias`, shaped as key `k` says, for a later borrow (drops it when
-  // the pool is full).
-  void give(at::Tensor&& alias, size_t k) {
-    at::Tensor* slot = &slots_[k];
-    for (size_t i = 0; i < kProbe; ++i) {
-      if (!slot[i].defined()) {
-        slot[i] = std::move(alias);
-        return;
-      }
+  // Brings a borrowed alias home after the call (or keeps it spare).
+  void give(at::Tensor&& alias, size_t home) {
+    if (C10_LIKELY(home != kNoHome)) {
+      slots_[home] = std::move(alias);
+      out_[home] = false;
+      return;
     }
     give_spare(std::move(alias));
   }
 
- private:
-  C10_NOINLINE at::Tensor take_spare() {
-    if (spare_.empty()) {
-      return {};  // a new alias, kept under its key afterwards
+  // The alias borrowed from `home` does not come back (something else still
+  // holds it, or the kernel raised): the slot is free for a new one.
+  void vacate(size_t home) {
+    if (home != kNoHome) {
+      out_[home] = false;
     }
+  }
+
+  // Counts since the pool was made, for tests and diagnostics: borrows, and
+  // the misses among them (new aliases made, recycled ones reshaped).
+  uint64_t borrows() const {
+    return borrows_;
+  }
+  int64_t made() const {
+    return made_;
+  }
+  int64_t reshaped() const {
+    return reshaped_;
+  }
+  // A borrow of a tensor the pool does not key (not plain): always a new alias.
+  C10_NOINLINE void count_unkeyed() {
+    ++borrows_;
+    ++made_;
+  }
+
+ private:
+  C10_NOINLINE at::Tensor take_miss(size_t k, bool& shaped, size_t& home) {
+    shaped = false;
+    if (python_) {
+      // An alias emptied at its last release (a weak reference to its Python
+      // object kept it from being parked) comes back to the geometry it was
+      // borrowed for: the kernel keeps getting one object for it.
+      for (size_t j = k; j < k + kProbe; ++j) {
+        if (slots_[j].defined() && ImplFields::numel(*slots_[j].unsafeGetTensorImpl()) == 0) {
+          return reuse(j, home);
+        }
+      }
+    }
+    for (size_t j = k; j < k + kProbe; ++j) {
+      if (!slots_[j].defined() && !out_[j]) {
+        home = j;  // a new alias, which will live here
+        out_[j] = true;
+        used_[j] = ++borrows_;
+        ++made_;
+        return {};
+      }
+    }
+    // The alias borrowed longest ago: one of a geometry no longer used (a
+    // decode's shorter cache lengths), not one the model still borrows.
+    size_t oldest = kNoHome;
+    for (size_t j = k; j < k + kProbe; ++j) {
+      if (slots_[j].defined() && (oldest == kNoHome || used_[j] < used_[oldest])) {
+        oldest = j;
+      }
+    }
+    if (oldest != kNoHome) {
+      return reuse(oldest, home);
+    }
+    home = kNoHome;  // every slot of the key is out on this call's other borrows
+    ++borrows_;
+    if (spare_.empty()) {
+      ++made_;
+      return {};
+    }
+    ++reshaped_;
     at::Tensor alias = std::move(spare_.back());
     spare_.pop_back();
     return alias;
+  }
+  // The alias at slot `j`, to be reshaped for another geometry.
+  at::Tensor reuse(size_t j, size_t& home) {
+    home = j;
+    out_[j] = true;
+    used_[j] = ++borrows_;
+    ++reshaped_;
+    return std::move(slots_[j]);
   }
   C10_NOINLINE void give_spare(at::Tensor&& alias) {
     if (spare_.size() < kSpare) {
@@ -183,11 +260,20 @@ class AliasPool {
     }
   }
 
-  static constexpr size_t kSlots = 128;  // a decode step of Qwen3 borrows ~40 distinct geometries
-  static constexpr size_t kProbe = 2;    // two arguments of one shape in one call
+  // 256 slots: a layer of Qwen3-0.6B borrows ~45 distinct geometries; decode
+  // adds a few per token as its cache grows, which then take the slots of
+  // geometries no longer used.
+  static constexpr size_t kSlotBits = 8;
+  static constexpr size_t kSlots = size_t{1} << kSlotBits;
+  static constexpr size_t kProbe = 4;  // slots per key: q, k and v of one shape in one call
   static constexpr size_t kSpare = 16;
   at::Tensor slots_[kSlots + kProbe - 1];
-  c10::SmallVector<at::Tensor, kSpare> spare_;  // when a key's slots are full
+  bool out_[kSlots + kProbe - 1] = {};  // the slot's alias is out on a borrow and comes back here
+  uint64_t used_[kSlots + kProbe - 1] = {};  // when the slot's alias was last borrowed (borrows_ then)
+  uint64_t borrows_ = 0;                     // every borrow: the clock of used_
+  c10::SmallVector<at::Tensor, kSpare> spare_;  // aliases without a home: a list's many tensors of one shape
+  int64_t made_ = 0;
+  int64_t reshaped_ = 0;
   bool python_;
 };
 
@@ -285,6 +371,11 @@ AliasPool& python_alias_pool() {
   return C10_LIKELY(pool != nullptr) ? *pool : *new_pool(thread_python_alias_pool, /*python=*/true);
 }
 
+std::tuple<int64_t, int64_t, int64_t> alias_pool_stats(bool python) {
+  const AliasPool& pool = python ? python_alias_pool() : alias_pool();
+  return {static_cast<int64_t>(pool.borrows()), pool.made(), pool.reshaped()};
+}
+
 void init_result_keys(Backing& b) {
   // A tensor as a backing-device kernel makes its results, outside inference
   // mode and in it (where TensorImpl leaves out the autograd keys), retagged
@@ -319,7 +410,13 @@ at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index, bool gil_he
 // ----------------------------------------------------------------- RoutedArgs
 RoutedArgs::RoutedArgs(AliasPool& pool) : pool_(&pool), python_(pool.python()) {}
 
-RoutedArgs::~RoutedArgs() = default;
+RoutedArgs::~RoutedArgs() {
+  // release() empties borrowed_; aliases left here are those of a kernel that
+  // raised: they are dropped, and their slots freed.
+  for (const auto& b : borrowed_) {
+    pool_->vacate(b.home);
+  }
+}
 
 const at::Tensor& RoutedArgs::borrow_held(const at::Tensor& t, bool keep) {
   AliasPool& pool = pool_ != nullptr ? *pool_ : *(pool_ = &alias_pool());
@@ -329,13 +426,15 @@ const at::Tensor& RoutedArgs::borrow_held(const at::Tensor& t, bool keep) {
   // storage (owning_native_deleter: its alias is that native tensor).
   if (C10_UNLIKELY(src == nullptr || src->data_ptr().get_deleter() == &owning_native_deleter ||
                    !ImplFields::plain(like))) {
-    return borrow_new(t, keep, /*key=*/0);
+    pool.count_unkeyed();
+    return borrow_new(t, keep, AliasPool::kNoHome);
   }
   const size_t key = AliasPool::key(like);
   bool shaped = false;
-  at::Tensor alias = pool.take(like, key, shaped);
+  size_t home = AliasPool::kNoHome;
+  at::Tensor alias = pool.take(like, key, shaped, home);
   if (C10_UNLIKELY(!alias.defined())) {
-    return borrow_new(t, keep, key);
+    return borrow_new(t, keep, home);
   }
   const Backing& b = g_backing;
   const c10::DeviceIndex index = like.device().index();
@@ -346,19 +445,35 @@ const at::Tensor& RoutedArgs::borrow_held(const at::Tensor& t, bool keep) {
   if (index_ < 0) {
     index_ = index;
   }
-  return borrowed_.emplace_back(t, keep, std::move(alias), key).alias;
+  return hold(t, keep, std::move(alias), home);
 }
 
-// A new alias (kept in the pool under `key` when released), or the alias of a
+// A new alias (kept in the pool at `home` when released), or the alias of a
 // tensor the pool does not take: a native tensor's own storage, a tensor with
 // custom or symbolic sizes, or none (storage_of() raises the tensor's error).
-const at::Tensor& RoutedArgs::borrow_new(const at::Tensor& t, bool keep, size_t key) {
+const at::Tensor& RoutedArgs::borrow_new(const at::Tensor& t, bool keep, size_t home) {
   (void)storage_of(t);
   at::Tensor alias = native_alias(t, /*owning=*/false);
   if (index_ < 0) {
     index_ = t.device().index();
   }
-  return borrowed_.emplace_back(t, keep, std::move(alias), key).alias;
+  return hold(t, keep, std::move(alias), home);
+}
+
+// The record of a borrow in borrowed_, built in place. SmallVector's
+// emplace_back carries its growth path: inlined into a borrow it made the
+// borrow too large to inline it in turn, a call of 600 bytes per borrow.
+inline const at::Tensor& RoutedArgs::hold(const at::Tensor& t, bool keep, at::Tensor&& alias, size_t home) {
+  if (C10_LIKELY(borrowed_.size() < borrowed_.capacity())) {
+    Borrowed* b = ::new (static_cast<void*>(borrowed_.end())) Borrowed(t, keep, std::move(alias), home);
+    borrowed_.set_size(borrowed_.size() + 1);
+    return b->alias;
+  }
+  return hold_grown(t, keep, std::move(alias), home);
+}
+
+const at::Tensor& RoutedArgs::hold_grown(const at::Tensor& t, bool keep, at::Tensor&& alias, size_t home) {
+  return borrowed_.emplace_back(t, keep, std::move(alias), home).alias;
 }
 
 void RoutedArgs::release() {
@@ -386,9 +501,12 @@ void RoutedArgs::release() {
         st->set_nbytes(0);
         impl->set_sizes_contiguous({0});
       }
-      // The key of the geometry set at the borrow: a kernel that reshaped the
-      // alias only costs the next borrow from that slot a reshape.
-      pool->give(std::move(alias), b.pool_key);
+      // Home, where borrows of the geometry it had find it: a kernel that
+      // reshaped the alias (out=) only costs the next borrow from there a
+      // reshape.
+      pool->give(std::move(alias), b.home);
+    } else {
+      pool->vacate(b.home);
     }
   }
   borrowed_.clear();

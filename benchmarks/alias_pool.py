@@ -1,0 +1,90 @@
+"""How often a routed call's borrow misses the alias pool, in a model's steady state.
+
+Every flagos argument of a routed call is lent to the backing kernel as a
+recycled alias (torch_fl/csrc/routed_args.cpp, AliasPool). A borrow that
+finds an alias of its own geometry only points it at the argument's bytes; a
+miss makes a new alias or reshapes another one (setting sizes and strides
+recomputes TensorImpl's contiguity flags: the costliest part of a borrow).
+This counts, with the pool's own counters, the borrows and the misses of a
+forward of the Qwen3-0.6B architecture (its layer shapes, fewer layers, a
+small vocabulary: the pool sees the same geometries in every layer) and of
+its greedy decode, after a warm-up and after another batch shape filled the
+pool first. Counts, not timings: the same on any machine and backing.
+
+    python benchmarks/alias_pool.py [--layers 4] [--batch 8] [--length 512] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+import torch_fl
+from torch_fl.models import qwen3, workloads
+
+
+def pool_counts() -> dict:
+    borrows, made, reshaped = torch_fl._C._alias_pool_stats()
+    return {"borrows": borrows, "made": made, "reshaped": reshaped}
+
+
+def delta(before: dict, after: dict) -> dict:
+    d = {k: after[k] - before[k] for k in before}
+    d["missed"] = round((d["made"] + d["reshaped"]) / max(d["borrows"], 1), 4)
+    return d
+
+
+def measure(run, warmups: int) -> dict:
+    for _ in range(warmups):
+        run()
+    before = pool_counts()
+    run()
+    return delta(before, pool_counts())
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--layers", type=int, default=4, help="decoder layers of the 0.6B architecture (default 4)")
+    p.add_argument("--batch", type=int, default=8, help="prefill batch (default 8, as e2e.py)")
+    p.add_argument("--length", type=int, default=512, help="prefill length (default 512, as e2e.py)")
+    p.add_argument("--decode-tokens", type=int, default=64, help="tokens of the decode (default 64)")
+    p.add_argument("--json", help="write the results here")
+    args = p.parse_args()
+
+    from transformers import Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = qwen3.config("0.6b", num_hidden_layers=args.layers, vocab_size=1024, bos_token_id=None, eos_token_id=None)
+    dtype = torch.bfloat16 if torch_fl.backing() == "cuda" else torch.float32
+    model = Qwen3ForCausalLM(cfg).to(dtype=dtype).eval().to("flagos")
+    ids = qwen3.tokens(1024, args.batch, args.length).to("flagos")
+    other = qwen3.tokens(1024, args.batch // 2 or 1, args.length // 2 + 3).to("flagos")
+    prompt = qwen3.tokens(1024, 1, 32).to("flagos")
+
+    def prefill(x=ids):
+        with torch.no_grad():
+            model(input_ids=x, use_cache=False)
+
+    rows = {}
+    rows["prefill"] = measure(prefill, warmups=2)
+    prefill(other)  # another shape fills the pool, then the first again
+    rows["prefill after another shape"] = measure(prefill, warmups=1)
+    rows["decode"] = measure(lambda: workloads.greedy(model, prompt, args.decode_tokens), warmups=1)
+    print(f"Qwen3-0.6B architecture, {args.layers} layers, {torch_fl.backing()} backing, {dtype}")
+    print(f"{'workload':<30} {'borrows':>8} {'made':>6} {'reshaped':>9} {'missed':>7}")
+    for name, r in rows.items():
+        print(f"{name:<30} {r['borrows']:>8} {r['made']:>6} {r['reshaped']:>9} {r['missed']:>7.1%}")
+    if args.json:
+        report = {"command": "python " + " ".join(sys.argv), "backing": torch_fl.backing(), "args": vars(args)}
+        report["rows"] = rows
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
