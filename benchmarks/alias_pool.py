@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import torch
 
@@ -79,9 +80,7 @@ def main() -> int:
         print(f"{name:<30} {r['borrows']:>8} {r['made']:>6} {r['reshaped']:>9} {r['missed']:>7.1%}")
     if args.json:
         report = {"command": "python " + " ".join(sys.argv), "backing": torch_fl.backing(), "args": vars(args)}
-        report["rows"] = rows
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+        Path(args.json).write_text(json.dumps({**report, "rows": rows}, indent=1) + "\n")
         print(f"wrote {args.json}")
     return 0
 
