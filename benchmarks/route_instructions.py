@@ -131,6 +131,10 @@ def callgrind(toggle: str, source: str, device: str, workdir: str, cache_sim: bo
         check=True,
         capture_output=True,
         text=True,
+        # Python salts its string hashes per process, which moves the dict lookups' probing and so the
+        # counts: a prefill's native forward varied by 13,000 instructions between runs (100 per routed
+        # call, as much as a change to the route is worth). One fixed seed makes runs comparable.
+        env={**os.environ, "PYTHONHASHSEED": "0"},
     )
     with open(out) as f:
         text = f.read()
