@@ -55,12 +55,9 @@ def main() -> int:
     p.add_argument("--json", help="write the results here")
     args = p.parse_args()
 
-    from transformers import Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    cfg = qwen3.config("0.6b", num_hidden_layers=args.layers, vocab_size=1024, bos_token_id=None, eos_token_id=None)
     dtype = torch.bfloat16 if torch_fl.backing() == "cuda" else torch.float32
-    model = Qwen3ForCausalLM(cfg).to(dtype=dtype).eval().to("flagos")
+    small = dict(num_hidden_layers=args.layers, vocab_size=1024, bos_token_id=None, eos_token_id=None)
+    model = qwen3.build("0.6b", dtype=dtype, **small).to("flagos")
     ids = qwen3.tokens(1024, args.batch, args.length).to("flagos")
     other = qwen3.tokens(1024, args.batch // 2 or 1, args.length // 2 + 3).to("flagos")
     prompt = qwen3.tokens(1024, 1, 32).to("flagos")

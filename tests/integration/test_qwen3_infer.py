@@ -153,3 +153,12 @@ def test_generation_in_inference_mode_matches_native(cpu_models, dtype):
     assert fl_tokens.is_inference() and fl_tokens.device.type == "flagos"
     assert torch.equal(fl_tokens.cpu(), ref_tokens.cpu())
     torch.testing.assert_close(fl_logits.cpu(), ref_logits.cpu(), **TOL[dtype])
+
+
+@pytest.mark.anyplatform
+def test_build_takes_configuration_overrides_for_builtin_variants_only(tmp_path):
+    model = qwen3.build("tiny", seed=0, num_hidden_layers=1, vocab_size=512)
+    assert model.config.num_hidden_layers == 1 and len(model.model.layers) == 1
+    assert model.get_input_embeddings().weight.shape[0] == 512
+    with pytest.raises(ValueError, match="not to a checkpoint"):
+        qwen3.build(str(tmp_path), num_hidden_layers=1)

@@ -87,17 +87,20 @@ def config(variant: str = "tiny", **overrides):
     return cfg
 
 
-def build(spec: str = "tiny", seed: int = 0, dtype: torch.dtype = torch.float32):
+def build(spec: str = "tiny", seed: int = 0, dtype: torch.dtype = torch.float32, **overrides):
     """A Qwen3ForCausalLM on the CPU in eval mode.
 
-    Built-in variants get random weights from `seed` (same seed, same bytes);
-    a directory is loaded with local_files_only=True.
+    Built-in variants get random weights from `seed` (same seed, same bytes),
+    with `overrides` of their configuration (fewer layers, a smaller
+    vocabulary); a directory is loaded with local_files_only=True.
     """
     from transformers import Qwen3ForCausalLM
 
     spec = canonical(spec)
+    if overrides and spec not in VARIANTS:
+        raise ValueError(f"configuration overrides {sorted(overrides)} apply to 'tiny' and '0.6b', not to a checkpoint")
     if spec in VARIANTS:
-        cfg = config(spec)
+        cfg = config(spec, **overrides)
         rng_state = torch.random.get_rng_state()
         try:
             torch.manual_seed(seed)
