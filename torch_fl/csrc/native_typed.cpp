@@ -46,10 +46,12 @@ struct Param {
 
 // Tensors are held as a borrowed alias (flagos) or the caller's own tensor,
 // never as a copy of it (see RoutedArgs::arg).
+// Their map() is always inlined into the kernel: the compiler otherwise kept
+// it as a function of its own, a call per argument.
 template <>
 struct Param<const at::Tensor&> {
   using Held = c10::MaybeOwned<at::Tensor>;
-  static Held map(RoutedArgs& a, const at::Tensor& t) {
+  C10_ALWAYS_INLINE static Held map(RoutedArgs& a, const at::Tensor& t) {
     return a.arg(t);
   }
   static const at::Tensor& pass(const Held& t) {
@@ -60,7 +62,7 @@ struct Param<const at::Tensor&> {
 template <>
 struct Param<at::Tensor&> {
   using Held = c10::MaybeOwned<at::Tensor>;
-  static Held map(RoutedArgs& a, const at::Tensor& t) {
+  C10_ALWAYS_INLINE static Held map(RoutedArgs& a, const at::Tensor& t) {
     return a.arg(t);
   }
   static at::Tensor& pass(const Held& t) {
@@ -72,7 +74,7 @@ struct Param<at::Tensor&> {
 template <>
 struct Param<const std::optional<at::Tensor>&> {
   using Held = std::optional<at::Tensor>;
-  static std::optional<at::Tensor> map(RoutedArgs& a, const std::optional<at::Tensor>& t) {
+  C10_ALWAYS_INLINE static std::optional<at::Tensor> map(RoutedArgs& a, const std::optional<at::Tensor>& t) {
     if (t.has_value()) {
       return a.arg_value(*t);
     }

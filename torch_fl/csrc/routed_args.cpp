@@ -144,9 +144,11 @@ class AliasPool {
                   (static_cast<uint64_t>(t.dtype().toScalarType()) << 48) +
                   static_cast<uint64_t>(ImplFields::offset(t))) *
                  0x9E3779B97F4A7C15ull;
+    // One multiply per dimension: the chain of multiplies is the hash's
+    // latency, and the sizes and strides it mixes fit together in 64 bits in
+    // any tensor a pool sees (the slot's geometry is compared in full anyway).
     for (size_t i = 0; i < dim; ++i) {
-      h = (h ^ static_cast<uint64_t>(sizes[i])) * 0xC2B2AE3D27D4EB4Full;
-      h = (h ^ static_cast<uint64_t>(strides[i])) * 0x165667B19E3779F9ull;
+      h = (h ^ static_cast<uint64_t>(sizes[i]) ^ (static_cast<uint64_t>(strides[i]) << 29)) * 0xC2B2AE3D27D4EB4Full;
     }
     return h >> (64 - kSlotBits);  // the top bits, which mix all of the above
   }
@@ -156,12 +158,13 @@ class AliasPool {
   // else undefined (make a new one, home or kNoHome) or another to reshape.
   at::Tensor take(const c10::TensorImpl& like, size_t k, bool& shaped, size_t& home) {
     for (size_t j = k; j < k + kProbe; ++j) {
-      if (slots_[j].defined() && same_plain_geometry(*slots_[j].unsafeGetTensorImpl(), like)) {
+      Slot& s = slots_[j];
+      if (s.alias.defined() && same_plain_geometry(*s.alias.unsafeGetTensorImpl(), like)) {
         shaped = true;
         home = j;
-        out_[j] = true;
-        used_[j] = ++borrows_;
-        return std::move(slots_[j]);
+        s.out = true;
+        s.used = static_cast<uint32_t>(++borrows_);
+        return std::move(s.alias);
       }
     }
     return take_miss(k, shaped, home);
@@ -170,8 +173,8 @@ class AliasPool {
   // Brings a borrowed alias home after the call (or keeps it spare).
   void give(at::Tensor&& alias, size_t home) {
     if (C10_LIKELY(home != kNoHome)) {
-      slots_[home] = std::move(alias);
-      out_[home] = false;
+      slots_[home].alias = std::move(alias);
+      slots_[home].out = false;
       return;
     }
     give_spare(std::move(alias));
@@ -181,7 +184,7 @@ class AliasPool {
   // holds it, or the kernel raised): the slot is free for a new one.
   void vacate(size_t home) {
     if (home != kNoHome) {
-      out_[home] = false;
+      slots_[home].out = false;
     }
   }
 
@@ -210,16 +213,16 @@ class AliasPool {
       // object kept it from being parked) comes back to the geometry it was
       // borrowed for: the kernel keeps getting one object for it.
       for (size_t j = k; j < k + kProbe; ++j) {
-        if (slots_[j].defined() && ImplFields::numel(*slots_[j].unsafeGetTensorImpl()) == 0) {
+        if (slots_[j].alias.defined() && ImplFields::numel(*slots_[j].alias.unsafeGetTensorImpl()) == 0) {
           return reuse(j, home);
         }
       }
     }
     for (size_t j = k; j < k + kProbe; ++j) {
-      if (!slots_[j].defined() && !out_[j]) {
+      if (!slots_[j].alias.defined() && !slots_[j].out) {
         home = j;  // a new alias, which will live here
-        out_[j] = true;
-        used_[j] = ++borrows_;
+        slots_[j].out = true;
+        slots_[j].used = static_cast<uint32_t>(++borrows_);
         ++made_;
         return {};
       }
@@ -227,9 +230,13 @@ class AliasPool {
     // The alias borrowed longest ago: one of a geometry no longer used (a
     // decode's shorter cache lengths), not one the model still borrows.
     size_t oldest = kNoHome;
+    uint32_t oldest_age = 0;
     for (size_t j = k; j < k + kProbe; ++j) {
-      if (slots_[j].defined() && (oldest == kNoHome || used_[j] < used_[oldest])) {
+      // Ages by unsigned difference from now: right across the clock's wrap.
+      const uint32_t age = static_cast<uint32_t>(borrows_) - slots_[j].used;
+      if (slots_[j].alias.defined() && (oldest == kNoHome || age > oldest_age)) {
         oldest = j;
+        oldest_age = age;
       }
     }
     if (oldest != kNoHome) {
@@ -249,10 +256,10 @@ class AliasPool {
   // The alias at slot `j`, to be reshaped for another geometry.
   at::Tensor reuse(size_t j, size_t& home) {
     home = j;
-    out_[j] = true;
-    used_[j] = ++borrows_;
+    slots_[j].out = true;
+    slots_[j].used = static_cast<uint32_t>(++borrows_);
     ++reshaped_;
-    return std::move(slots_[j]);
+    return std::move(slots_[j].alias);
   }
   C10_NOINLINE void give_spare(at::Tensor&& alias) {
     if (spare_.size() < kSpare) {
@@ -267,10 +274,16 @@ class AliasPool {
   static constexpr size_t kSlots = size_t{1} << kSlotBits;
   static constexpr size_t kProbe = 4;  // slots per key: q, k and v of one shape in one call
   static constexpr size_t kSpare = 16;
-  at::Tensor slots_[kSlots + kProbe - 1];
-  bool out_[kSlots + kProbe - 1] = {};  // the slot's alias is out on a borrow and comes back here
-  uint64_t used_[kSlots + kProbe - 1] = {};  // when the slot's alias was last borrowed (borrows_ then)
-  uint64_t borrows_ = 0;                     // every borrow: the clock of used_
+  // A slot in 16 bytes, so that the four a key probes span one or two cache
+  // lines (separate arrays of aliases, flags and times took three or more).
+  struct Slot {
+    at::Tensor alias;
+    uint32_t used = 0;  // when its alias was last borrowed (the low bits of borrows_ then)
+    bool out = false;   // its alias is out on a borrow and comes back here
+  };
+  static_assert(sizeof(Slot) == 16);
+  alignas(64) Slot slots_[kSlots + kProbe - 1];
+  uint64_t borrows_ = 0;  // every borrow: the clock of Slot::used
   c10::SmallVector<at::Tensor, kSpare> spare_;  // aliases without a home: a list's many tensors of one shape
   int64_t made_ = 0;
   int64_t reshaped_ = 0;
@@ -339,11 +352,17 @@ inline void point_alias(c10::TensorImpl* impl, const c10::TensorImpl& like, c10:
 
 // A fresh backing-device result retagged as flagos in place: its memory, its
 // cached device and its dispatch keys.
+// Host backing's part of a retag, out of line: its byte accounting is most of
+// the code, and on a GPU it only lengthened the retag the GPU runs.
+C10_NOINLINE void retag_host_memory(c10::StorageImpl* src, c10::DeviceIndex index) {
+  src->set_data_ptr_noswap(host_adopt(src->set_data_ptr(c10::DataPtr(nullptr, src->device())), src->nbytes(), index));
+}
+
 void retag(c10::TensorImpl* impl, c10::StorageImpl* src, c10::DeviceIndex index) {
   const Backing& b = g_backing;
   const c10::Device device(kFlagos, index);
-  if (b.host) {
-    src->set_data_ptr_noswap(host_adopt(src->set_data_ptr(c10::DataPtr(nullptr, src->device())), src->nbytes(), index));
+  if (C10_UNLIKELY(b.host)) {
+    retag_host_memory(src, index);
   } else {
     src->mutable_data_ptr().unsafe_set_device(device);
   }
@@ -510,6 +529,10 @@ void RoutedArgs::release() {
     }
   }
   borrowed_.clear();
+}
+
+void RoutedArgs::reserve_exceeded() {
+  TORCH_INTERNAL_ASSERT(false, "flagos: RoutedArgs::reserve() left no room for this tensor");
 }
 
 void RoutedArgs::note_foreign(const at::Tensor& t) {
