@@ -482,6 +482,8 @@ def _table(summary: dict, tasks: list[str]) -> str:
     for v, per_task in summary.items():
         for t in tasks:
             e = per_task.get(t, {})
+            if not e.get("rounds"):
+                continue  # --rounds 0: the in-process pairs alone
             if "tokens_per_s" not in e:
                 err = "; ".join(e.get("errors", ["no result"]))[:90].replace("|", "/")
                 lines.append(f"| {v} | {t} | error: {err} | | | | |")
@@ -491,7 +493,7 @@ def _table(summary: dict, tasks: list[str]) -> str:
             mem = f"{e['peak_memory_ratio']:.3f}x" if "peak_memory_ratio" in e else ""
             match = {True: "yes", False: "NO"}.get(e.get("tokens_match_native"), "")
             lines.append(f"| {v} | {t} | {e['tokens_per_s']:,.1f} | {ratio} | {peak} | {mem} | {match} |")
-    return "\n".join(lines)
+    return "\n".join(lines) if len(lines) > 2 else "(no child rounds: --rounds 0)"
 
 
 def _paired_brief(paired: dict) -> str:
@@ -527,7 +529,11 @@ def _chart(
         return None
     # Each variant's ratio over the child rounds, and the median per-pair
     # ratio of the in-process pairs where they ran (the steadier number).
-    series = {v: [summary[v].get(t, {}).get("ratio_to_native", 0.0) for t in tasks] for v in summary}
+    series = {
+        v: [summary[v].get(t, {}).get("ratio_to_native", 0.0) for t in tasks]
+        for v in summary
+        if any(summary[v].get(t, {}).get("rounds") for t in tasks)  # none with --rounds 0
+    }
     pairs = (paired or {}).get("tasks", {})
     if set(pairs) & set(tasks):
         series["flagos, in-process pairs"] = [pairs.get(t, {}).get("ratio_median", 0.0) for t in tasks]
@@ -544,7 +550,7 @@ def _chart(
         xs = [j + (i - (len(variants) - 1) / 2) * width for j in range(len(tasks))]
         bars = ax.bar(xs, vals, width, label=v)
         for b, val, t in zip(bars, vals, tasks, strict=True):
-            label = f"{val:.2f}" if val else ("error" if summary.get(v, {}).get(t, {}).get("errors") else "")
+            label = f"{val:.3f}" if val else ("error" if summary.get(v, {}).get(t, {}).get("errors") else "")
             ax.annotate(label, (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom", fontsize=8)
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     ax.set_xticks(range(len(tasks)), tasks)
@@ -745,7 +751,8 @@ def _record(raw: list, res: dict, round_index: int, prefix: str) -> None:
 def _title(report: dict) -> str:
     rounds = max((s.get("rounds", 0) for v in report["summary"].values() for s in v.values()), default=0)
     where = report["environment"].get("gpu") or "host CPU"
-    return f"Qwen3 {report['model']} on {where}, median of {rounds} rounds ({report['date'][:10]})"
+    what = f"median of {rounds} rounds" if rounds else "in-process pairs"
+    return f"Qwen3 {report['model']} on {where}, {what} ({report['date'][:10]})"
 
 
 def replot(json_path: str) -> int:

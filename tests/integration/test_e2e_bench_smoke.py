@@ -71,6 +71,24 @@ def _load_e2e():
 
 
 @pytest.mark.anyplatform
+def test_pairs_only_report_has_no_empty_rounds():
+    """--rounds 0 (in-process pairs alone): the table and title say so instead of listing errors."""
+    e2e = _load_e2e()
+    summary = e2e._summarise([], ["native", "flagos"], ["prefill"])
+    assert summary["flagos"]["prefill"]["rounds"] == 0
+    assert e2e._table(summary, ["prefill"]) == "(no child rounds: --rounds 0)"
+    report = {"summary": summary, "environment": {"gpu": "GPU"}, "model": "0.6b", "date": "2026-12-01T15:00:00"}
+    assert e2e._title(report) == "Qwen3 0.6b on GPU, in-process pairs (2026-12-01)"
+    # a round that ran still shows, errors included
+    raw = [
+        {"variant": "native", "tasks": {"prefill": {"tokens_per_s": 10.0}}},
+        {"variant": "flagos", "tasks": {}, "error": "child timed out"},
+    ]
+    table = e2e._table(e2e._summarise(raw, ["native", "flagos"], ["prefill"]), ["prefill"])
+    assert "| native | prefill | 10.0 |" in table and "| flagos | prefill | error: child timed out |" in table
+
+
+@pytest.mark.anyplatform
 def test_concurrent_ratios_pair_rounds_on_two_gpus():
     e2e = _load_e2e()
 
