@@ -156,3 +156,27 @@ def test_a_kernel_that_raises_leaves_the_pool_usable():
         _ = a * a
     after = pool_stats()
     assert after[0] == warm[0] + 20 and after[1:] == warm[1:]
+
+
+def test_each_thread_borrows_from_a_pool_of_its_own():
+    # The first thread that routes a call finds its pool without a thread-local lookup; every other
+    # thread must still get its own (two threads on one pool would lend one alias to both at once).
+    import threading
+
+    a = torch.randn(3, 4, device="flagos")
+    _ = a * a  # this thread routes first, if nothing did before
+    main_before = pool_stats()
+    seen = {}
+
+    def work():
+        before = pool_stats()
+        seen["results"] = [a * a for _ in range(10)]
+        seen["borrows"] = pool_stats()[0] - before[0]
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert seen["borrows"] == 20  # counted in the other thread's own pool
+    assert pool_stats()[0] == main_before[0]  # and none in this thread's
+    for r in seen["results"]:
+        torch.testing.assert_close(r.cpu(), a.cpu() * a.cpu(), rtol=0, atol=0)
