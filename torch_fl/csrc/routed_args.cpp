@@ -19,10 +19,6 @@
 
 #include <ATen/core/stack.h>
 #include <c10/core/InferenceMode.h>
-#include <pthread.h>
-
-#include <atomic>
-#include <mutex>
 
 namespace torch_fl {
 
@@ -343,16 +339,8 @@ inline void point_alias(c10::TensorImpl* impl, const c10::TensorImpl& like, c10:
   c10::DataPtr& data = st->_mutable_data_ptr_no_checks();
   (void)data.release_context();
   data = c10::DataPtr(src->mutable_data(), src, &borrowed_deleter, device);
-  // Written only when they change: a recycled alias usually lends the bytes
-  // of a tensor as large as its last one, and each setter checks its value
-  // (a symbolic size, an allocator for a resizable storage).
-  const size_t nbytes = src->nbytes();
-  if (st->nbytes() != nbytes) {
-    st->set_nbytes(nbytes);
-  }
-  if (C10_UNLIKELY(st->resizable() != src->resizable())) {
-    st->set_resizable(src->resizable());
-  }
+  st->set_nbytes(src->nbytes());
+  st->set_resizable(src->resizable());
   if (C10_UNLIKELY(impl->dtype() != like.dtype() || ImplFields::device(*impl) != device ||
                    !((impl->key_set() ^ like.key_set()) & kConjNeg).empty())) {
     retype_alias(impl, like);
@@ -392,37 +380,9 @@ void retag(c10::TensorImpl* impl, c10::StorageImpl* src, c10::DeviceIndex index)
 
 }  // namespace
 
-namespace {
-// The first thread that routes a call (in practice the interpreter's main
-// thread) finds its pool without the thread-local lookup: in a shared
-// library that lookup is a call of __tls_get_addr, once per routed call
-// (callgrind, tiny Qwen3 decode: 15 instructions and 1.5 first-level data
-// misses per routed call). pthread_self() reads the thread pointer. A
-// thread that gets the id of an ended first thread takes over its pool,
-// which nothing else uses any more.
-std::atomic<AliasPool*> first_thread_pool{nullptr};
-pthread_t first_thread;  // written once, before first_thread_pool
-
-C10_NOINLINE AliasPool& alias_pool_of_this_thread() {
-  AliasPool* pool = thread_alias_pool;
-  if (pool == nullptr) {
-    pool = new_pool(thread_alias_pool, /*python=*/false);
-  }
-  static std::once_flag claimed;
-  std::call_once(claimed, [pool] {
-    first_thread = pthread_self();
-    first_thread_pool.store(pool, std::memory_order_release);
-  });
-  return *pool;
-}
-}  // namespace
-
 AliasPool& alias_pool() {
-  AliasPool* pool = first_thread_pool.load(std::memory_order_acquire);
-  if (C10_LIKELY(pool != nullptr && pthread_equal(pthread_self(), first_thread))) {
-    return *pool;
-  }
-  return alias_pool_of_this_thread();
+  AliasPool* pool = thread_alias_pool;
+  return C10_LIKELY(pool != nullptr) ? *pool : *new_pool(thread_alias_pool, /*python=*/false);
 }
 
 AliasPool& python_alias_pool() {
