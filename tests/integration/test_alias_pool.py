@@ -159,8 +159,8 @@ def test_a_kernel_that_raises_leaves_the_pool_usable():
 
 
 def test_each_thread_borrows_from_a_pool_of_its_own():
-    # The first thread that routes a call finds its pool without a thread-local lookup; every other
-    # thread must still get its own (two threads on one pool would lend one alias to both at once).
+    # Every thread that routes calls has a pool of its own: two threads on one pool would lend one
+    # alias to both at once (training's backward runs on the autograd engine's device thread).
     import threading
 
     a = torch.randn(3, 4, device="flagos")

@@ -144,9 +144,10 @@ class AliasPool {
                   (static_cast<uint64_t>(t.dtype().toScalarType()) << 48) +
                   static_cast<uint64_t>(ImplFields::offset(t))) *
                  0x9E3779B97F4A7C15ull;
-    // One multiply per dimension: the chain of multiplies is the hash's
-    // latency, and the sizes and strides it mixes fit together in 64 bits in
-    // any tensor a pool sees (the slot's geometry is compared in full anyway).
+    // One multiply per dimension (the chain of multiplies is the hash's
+    // latency), a size and its stride shifted apart into one word: a
+    // collision only costs a probe, since the slot's geometry is compared
+    // in full.
     for (size_t i = 0; i < dim; ++i) {
       h = (h ^ static_cast<uint64_t>(sizes[i]) ^ (static_cast<uint64_t>(strides[i]) << 29)) * 0xC2B2AE3D27D4EB4Full;
     }
