@@ -19,6 +19,11 @@ They need transformers.
     python benchmarks/route_instructions.py --no-ops --cache-sim   # the decode row with simulated cache misses
     python benchmarks/route_instructions.py --no-ops --no-decode --prefill --cache-sim   # the prefill row
 
+Each model row also lists torch_fl's own functions in the flagos run
+(exclusive counts per routed call, their sum and the largest): where the
+route's cost sits, the sum being steadier than the whole-process difference,
+which moves by about 100 instructions per routed call between runs.
+
 With --cache-sim the model rows also count, in callgrind's simulated caches
 (sized like this host's), the first-level instruction and data cache misses
 flagos adds per routed call: a call's added instructions are few, but they
@@ -150,6 +155,47 @@ def instructions(entry: str, stmt: str, device: str, workdir: str) -> int:
     return callgrind(f"at::_ops::{entry}::call(*", LOOP.format(stmt=stmt, calls=CALLS), device, workdir)[0]["Ir"]
 
 
+def own_functions(annotate_text: str, top: int = 8) -> dict:
+    """torch_fl's own functions in `callgrind_annotate --auto=no --threshold=100` output: each one's
+    events (exclusive: what the function itself executed) and their sum, the `top` by instructions.
+    Where the route's per-call cost sits, without reading callgrind's files by hand."""
+    events_line = re.search(r"^Events shown:\s+(.+)$", annotate_text, re.MULTILINE)
+    if events_line is None or "file:function" not in annotate_text:
+        raise ValueError("not callgrind_annotate output")
+    events = events_line.group(1).split()
+    count = r"([\d,]+|\.)(?: \([^)]*\))?\s+"  # "." is a zero
+    row = re.compile(r"^\s*" + count * len(events) + r"(.+)$")
+    found: dict[str, dict[str, int]] = {}
+    for line in annotate_text.split("file:function", 1)[1].splitlines():
+        m = row.match(line)
+        if m is None or "torch_fl::" not in m.group(len(events) + 1):
+            continue
+        name = short_name(m.group(len(events) + 1))
+        values = found.setdefault(name, dict.fromkeys(events, 0))
+        for i, event in enumerate(events):
+            values[event] += int(m.group(i + 1).replace(",", "").replace(".", "0"))
+    total = {e: sum(v[e] for v in found.values()) for e in events}
+    ranked = sorted(found.items(), key=lambda kv: -kv[1][events[0]])[:top]
+    return {"total": total, "top": [{"function": n, **v} for n, v in ranked]}
+
+
+def short_name(symbol: str) -> str:
+    """`torch_fl::RoutedArgs::borrow_held` for a callgrind symbol with its file, library, template
+    arguments and parameters; a typed kernel keeps its operator: `torch_fl::Typed<mul_Tensor>::call`."""
+    symbol = re.sub(r"\s*\[[^\]]*\]$", "", symbol)  # the library
+    symbol = symbol[symbol.index("torch_fl::") :].replace("(anonymous namespace)::", "")  # the file
+    typed = re.search(r"Typed<at::_ops::(\w+)", symbol)
+    depth, out = 0, []
+    for ch in symbol:  # template arguments dropped; the parameter list ends the name
+        depth += {"<": 1, ">": -1}.get(ch, 0)
+        if ch == "(" and depth == 0:
+            break
+        if depth == 0 and ch != ">":
+            out.append(ch)
+    name = "".join(out)
+    return name.replace("Typed::", f"Typed<{typed.group(1)}>::") if typed else name
+
+
 def model_row(workload: str, native: str, workdir: str, cache_sim: bool = False) -> dict:
     """Instructions per unit (token, forward) of a tiny Qwen3 workload, and flagos's addition per routed
     call (with `cache_sim`, also the simulated first-level cache misses each side has per routed call)."""
@@ -171,6 +217,25 @@ def model_row(workload: str, native: str, workdir: str, cache_sim: bool = False)
             "native": round(n_native[event] / routed, 1),
             "flagos": round(n_flagos[event] / routed, 1),
         }
+    # The flagos run's profile is the one left in workdir: torch_fl's own functions in it.
+    shown = "Ir,I1mr,D1mr" if cache_sim else "Ir"
+    annotate = subprocess.run(
+        [
+            "callgrind_annotate",
+            "--auto=no",
+            "--threshold=100",
+            f"--show={shown}",
+            os.path.join(workdir, "callgrind.out"),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    own = own_functions(annotate)
+    row["torch_fl_functions_per_routed_call"] = {
+        "total": {e: round(v / routed, 1) for e, v in own["total"].items()},
+        "top": [{k: (round(v / routed, 1) if k != "function" else v) for k, v in f.items()} for f in own["top"]],
+    }
     return row
 
 
@@ -216,6 +281,9 @@ def main() -> int:
             for event in ("I1mr", "D1mr", "D1mw") if args.cache_sim else ():
                 misses = row[f"{event}_per_routed_call"]
                 print(f"  {event} per routed call: {native} {misses['native']}, flagos {misses['flagos']}", flush=True)
+            own = row["torch_fl_functions_per_routed_call"]
+            top = ", ".join(f"{f['function'].removeprefix('torch_fl::')} {f['Ir']:.0f}" for f in own["top"][:5])
+            print(f"  torch_fl's own functions per routed call: {own['total']} ({top})", flush=True)
     if args.json:
         report = {
             "command": "python " + " ".join(sys.argv),
