@@ -22,3 +22,13 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: int = 120)
         text=True,
         timeout=timeout,
     )
+
+
+def load_benchmark(name: str):
+    """benchmarks/<name>.py as a module (the folder is not a package), for testing its pure functions."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", os.path.join(REPO, "benchmarks", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import load_benchmark
 
 pytest.importorskip("transformers")
 REPO = Path(__file__).resolve().parents[2]
@@ -64,10 +65,7 @@ def test_e2e_benchmark_quick(tmp_path):
 
 
 def _load_e2e():
-    spec = importlib.util.spec_from_file_location("e2e_bench", REPO / "benchmarks" / "e2e.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("e2e")
 
 
 @pytest.mark.anyplatform

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import load_benchmark
 
 ANNOTATE = """\
 --------------------------------------------------------------------------------
@@ -23,10 +20,7 @@ Ir                 I1mr           D1mr           file:function
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("route_instructions", REPO / "benchmarks" / "route_instructions.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("route_instructions")
 
 
 @pytest.mark.anyplatform
