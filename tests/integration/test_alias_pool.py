@@ -164,7 +164,7 @@ def test_each_thread_borrows_from_a_pool_of_its_own():
     import threading
 
     a = torch.randn(3, 4, device="flagos")
-    _ = a * a  # this thread routes first, if nothing did before
+    _ = a * a  # this thread's pool exists before the other thread borrows
     main_before = pool_stats()
     seen = {}
 

@@ -351,14 +351,14 @@ inline void point_alias(c10::TensorImpl* impl, const c10::TensorImpl& like, c10:
   }
 }
 
-// A fresh backing-device result retagged as flagos in place: its memory, its
-// cached device and its dispatch keys.
 // Host backing's part of a retag, out of line: its byte accounting is most of
 // the code, and on a GPU it only lengthened the retag the GPU runs.
 C10_NOINLINE void retag_host_memory(c10::StorageImpl* src, c10::DeviceIndex index) {
   src->set_data_ptr_noswap(host_adopt(src->set_data_ptr(c10::DataPtr(nullptr, src->device())), src->nbytes(), index));
 }
 
+// A fresh backing-device result retagged as flagos in place: its memory, its
+// cached device and its dispatch keys.
 void retag(c10::TensorImpl* impl, c10::StorageImpl* src, c10::DeviceIndex index) {
   const Backing& b = g_backing;
   const c10::Device device(kFlagos, index);

@@ -98,7 +98,10 @@ def build(spec: str = "tiny", seed: int = 0, dtype: torch.dtype = torch.float32,
 
     spec = canonical(spec)
     if overrides and spec not in VARIANTS:
-        raise ValueError(f"configuration overrides {sorted(overrides)} apply to 'tiny' and '0.6b', not to a checkpoint")
+        raise ValueError(
+            f"configuration overrides {sorted(overrides)} apply to 'tiny' and '0.6b', not to a checkpoint: "
+            "edit the checkpoint's config.json, or build a built-in variant"
+        )
     if spec in VARIANTS:
         cfg = config(spec, **overrides)
         rng_state = torch.random.get_rng_state()
