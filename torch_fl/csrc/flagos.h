@@ -172,6 +172,9 @@ void register_hooks();
 void register_native_route();
 void register_metadata_ops();
 void register_autocast_and_sdp();
+// flagos's autograd kernels for the typed operators: calls that record nothing
+// skip VariableType (autograd_shortcut.cpp).
+void register_autograd_shortcut();
 // Whether some attention operator has a route of its own: the no-gradient
 // shortcut of scaled_dot_product_attention (amp_sdpa.cpp) must not bypass it.
 void set_attention_routed(bool routed);

@@ -414,6 +414,7 @@ void init(const std::string& backing_type, int64_t host_devices) {
   register_metadata_ops();
   register_native_route();
   register_autocast_and_sdp();
+  register_autograd_shortcut();
 }
 
 }  // namespace torch_fl

@@ -1,0 +1,135 @@
+// flagos's autograd kernels for the typed operators (typed_ops.h): a call
+// that autograd has nothing to record for goes straight to the routed kernel.
+//
+// PyTorch's autograd kernel of an operator (VariableType) runs on every call
+// of a tensor with autograd keys, under no_grad too. When no input requires a
+// gradient (or grad mode is off) and none carries a forward-mode tangent, it
+// records nothing and only redispatches below autograd; but its check for
+// tangents copies each tensor argument into a std::optional, and a tensor
+// that only Python holds goes from one C++ reference to two and back, each
+// step taking the GIL (torch's PyObject preservation; the binding released
+// the GIL, so each is a real acquire): about 1,300 of the 9,908 instructions
+// of a CPU `a + b` (callgrind, 2026-12-01, docs/verification.md section 8).
+// A greedy decode is such calls only, one after the other.
+//
+// Here the same decision is made without the copies: a call whose tensors
+// have no autograd metadata at all (activations made under no_grad), or whose
+// metadata says no gradient and no tangent, runs below autograd exactly as
+// VariableType would run it (the same exclusion guard, the same keys for the
+// redispatch). Every other call (one that records, a tangent, an undefined
+// tensor, a Python mode or another layer below autograd) goes to VariableType
+// itself, reached through the AutogradOther slot, where PyTorch computes the
+// same kernel for these operators (checked at registration).
+// Only functional operators get one: in-place and out= forms need
+// ADInplaceOrView's version bump, which VariableType's path keeps.
+#include "flagos.h"
+#include "typed_ops.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <optional>
+#include <utility>
+
+namespace torch_fl {
+
+namespace {
+
+// True when autograd records nothing for `t`: no metadata (the common case,
+// one load), or metadata with neither a gradient to record nor a tangent.
+C10_ALWAYS_INLINE bool records_nothing(const at::Tensor& t) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (C10_LIKELY(impl->autograd_meta() == nullptr)) {
+    return t.defined();  // an undefined tensor: VariableType's error
+  }
+  return !(t.requires_grad() && at::GradMode::is_enabled()) && !t._fw_grad(/*level=*/0).defined();
+}
+
+template <class T>
+C10_ALWAYS_INLINE bool records_nothing(const T&) {
+  return true;  // not a tensor
+}
+
+C10_ALWAYS_INLINE bool records_nothing(const std::optional<at::Tensor>& t) {
+  return !t.has_value() || !t->defined() || records_nothing(*t);
+}
+
+template <class List>
+bool list_records_nothing(const List& list) {
+  for (const at::Tensor& t : list) {
+    if (!records_nothing(t)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+inline bool records_nothing(at::TensorList list) {
+  return list_records_nothing(list);
+}
+
+inline bool records_nothing(const at::ITensorListRef& list) {
+  return list_records_nothing(list);
+}
+
+inline bool records_nothing(const c10::List<std::optional<at::Tensor>>& list) {
+  for (const std::optional<at::Tensor> t : list) {
+    if (!records_nothing(t)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+template <class Op, class Schema = typename Op::schema>
+struct Shortcut;
+
+template <class Op, class Ret, class... Args>
+struct Shortcut<Op, Ret(Args...)> {
+  static inline std::optional<c10::TypedOperatorHandle<Ret(Args...)>> handle;
+
+  static Ret call(c10::DispatchKeySet ks, Args... args) {
+    // What VariableType redispatches with: the keys below autograd. The
+    // shortcut only where the next of them is flagos's own kernel (no Python
+    // mode, functionalization or conjugate view in between).
+    const c10::DispatchKeySet below = ks & c10::after_autograd_keyset;
+    if (C10_LIKELY(below.highestPriorityTypeId() == c10::DispatchKey::PrivateUse1 && (records_nothing(args) && ...))) {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      return handle->redispatch(below, std::forward<Args>(args)...);
+    }
+    return handle->redispatch(below | c10::DispatchKeySet(c10::DispatchKey::AutogradOther), std::forward<Args>(args)...);
+  }
+
+  static void add_to(torch::Library& lib) {
+    auto op = c10::Dispatcher::singleton().findSchema({Op::name, Op::overload_name});
+    if (!op || op->schema().is_mutable() || !op->hasKernelForDispatchKey(c10::DispatchKey::Autograd) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::AutogradOther) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::AutogradPrivateUse1) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
+      return;  // VariableType's path as is (see the top of this file)
+    }
+    for (const auto& ret : op->schema().returns()) {
+      if (ret.alias_info() != nullptr) {
+        return;  // a view of an input: ADInplaceOrView records it
+      }
+    }
+    handle = op->template typed<Ret(Args...)>();
+    std::string name = std::string(Op::name).substr(6);  // without "aten::"
+    if (Op::overload_name[0] != '\0') {
+      name += std::string(".") + Op::overload_name;
+    }
+    lib.impl(name.c_str(), TORCH_FN(call));
+  }
+};
+
+}  // namespace
+
+void register_autograd_shortcut() {
+  auto& lib = new_library("aten", c10::DispatchKey::AutogradPrivateUse1, __FILE__, __LINE__);
+#define FLAGOS_ADD_SHORTCUT(op) Shortcut<at::_ops::op>::add_to(lib);
+  FLAGOS_TYPED_OPS(FLAGOS_ADD_SHORTCUT)
+#undef FLAGOS_ADD_SHORTCUT
+}
+
+}  // namespace torch_fl
