@@ -23,6 +23,7 @@
 // Only functional operators get one: in-place and out= forms need
 // ADInplaceOrView's version bump, which VariableType's path keeps.
 #include "flagos.h"
+#include "typed_call.h"
 #include "typed_ops.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -115,11 +116,7 @@ struct Shortcut<Op, Ret(Args...)> {
       }
     }
     handle = op->template typed<Ret(Args...)>();
-    std::string name = std::string(Op::name).substr(6);  // without "aten::"
-    if (Op::overload_name[0] != '\0') {
-      name += std::string(".") + Op::overload_name;
-    }
-    lib.impl(name.c_str(), TORCH_FN(call));
+    lib.impl(typed::overload_of<Op>().c_str(), TORCH_FN(call));
   }
 };
 

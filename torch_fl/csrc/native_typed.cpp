@@ -230,11 +230,7 @@ struct Typed<Op, Ret(Args...)> {
     handle = op->template typed<Ret(Args...)>();
     counts = op_counts(*op);
     mutates = op->schema().is_mutable();
-    std::string name = std::string(Op::name).substr(6);  // without "aten::"
-    if (Op::overload_name[0] != '\0') {
-      name += std::string(".") + Op::overload_name;
-    }
-    lib.impl(name.c_str(), TORCH_FN(call));
+    lib.impl(typed::overload_of<Op>().c_str(), TORCH_FN(call));
   }
 };
 

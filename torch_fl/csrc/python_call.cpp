@@ -729,20 +729,11 @@ struct PyFront<Op, Ret(Args...)> {
 
 using FrontInstaller = void (*)(torch::Library&, const char*, PyRouteKernel::Slot);
 
-template <class Op>
-std::string overload_of() {
-  std::string name = std::string(Op::name).substr(6);  // without "aten::"
-  if (Op::overload_name[0] != '\0') {
-    name += std::string(".") + Op::overload_name;
-  }
-  return name;
-}
-
 // The typed front of an operator, or nullptr where it has none.
 FrontInstaller py_front(const std::string& op) {
   static const auto* fronts = [] {
     auto* m = new std::unordered_map<std::string, FrontInstaller>;  // leaked: used until exit
-#define FLAGOS_PY_FRONT(op) (*m)[overload_of<at::_ops::op>()] = &PyFront<at::_ops::op>::install;
+#define FLAGOS_PY_FRONT(op) (*m)[typed::overload_of<at::_ops::op>()] = &PyFront<at::_ops::op>::install;
     FLAGOS_TYPED_OPS(FLAGOS_PY_FRONT)
 #undef FLAGOS_PY_FRONT
     return m;

@@ -1,17 +1,30 @@
-// What the typed kernels of the native route (native_typed.cpp) and the
-// typed fronts of Python routes (python_call.cpp) share: how many tensors an
-// argument brings, and the results of a call on aliases turned back into
-// flagos tensors.
+// What the typed kernels of the native route (native_typed.cpp), the typed
+// fronts of Python routes (python_call.cpp) and the autograd kernels
+// (autograd_shortcut.cpp) share: the name an operator is registered under,
+// how many tensors an argument brings, and the results of a call on aliases
+// turned back into flagos tensors.
 #pragma once
 
 #include "flagos.h"
 
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 namespace torch_fl {
 namespace typed {
+
+// The overload an at::_ops entry names, as torch::Library::impl takes it:
+// "add.Tensor", "mm".
+template <class Op>
+std::string overload_of() {
+  std::string name = std::string(Op::name).substr(6);  // without "aten::"
+  if (Op::overload_name[0] != '\0') {
+    name += std::string(".") + Op::overload_name;
+  }
+  return name;
+}
 
 // How many tensors an argument brings (RoutedArgs::reserve).
 template <class T>
