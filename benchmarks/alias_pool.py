@@ -11,13 +11,14 @@ small vocabulary: the pool sees the same geometries in every layer) and of
 its greedy decode, after a warm-up and after another batch shape filled the
 pool first. Counts, not timings: the same on any machine and backing.
 
-    python benchmarks/alias_pool.py [--layers 4] [--batch 8] [--length 512] [--json PATH]
+    python benchmarks/alias_pool.py [--layers 4] [--batch 8] [--length 512] [--out PATH]
+
+Writes benchmarks/results/alias-pool-<machine>.json (benchmarks/_results.py; --out redirects it).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -25,6 +26,9 @@ import torch
 
 import torch_fl
 from torch_fl.models import qwen3, workloads
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared modules, also when loaded by path
+import _results  # noqa: E402
 
 
 def pool_counts() -> dict:
@@ -52,7 +56,9 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=8, help="prefill batch (default 8, as e2e.py)")
     p.add_argument("--length", type=int, default=512, help="prefill length (default 512, as e2e.py)")
     p.add_argument("--decode-tokens", type=int, default=64, help="tokens of the decode (default 64)")
-    p.add_argument("--json", help="write the results here")
+    p.add_argument(
+        "--out", "--json", dest="out", help="JSON path or folder (default results/alias-pool-<machine>.json)"
+    )
     args = p.parse_args()
 
     dtype = torch.bfloat16 if torch_fl.backing() == "cuda" else torch.float32
@@ -75,10 +81,8 @@ def main() -> int:
     print(f"{'workload':<30} {'borrows':>8} {'made':>6} {'reshaped':>9} {'missed':>7}")
     for name, r in rows.items():
         print(f"{name:<30} {r['borrows']:>8} {r['made']:>6} {r['reshaped']:>9} {r['missed']:>7.1%}")
-    if args.json:
-        report = {"command": "python " + " ".join(sys.argv), "backing": torch_fl.backing(), "args": vars(args)}
-        Path(args.json).write_text(json.dumps({**report, "rows": rows}, indent=1) + "\n")
-        print(f"wrote {args.json}")
+    report = {"backing": torch_fl.backing(), "args": {k: v for k, v in vars(args).items() if k != "out"}}
+    print(f"wrote {_results.write('alias-pool', {**report, 'rows': rows}, args.out)}")
     return 0
 
 

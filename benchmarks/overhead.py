@@ -15,8 +15,9 @@ median of the rounds is reported, with the ratio.
 With flag_gems on a GPU it also times a flaggems-routed add/mul on flagos
 against the same flag_gems function called directly on CUDA tensors.
 
-Writes benchmarks/results/overhead_<backing>.json (and a PNG when matplotlib
-is installed).
+Writes benchmarks/results/overhead-<machine>.json (benchmarks/_results.py:
+command, date, versions, commit; --out redirects it) and, for full sizes, the
+PNG beside it when matplotlib is installed.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import argparse
 import copy
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -36,7 +36,9 @@ import torch
 
 import torch_fl
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared modules, also when loaded by path
+import _results  # noqa: E402
+from _timing import abba, alternating  # noqa: E402
 
 
 @dataclass
@@ -104,7 +106,7 @@ def paired_calls_us(
     for i in range(pairs):
         if i % (WINDOW // 2) == 0:
             sync(device)
-        one, two = (first, second) if i % 2 == 0 else (second, first)
+        one, two = abba(i, first, second)
         t0 = clock()
         one()
         t1 = clock()
@@ -114,17 +116,6 @@ def paired_calls_us(
         times[two].append((t2 - t1) * 1e6)
     sync(device)
     return times[first], times[second]
-
-
-def alternating(rounds: int, measure: dict) -> dict:
-    """{key: [one sample per round]}: each `measure[key]()` once a round, the order reversed every other
-    round (ABBA), so drift on a shared machine hits both sides alike."""
-    keys = list(measure)
-    samples: dict = {k: [] for k in keys}
-    for r in range(rounds):
-        for k in keys if r % 2 == 0 else keys[::-1]:
-            samples[k].append(measure[k]())
-    return samples
 
 
 def small_ops(device: torch.device) -> dict[str, Callable[[], object]]:
@@ -346,7 +337,7 @@ def flaggems_rows(rounds: int, calls: int) -> list[Row]:
     a_n, b_n = a_cpu.to("cuda"), b_cpu.to("cuda")
     # Allocated on flagos, as a model's tensors are. (A wrapper from
     # torch_fl.as_flagos() of a CUDA tensor is borrowed as that tensor itself:
-    # a fresh alias object per call, which the rows before 2026-11-30 21:00 measured.)
+    # a fresh alias object per call, which is not what a model's calls see.)
     a_f, b_f = a_cpu.to("flagos"), b_cpu.to("flagos")
     native = torch.device("cuda", 0)
     flagos = torch.device("flagos", 0)
@@ -389,17 +380,8 @@ def flaggems_rows(rounds: int, calls: int) -> list[Row]:
 
 
 def environment() -> dict:
-    env = {
-        "torch": torch.__version__,
-        "torch_fl": torch_fl.__version__,
-        "python": platform.python_version(),
-        "backing": torch_fl.backing(),
-        "device": torch.flagos.get_device_name(0),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-    }
-    if torch_fl.backing() == "cuda":
-        env["cuda"] = torch.version.cuda
-    return env
+    """What the meta block (benchmarks/_results.py) does not say: flagos's version, backing and device."""
+    return {"torch_fl": torch_fl.__version__, "backing": torch_fl.backing(), "device": torch.flagos.get_device_name(0)}
 
 
 def plot(rows: list[Row], path: str, device: str | None = None) -> bool:
@@ -443,7 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=2000, help="calls per round for small operators")
     parser.add_argument("--quick", action="store_true", help="small sizes and few calls (smoke test)")
     parser.add_argument("--small-only", action="store_true", help="only the small-operator (per-call) rows")
-    parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/overhead_<backing>.json)")
+    parser.add_argument(
+        "--out", default=None, help="JSON path or folder (default benchmarks/results/overhead-<machine>.json)"
+    )
     parser.add_argument("--replot", metavar="JSON", help="only draw the PNG of this report again, beside it")
     args = parser.parse_args(argv)
     if args.replot:
@@ -458,10 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     rows += context_rows(native, flagos, args.rounds, args.calls)
     if not args.small_only:
         rows += flaggems_rows(args.rounds, args.calls)
-    out = args.out or os.path.join(RESULTS, f"overhead_{backing}{'_quick' if args.quick else ''}.json")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
     report = {
-        "command": "python " + " ".join(sys.argv),
         "environment": environment(),
         "rounds": args.rounds,
         "calls": args.calls,
@@ -476,8 +457,7 @@ def main(argv: list[str] | None = None) -> int:
             for r in rows
         ],
     }
-    with open(out, "w") as f:
-        json.dump(report, f, indent=2)
+    out = str(_results.write("overhead", report, args.out))
     print(f"\n{'operator':<28}{'native':>10}{'flagos':>10}{'ratio':>8}  unit")
     for r in rows:
         print(f"{r.name:<28}{r.native:>10.2f}{r.flagos:>10.2f}{r.ratio:>8.3f}  {r.unit}")

@@ -24,13 +24,15 @@ gaps into parts, each timed as host microseconds per call in the same run:
   kernel on aliased memory, no flagos dispatch),
 - mm 64x64 on native vs flagos through torch.mm and the @ operator.
 
-    python benchmarks/route_breakdown.py [--calls N] [--json PATH]
+    python benchmarks/route_breakdown.py [--calls N] [--out PATH]
+
+Writes benchmarks/results/route-breakdown-<machine>.json (benchmarks/_results.py; --out redirects it).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import statistics
 import sys
 import time
@@ -39,6 +41,9 @@ from array import array
 import torch
 
 import torch_fl
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared modules, also when loaded by path
+import _results  # noqa: E402
 
 
 def per_call_us(fn, calls: int, rounds: int = 5) -> float:
@@ -165,7 +170,9 @@ def inside_and_outside(table: dict, a, b, fa, fb, native, pairs: int) -> dict[st
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=2000)
-    p.add_argument("--json", help="write the rows here")
+    p.add_argument(
+        "--out", "--json", dest="out", help="JSON path or folder (default results/route-breakdown-<machine>.json)"
+    )
     args = p.parse_args(argv)
     native = torch.device("cuda" if torch_fl.backing() == "cuda" else "cpu")
     g = torch.Generator().manual_seed(0)
@@ -248,16 +255,8 @@ def main(argv=None) -> int:
     row("mm 64x64 flagos, torch.mm", lambda: torch.mm(f1, f2))
     row("mm 64x64 native, @", lambda: m1 @ m2)
     row("mm 64x64 flagos, @", lambda: f1 @ f2)
-    if args.json:
-        with open(args.json, "w") as f:
-            report = {
-                "command": " ".join(["python", *sys.argv]),
-                "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                "backing": torch_fl.backing(),
-                "torch": torch.__version__,
-                "us_per_call": rows,
-            }
-            json.dump(report, f, indent=1)
+    out = _results.write("route-breakdown", {"backing": torch_fl.backing(), "us_per_call": rows}, args.out)
+    print(f"wrote {out}")
     return 0
 
 

@@ -14,8 +14,7 @@ shapes, stands beside the single operators; --prefill adds a row of four
 forwards over 4 x 128 tokens without a cache (e2e.py's prefill, smaller).
 They need transformers.
 
-    python benchmarks/route_instructions.py                   # host backing
-    python benchmarks/route_instructions.py --json benchmarks/results/route_instructions_host.json
+    python benchmarks/route_instructions.py                   # host backing: writes route-instructions-host.json
     python benchmarks/route_instructions.py --no-ops --cache-sim   # the decode row with simulated cache misses
     python benchmarks/route_instructions.py --no-ops --no-decode --prefill --cache-sim   # the prefill row
 
@@ -30,12 +29,13 @@ flagos adds per routed call: a call's added instructions are few, but they
 are spread over code the rest of a decode step has evicted.
 
 Needs valgrind on PATH (not a Python package: `apt install valgrind`).
+Writes benchmarks/results/route-instructions-<machine>.json (benchmarks/_results.py;
+--out redirects it).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -43,6 +43,9 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared modules, also when loaded by path
+import _results  # noqa: E402
 
 # name -> (the dispatcher entry counted, the statement timed; a and b are 4x4, w is 4x4)
 OPS = {
@@ -241,7 +244,9 @@ def model_row(workload: str, native: str, workdir: str, cache_sim: bool = False)
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--json", help="write the results here")
+    p.add_argument(
+        "--out", "--json", dest="out", help="JSON path or folder (default results/route-instructions-<machine>.json)"
+    )
     p.add_argument("--no-decode", action="store_true", help="leave out the tiny Qwen3 decode row")
     p.add_argument("--prefill", action="store_true", help="add a tiny Qwen3 prefill row (forwards over 4 x 128)")
     p.add_argument("--no-ops", action="store_true", help="leave out the single-operator rows")
@@ -252,7 +257,6 @@ def main() -> int:
     if shutil.which("valgrind") is None:
         print("valgrind is not on PATH (apt install valgrind)", file=sys.stderr)
         return 2
-    import torch
 
     import torch_fl
 
@@ -284,17 +288,8 @@ def main() -> int:
             own = row["torch_fl_functions_per_routed_call"]
             top = ", ".join(f"{f['function'].removeprefix('torch_fl::')} {f['Ir']:.0f}" for f in own["top"][:5])
             print(f"  torch_fl's own functions per routed call: {own['total']} ({top})", flush=True)
-    if args.json:
-        report = {
-            "command": "python " + " ".join(sys.argv),
-            "backing": native,
-            "torch": torch.__version__,
-            "calls": CALLS + 50,
-            "rows": rows,
-        }
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
-        print(f"wrote {args.json}")
+    out = _results.write("route-instructions", {"backing": native, "calls": CALLS + 50, "rows": rows}, args.out)
+    print(f"wrote {out}")
     return 0
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check except the benchmarks, on the H200 (device tool), from the repo root:
-#   bash scripts/gpu_check.sh            # carry .whl (../shared/tools/gpu-wheels.sh) for FlagGems
+#   bash scripts/gpu_check.sh            # carry .whl/ (the FlagGems wheels, see gpu_bench.sh)
 # Builds the core against the machine's torch, then runs in parallel (one GPU,
 # 16 cores; none of these is timed):
 #   - every test outside tests/integration/ops (core, cuda backing, routing, Qwen3-0.6B infer/train)
@@ -15,10 +15,9 @@
 # instead of all the tests outside tests/integration/ops, e.g.
 #   OPS=0 SWEEPS=0 CORE_TESTS=tests/integration/test_qwen3_train.py bash scripts/gpu_check.sh
 # (its failures' messages are in $OUT/pytest_core.log: a bare pytest piped to
-# tail shows only their names). The ops suite does not fit one
-# call: with 20 workers on 2026-11-30 it ran 3,211 of its 3,214 tests in 464 s
-# (pytest stops at DEADLINE + 60 s, inside the 600 s call limit), FlagGems' mm
-# autotuning for 100-230 s per test. On one GPU run it in two calls:
+# tail shows only their names). The ops suite does not fit one 600 s device
+# call (pytest stops at DEADLINE + 60 s, inside that limit): FlagGems' mm
+# autotunes for minutes per test. On one GPU run it in two calls:
 # OPS_PART=rest (with the core tests) and OPS_PART=autotuned. On two GPUs
 # OPS_PART=split runs both halves at once, each on a GPU of its own
 # (OPS_WORKERS for `rest`, AUTOTUNE_WORKERS for `autotuned`). Each (operator, dtype) FlagGems

@@ -1,5 +1,5 @@
 # Sourced by scripts/gpu_check.sh and scripts/gpu_bench.sh on the GPU machine:
-# installs the carried wheels (.whl/, from ../shared/tools/gpu-wheels.sh), writes
+# installs the carried wheels (.whl/: triton, flag_gems, expecttest for the machine's torch), writes
 # the versions to $OUT/versions.txt, builds the core against the machine's torch.
 # Sourced twice in one command (gpu_bench.sh, then gpu_check.sh), it sets up once.
 start=$(date +%s)  # the callers report their total from here

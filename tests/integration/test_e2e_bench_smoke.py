@@ -1,4 +1,4 @@
-"""benchmarks/e2e.py runs end to end (one quick round, tiny model) and writes a complete report."""
+"""benchmarks/e2e.py runs end to end (one quick round, tiny model) and writes a complete report, canonically named."""
 
 from __future__ import annotations
 
@@ -18,11 +18,17 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.anyplatform
 def test_e2e_benchmark_quick(tmp_path):
     cmd = [sys.executable, str(REPO / "benchmarks" / "e2e.py"), "--model", "tiny", "--quick", "--rounds", "1"]
-    cmd += ["--variants", "native,flagos", "--out", str(tmp_path), "--name", "smoke", "--paired", "2"]
+    cmd += ["--variants", "native,flagos", "--out", str(tmp_path), "--paired", "2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads((tmp_path / "smoke.json").read_text())
-    assert "e2e.py" in report["command"] and "--quick" in report["argv"]
+    # --out a folder: the canonical name inside it, e2e-<machine>.json
+    json_path = tmp_path / load_benchmark("_results").canonical_path("e2e").name
+    assert [p.name for p in tmp_path.glob("*.json")] == [json_path.name]
+    report = json.loads(json_path.read_text())
+    meta = report["meta"]
+    assert meta["benchmark"] == "e2e" and meta["command"].startswith("python benchmarks/e2e.py ")
+    assert "--quick" in meta["command"].split() and meta["date"].endswith("Z")
+    assert meta["versions"]["torch"] and meta["versions"]["python"]
     assert report["variants"] == ["native", "flagos"]
     for variant in ("native", "flagos"):
         for task in ("decode", "prefill", "train"):
@@ -42,14 +48,16 @@ def test_e2e_benchmark_quick(tmp_path):
     for task in ("decode", "prefill"):
         entry = paired["tasks"][task]
         assert entry["pairs"] == 2 and len(entry["ratios"]) == 2 and entry["ratio_median"] > 0
+        q1, q3 = entry["ratio_quartiles"]
+        assert q1 <= q3 and entry["noise"] == pytest.approx((q3 - q1) / 2, abs=1e-4)
         assert entry["native_tokens_per_s"] > 0 and entry["flagos_tokens_per_s"] > 0
     assert paired["tasks"]["decode"]["tokens_match_native"] is True
     assert "train" not in paired["tasks"]  # native CUDA backward cannot share a process with torch_fl
     # --replot draws the chart of a written report again, where matplotlib is installed
-    png = tmp_path / "smoke.png"
+    png = json_path.with_suffix(".png")
     png.unlink(missing_ok=True)
     replot = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "e2e.py"), "--replot", str(tmp_path / "smoke.json")],
+        [sys.executable, str(REPO / "benchmarks" / "e2e.py"), "--replot", str(json_path)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -65,24 +73,24 @@ def test_e2e_benchmark_quick(tmp_path):
 
 
 def _load_e2e():
-    return load_benchmark("e2e")
+    return load_benchmark("_e2e_report")
 
 
 @pytest.mark.anyplatform
 def test_pairs_only_report_has_no_empty_rounds():
     """--rounds 0 (in-process pairs alone): the table and title say so instead of listing errors."""
     e2e = _load_e2e()
-    summary = e2e._summarise([], ["native", "flagos"], ["prefill"])
+    summary = e2e.summarise([], ["native", "flagos"], ["prefill"])
     assert summary["flagos"]["prefill"]["rounds"] == 0
-    assert e2e._table(summary, ["prefill"]) == "(no child rounds: --rounds 0)"
-    report = {"summary": summary, "environment": {"gpu": "GPU"}, "model": "0.6b", "date": "2026-12-01T15:00:00"}
-    assert e2e._title(report) == "Qwen3 0.6b on GPU, in-process pairs (2026-12-01)"
+    assert e2e.table(summary, ["prefill"]) == "(no child rounds: --rounds 0)"
+    report = {"summary": summary, "meta": {"versions": {"gpu": "GPU"}, "date": "2026-12-01T15:00:00Z"}, "model": "0.6b"}
+    assert e2e.title(report) == "Qwen3 0.6b on GPU, in-process pairs (2026-12-01)"
     # a round that ran still shows, errors included
     raw = [
         {"variant": "native", "tasks": {"prefill": {"tokens_per_s": 10.0}}},
         {"variant": "flagos", "tasks": {}, "error": "child timed out"},
     ]
-    table = e2e._table(e2e._summarise(raw, ["native", "flagos"], ["prefill"]), ["prefill"])
+    table = e2e.table(e2e.summarise(raw, ["native", "flagos"], ["prefill"]), ["prefill"])
     assert "| native | prefill | 10.0 |" in table and "| flagos | prefill | error: child timed out |" in table
 
 
@@ -102,7 +110,7 @@ def test_concurrent_ratios_pair_rounds_on_two_gpus():
         {"variant": "native", "round": 2, "tasks": {"decode": {"tokens_per_s": 1.0}}},  # not concurrent
         {"variant": "flagos", "round": 2, "tasks": {"decode": {"tokens_per_s": 9.0}}},
     ]
-    got = e2e._concurrent_ratios(raw, ["decode", "train", "prefill"])
+    got = e2e.concurrent_ratios(raw, ["decode", "train", "prefill"])
     assert got["decode"]["ratios"] == [0.95, 1.05] and got["decode"]["pairs"] == 2
     assert got["decode"]["ratio_median"] == pytest.approx(1.0)
     assert got["decode"]["native_tokens_per_s"] == [40.0, 20.0]
@@ -136,7 +144,7 @@ def test_e2e_benchmark_concurrent(tmp_path):
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two CUDA GPUs")
     cmd = [sys.executable, str(REPO / "benchmarks" / "e2e.py"), "--model", "tiny", "--quick", "--rounds", "2"]
-    cmd += ["--variants", "native,flagos", "--out", str(tmp_path), "--name", "conc", "--concurrent"]
+    cmd += ["--variants", "native,flagos", "--out", str(tmp_path / "conc.json"), "--concurrent"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "conc.json").read_text())
@@ -147,19 +155,3 @@ def test_e2e_benchmark_concurrent(tmp_path):
         entry = report["concurrent"][task]
         assert entry["pairs"] == 2 and entry["ratio_median"] > 0
     assert report["summary"]["flagos"]["decode"]["tokens_match_native"] is True
-
-
-@pytest.mark.anyplatform
-def test_prefill_children_benchmark(tmp_path):
-    out = tmp_path / "children.jsonl"
-    cmd = [sys.executable, str(REPO / "benchmarks" / "prefill_children.py"), "--model", "tiny", "--pairs", "1"]
-    cmd += ["--forwards", "2", "--json", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    reports = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["variant"] for r in reports] == ["native", "flagos"]
-    for r in reports:
-        assert len(r["forwards"]) == 4  # two warm-up forwards, then the timed ones
-        assert r["median_wall_ms"] > 0 and r["median_cpu_ms"] > 0
-        assert r["torch_fl_imported"] is (r["variant"] == "flagos")  # the native child is plain PyTorch
-    assert "median of children" in proc.stdout

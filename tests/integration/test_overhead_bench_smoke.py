@@ -21,7 +21,8 @@ def test_overhead_benchmark_quick(tmp_path):
     proc = subprocess.run(cmd + ["--out", str(out)], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert report["rounds"] == 2 and "overhead.py" in report["command"]
+    assert report["rounds"] == 2 and report["meta"]["command"].startswith("python benchmarks/overhead.py --quick")
+    assert report["meta"]["benchmark"] == "overhead" and report["meta"]["versions"]["torch"]
     rows = {r["name"]: r for r in report["results"]}
     assert {"add 4x4", "add 4x4 in inference mode", "mul 4x4", "mm 64x64", "softmax 32x128"} <= set(rows)
     layer = next(r for name, r in rows.items() if name.startswith("decoder-layer mix"))

@@ -472,9 +472,9 @@ class DispatchTests:
 
     @requires_routing
     def test_env_override(self, backend):
-        # A FlagGems kernel that autotunes does it again in the fresh process:
-        # mm's took 113-120 s there on the H200 while 20 xdist workers were
-        # autotuning too (2026-11-30), past the usual limit.
+        # A FlagGems kernel that autotunes does it again in the fresh process,
+        # for minutes on the H200 while other xdist workers autotune too: past
+        # the usual limit.
         timeout = 480 if self.spec.flaggems_autotunes and backend != PLATFORM else 120
         lines = run_logged(self.spec.setup, self.spec.call, env_override(self.spec.overload, backend), timeout)
         assert lines == self.spec.expected_lines(backend)

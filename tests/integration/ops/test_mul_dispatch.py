@@ -8,7 +8,7 @@ from tests.integration.ops.opcheck import BOOL, FLOATS, INTS, DispatchTests, OpS
 def _flaggems_defect(case):
     # flag_gems' table maps mul.Tensor to its Hopper variant (hopper.ops.mul) on the
     # H200; called directly on CUDA tensors it returns shape (4, 1) for (4, 1) * (1, 5)
-    # and wrong values for non-contiguous inputs (scripts/gpu_flaggems_diag.py, 2026-11-30).
+    # and wrong values for non-contiguous inputs (scripts/gpu_flaggems_diag.py shows it).
     if case.inputs.name in ("broadcast", "noncontig"):
         return f"FlagGems 5.0.2 Hopper mul.Tensor is wrong for {case.inputs.name} inputs"
     return None

@@ -1,0 +1,273 @@
+"""benchmarks/e2e.py's child processes: one variant's tasks, or native and flagos alternating in one process.
+
+Run as `python benchmarks/e2e.py --worker VARIANT ...` (the parent never touches a device); the
+child prints one line, RESULT_TAG followed by its JSON result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from _timing import abba, paired_seconds, ratio_stats
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS_DIR = REPO / "torch_fl" / "models"  # qwen3.py and workloads.py import neither torch_fl nor each other
+RESULT_TAG = "E2E_RESULT "
+
+
+def inference_call(task: str, model, sz: dict, seed: int, device):
+    """(fn, tokens per call) for decode or prefill on `model` (already on `device`)."""
+    import qwen3
+    import torch
+    import workloads
+
+    if task == "decode":
+        ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["prompt"], seed=seed + 1).to(device)
+        return (lambda: workloads.greedy(model, ids, sz["new_tokens"])), sz["batch"] * sz["new_tokens"]
+    ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["length"], seed=seed + 2).to(device)
+
+    @torch.no_grad()
+    def prefill():
+        return model(input_ids=ids, use_cache=False, logits_to_keep=1).logits
+
+    return prefill, sz["batch"] * sz["length"]
+
+
+def paired_worker(args) -> dict:
+    """Native and flagos in one process, alternating call by call (ABBA order).
+
+    Machine load that drifts between child processes (a shared host) hits
+    both devices of a pair alike, so the median of per-pair ratios is far steadier than a
+    ratio of medians from different processes. Training is not paired: native
+    CUDA backward fails once torch_fl is imported (PyTorch issue 161129).
+    """
+    sys.path.insert(0, str(MODELS_DIR))
+    sys.path.insert(0, str(REPO))
+    import qwen3
+    import torch
+    import workloads
+
+    import torch_fl
+
+    native = torch.device("cuda", 0) if torch_fl.backing() == "cuda" else torch.device("cpu")
+    flagos = torch.device("flagos", 0)
+    dtype = infer_dtype(args, torch_fl.backing() == "cuda")
+    sizes = json.loads(args.sizes)
+    out: dict = {"variant": "paired", "pid": os.getpid(), "backing": torch_fl.backing(), "tasks": {}}
+    models = {d: qwen3.build(args.ckpt, dtype=dtype).to(d) for d in (native, flagos)}
+    for task in [t for t in args.tasks.split(",") if t in ("decode", "prefill") and args.paired > 0]:
+        sz = sizes[task]
+        calls = {d: inference_call(task, models[d], sz, args.seed, d) for d in models}
+        tokens = calls[native][1]
+        for d, (fn, _) in calls.items():
+            for _ in range(sz["warmup"]):
+                fn()
+            workloads.synchronize(d)
+        results: dict = {}
+        secs = paired_seconds(
+            {d: _keeping(results, d, calls[d][0]) for d in (native, flagos)}, args.paired, workloads.synchronize
+        )
+        ratios = [n / f for n, f in zip(secs[native], secs[flagos], strict=True)]
+        res = {
+            **ratio_stats(ratios),
+            "ratios": [round(r, 4) for r in ratios],
+            "native_tokens_per_s": tokens / statistics.median(secs[native]),
+            "flagos_tokens_per_s": tokens / statistics.median(secs[flagos]),
+        }
+        if task == "decode":
+            res["tokens_match_native"] = results[native].cpu().tolist() == results[flagos].cpu().tolist()
+        out["tasks"][task] = res
+    if args.step_pairs > 0 and "decode" in args.tasks.split(","):
+        out["tasks"]["decode_tokens"] = token_pairs(models, native, flagos, sizes["decode"], args)
+    return out
+
+
+def _keeping(results: dict, key, fn):
+    """fn, with its last result kept in results[key] (the pairs compare native's and flagos's outputs)."""
+
+    def call():
+        results[key] = fn()
+
+    return call
+
+
+def token_pairs(models: dict, native, flagos, sz: dict, args) -> dict:
+    """Decode on native and flagos alternating token by token in one thread.
+
+    A generate() call lasts long enough for a shared host's load to change
+    between the two calls of a pair; a decode step does not. Both models decode
+    the same prompt with greedy_steps() (generate()'s forward calls, one token
+    at a time); each step is timed to its synchronisation, ABBA by token. Each
+    sequence is also decoded by each model alone (ABBA by sequence), so that
+    the report shows whether alternating slows the steps themselves.
+    """
+    import qwen3
+    import workloads
+
+    devices = (native, flagos)
+    ids = {
+        d: qwen3.tokens(models[d].config.vocab_size, sz["batch"], sz["prompt"], seed=args.seed + 1).to(d)
+        for d in devices
+    }
+    new = sz["new_tokens"]
+    secs: dict = {d: [] for d in devices}
+    alone: dict = {d: [] for d in devices}
+    match = True
+    workloads.run_steps(workloads.greedy_steps(models[native], ids[native], new))  # warm-up
+    workloads.run_steps(workloads.greedy_steps(models[flagos], ids[flagos], new))
+    for s in range(args.step_pairs):
+        steps = {d: workloads.greedy_steps(models[d], ids[d], new) for d in devices}
+        for i in range(new):
+            for d in abba(s * new + i, *devices):
+                t = time.perf_counter()
+                next(steps[d])
+                workloads.synchronize(d)
+                secs[d].append(time.perf_counter() - t)
+        decoded = {d: workloads.run_steps(steps[d]).cpu().tolist() for d in devices}
+        match = match and decoded[native] == decoded[flagos]
+        for d in abba(s, *devices):
+            t = time.perf_counter()
+            workloads.run_steps(workloads.greedy_steps(models[d], ids[d], new))
+            workloads.synchronize(d)
+            alone[d].append(time.perf_counter() - t)
+    ratios = [n / f for n, f in zip(secs[native], secs[flagos], strict=True)]
+    tokens = sz["batch"] * new * args.step_pairs  # per device, alternating and alone alike
+    alone_rate = {d: tokens / sum(alone[d]) for d in devices}
+    return {
+        **ratio_stats(ratios),
+        "sequences": args.step_pairs,
+        "ratio_of_sums": sum(secs[native]) / sum(secs[flagos]),
+        "native_tokens_per_s": tokens / sum(secs[native]),
+        "flagos_tokens_per_s": tokens / sum(secs[flagos]),
+        "alone_native_tokens_per_s": alone_rate[native],
+        "alone_flagos_tokens_per_s": alone_rate[flagos],
+        "alone_ratio_median": statistics.median(n / f for n, f in zip(alone[native], alone[flagos], strict=True)),
+        "tokens_match_native": match,
+    }
+
+
+def infer_dtype(args, on_gpu: bool):
+    import torch
+
+    if args.dtype == "auto":
+        return torch.bfloat16 if on_gpu else torch.float32
+    return getattr(torch, args.dtype)
+
+
+def worker(args) -> dict:
+    variant = args.worker
+    sys.path.insert(0, str(MODELS_DIR))
+    import qwen3
+    import torch
+    import workloads
+
+    info: dict = {"variant": variant, "pid": os.getpid(), "tasks": {}}
+    stats = routing = None
+    if variant in ("flagos", "flagos_flaggems"):
+        sys.path.insert(0, str(REPO))  # this checkout's torch_fl, even if another one is installed
+        import torch_fl
+        from torch_fl import routing
+        from torch_fl.routing import summary as stats
+
+        device = torch.device("flagos", 0)
+        info["backing"] = torch_fl.backing()
+    else:
+        device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+        info["backing"] = device.type
+    if variant == "cuda_flaggems":
+        import flag_gems
+
+        flag_gems.enable()
+        info["flag_gems"] = getattr(flag_gems, "__version__", "?")
+    model_dtype = infer_dtype(args, info["backing"] == "cuda")
+    sizes = json.loads(args.sizes)
+
+    def load(dtype):
+        model = qwen3.build(args.ckpt, dtype=dtype)
+        return model.to(device)
+
+    def release():
+        import gc
+
+        gc.collect()
+        if device.type != "cpu":
+            workloads.device_module(device).empty_cache()
+
+    def timed(fn, warmup, iters):
+        for _ in range(warmup):
+            fn()
+        workloads.synchronize(device)
+        times = []
+        for _ in range(iters):
+            t = time.perf_counter()
+            out = fn()
+            workloads.synchronize(device)
+            times.append(time.perf_counter() - t)
+        return statistics.median(times), out
+
+    def run_task(task: str, sz: dict) -> dict:
+        res: dict = {}
+        workloads.reset_peak_memory(device)
+        model = load(torch.float32 if task == "train" else model_dtype)
+        if task in ("decode", "prefill"):
+            fn, tokens = inference_call(task, model, sz, args.seed, device)
+            if stats:
+                routing.reset_stats()
+            sec, out = timed(fn, sz["warmup"], sz["iters"])
+            if task == "decode":
+                res["tokens"] = out[:, sz["prompt"] :].cpu().tolist()
+            res["tokens_per_s"] = tokens / sec
+        elif task == "train":
+            ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["length"], seed=args.seed + 3).to(device)
+            model.train()
+            opt = torch.optim.AdamW(model.parameters(), lr=sz["lr"])
+            losses = []
+
+            def step():
+                opt.zero_grad(set_to_none=True)
+                with workloads.autocast(device, torch.bfloat16):
+                    loss = model(input_ids=ids, labels=ids).loss
+                loss.backward()
+                opt.step()
+                losses.append(loss.detach())
+
+            if stats:
+                routing.reset_stats()
+            sec, _ = timed(step, sz["warmup"], sz["iters"])
+            res["tokens_per_s"] = sz["batch"] * sz["length"] / sec
+            res["losses"] = [float(x) for x in losses]
+            del opt, losses
+        else:
+            raise ValueError(f"unknown task {task!r}")
+        res["seconds"] = sec
+        res["peak_bytes"] = workloads.peak_memory(device)
+        if stats:
+            rows = stats.stats()
+            res["backends"] = stats.backends_used(rows)
+            res["fallback_ops"] = [r.op for r in stats.fallbacks(rows)]
+            res["top_ops"] = [[r.op, r.backend, r.calls] for r in rows[:8]]
+        return res
+
+    for task in args.tasks.split(","):
+        try:
+            res = run_task(task, sizes[task])
+        except Exception as e:  # recorded as a result: the peer may simply not run this
+            res = {"error": f"{type(e).__name__}: {str(e)[:800]}"}
+        release()
+        info["tasks"][task] = res
+    info["torch_fl_imported"] = "torch_fl" in sys.modules
+    if variant == "flagos_flaggems":
+        used = set()
+        for r in info["tasks"].values():
+            used.update(r.get("backends", {}))
+        if not any(b.startswith("flaggems") or b.startswith("flagos_python") for b in used):
+            why = "FLAGOS_USE_FLAGGEMS=1 routed no operator to FlagGems"
+            for r in info["tasks"].values():
+                if "error" not in r:
+                    r["error"] = why + "; these would be native-route numbers, not FlagGems"
+    return info

@@ -1,0 +1,67 @@
+"""Timing shared by the benchmarks: native and flagos alternating, and the statistics of their pairs.
+
+On a shared machine the load drifts between runs by more than the differences sought, so native and
+flagos are timed in alternation (ABBA order: A B, B A, A B, ...), a pair's two measurements close
+together under the same load, and the figure reported is the median of the per-pair ratios (or
+differences) with its quartiles: half the interquartile range is the noise printed beside it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+
+def abba(i: int, first, second) -> tuple:
+    """The order of pair `i`: (first, second) for even i, (second, first) for odd i."""
+    return (first, second) if i % 2 == 0 else (second, first)
+
+
+def alternating(rounds: int, measure: dict) -> dict:
+    """{key: [one sample per round]}: each `measure[key]()` once a round, the order reversed every
+    other round (ABBA), so drift on a shared machine hits every key alike."""
+    keys = list(measure)
+    samples: dict = {k: [] for k in keys}
+    for r in range(rounds):
+        for k in keys if r % 2 == 0 else keys[::-1]:
+            samples[k].append(measure[k]())
+    return samples
+
+
+def paired_seconds(
+    fns: dict,
+    pairs: int,
+    sync: Callable[[object], None],
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict:
+    """{key: [seconds of each call]} for two keyed callables timed one after the other in ABBA pairs,
+    each call timed to `sync(key)` (the device's synchronisation)."""
+    a, b = fns
+    secs: dict = {a: [], b: []}
+    for i in range(pairs):
+        for k in abba(i, a, b):
+            t = clock()
+            fns[k]()
+            sync(k)
+            secs[k].append(clock() - t)
+    return secs
+
+
+def quartiles(values: Sequence[float]) -> tuple[float, float]:
+    """(first, third) quartile; both the value itself for a single value."""
+    if len(values) < 2:
+        return (values[0], values[0]) if values else (float("nan"), float("nan"))
+    q = statistics.quantiles(values, n=4)
+    return q[0], q[2]
+
+
+def ratio_stats(ratios: Sequence[float]) -> dict:
+    """Median of per-pair ratios, their quartiles and the noise (half the interquartile range)."""
+    q1, q3 = quartiles(ratios)
+    return {
+        "pairs": len(ratios),
+        "ratio_median": statistics.median(ratios),
+        "ratio_quartiles": [round(q1, 4), round(q3, 4)],
+        "noise": round((q3 - q1) / 2, 4),
+    }

@@ -1,0 +1,80 @@
+"""The benchmarks' shared modules: ABBA timing and its statistics (_timing), canonical files and their
+meta block (_results)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import load_benchmark
+
+
+@pytest.mark.anyplatform
+def test_paired_seconds_alternate_abba_and_time_each_call_to_its_sync():
+    timing = load_benchmark("_timing")
+    now = [0.0]
+    order = []
+
+    def make(key, seconds):
+        def call():
+            order.append(key)
+            now[0] += seconds
+
+        return call
+
+    synced = []
+    secs = timing.paired_seconds(
+        {"native": make("n", 1.0), "flagos": make("f", 3.0)}, 4, synced.append, clock=lambda: now[0]
+    )
+    assert order == ["n", "f", "f", "n", "n", "f", "f", "n"]
+    assert synced == ["native", "flagos", "flagos", "native", "native", "flagos", "flagos", "native"]
+    assert secs == {"native": [1.0] * 4, "flagos": [3.0] * 4}
+    assert timing.alternating(3, {"a": lambda: 1, "b": lambda: 2}) == {"a": [1, 1, 1], "b": [2, 2, 2]}
+
+
+@pytest.mark.anyplatform
+def test_ratio_stats_median_quartiles_and_noise():
+    timing = load_benchmark("_timing")
+    got = timing.ratio_stats([0.9, 1.0, 1.1, 1.2, 0.8])
+    assert got["pairs"] == 5 and got["ratio_median"] == 1.0
+    q1, q3 = got["ratio_quartiles"]
+    assert q1 < 1.0 < q3 and got["noise"] == pytest.approx((q3 - q1) / 2, abs=1e-4)
+    assert timing.ratio_stats([0.97]) == {"pairs": 1, "ratio_median": 0.97, "ratio_quartiles": [0.97, 0.97], "noise": 0}
+
+
+@pytest.mark.anyplatform
+def test_machine_names_and_canonical_paths(tmp_path):
+    results = load_benchmark("_results")
+    assert results.machine("NVIDIA H200") == "h200"
+    assert results.machine("") == "host"
+    assert results.machine("NVIDIA A100-SXM4-80GB") == "a100-sxm4-80gb"
+    assert results.canonical_path("e2e", "NVIDIA H200") == results.RESULTS / "e2e-h200.json"
+    # --out: a file as given, a folder gets the canonical name inside it
+    assert results.out_path("e2e", tmp_path / "x.json") == tmp_path / "x.json"
+    assert results.out_path("e2e", tmp_path) == tmp_path / results.canonical_path("e2e").name
+    assert results.out_path("e2e", None) == results.canonical_path("e2e")
+
+
+@pytest.mark.anyplatform
+def test_write_puts_the_meta_block_first(tmp_path):
+    results = load_benchmark("_results")
+    path = results.write("alias-pool", {"rows": {}}, tmp_path / "a.json", argv=["benchmarks/alias_pool.py", "--x"])
+    data = json.loads(path.read_text())
+    assert list(data) == ["meta", "rows"]
+    meta = data["meta"]
+    assert meta["benchmark"] == "alias-pool" and meta["command"] == "python benchmarks/alias_pool.py --x"
+    assert meta["machine"] == results.machine()
+    assert meta["date"].endswith("Z") and len(meta["date"]) == 20
+    assert set(meta["versions"]) == {"python", "torch", "cuda", "triton", "flag_gems", "transformers", "gpu"}
+    assert meta["commit"]  # this checkout is a git repository
+
+
+@pytest.mark.anyplatform
+def test_commit_outside_git_comes_from_the_sender(monkeypatch, tmp_path):
+    results = load_benchmark("_results")
+    monkeypatch.setattr(results, "REPO", tmp_path)  # no .git here
+    monkeypatch.setenv("TORCH_FL_COMMIT", "abc1234")
+    assert results.git_commit() == ("abc1234", None)
+    monkeypatch.delenv("TORCH_FL_COMMIT")
+    assert results.git_commit() == (None, None)
