@@ -18,6 +18,15 @@ def on_cuda() -> bool:
     return _C._backing() == "cuda"
 
 
+def invalid_index_error(idx: int, count: int) -> torch.AcceleratorError:
+    """The error for a device index out of range: CUDA raises torch.AcceleratorError for an invalid ordinal."""
+    where = "host memory; set FLAGOS_HOST_DEVICES=N for more" if not on_cuda() else "one per CUDA device"
+    return torch.AcceleratorError(
+        f"flagos device index {idx} is out of range: this process has {count} flagos device(s) ({where}); "
+        f"use an index from 0 to {count - 1}"
+    )
+
+
 def _index(device=None, optional: bool = True) -> int:
     """The flagos index a torch.cuda-style `device` argument names."""
     if device is None:
@@ -33,10 +42,7 @@ def _index(device=None, optional: bool = True) -> int:
         idx = current_device() if d.index is None else d.index
     count = device_count()
     if not 0 <= idx < count:
-        raise IndexError(
-            f"flagos device index {idx} is out of range: this process has {count} flagos device(s); "
-            f"use an index from 0 to {count - 1}"
-        )
+        raise invalid_index_error(idx, count)
     return idx
 
 
