@@ -1,4 +1,4 @@
-"""AMP support queries used by torch.autocast("flagos") and GradScaler("flagos")."""
+"""Dtype support queries used by torch.autocast("flagos"), GradScaler("flagos") and TF32 switches."""
 
 from __future__ import annotations
 
@@ -15,3 +15,12 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
     if on_cuda():
         return torch.cuda.is_bf16_supported(including_emulation)
     return True
+
+
+def is_tf32_supported() -> bool:
+    """Whether matmuls may run in TF32: the backing GPU's answer; host CPUs have no TF32."""
+    if not on_cuda():
+        return False
+    query = getattr(torch.cuda, "is_tf32_supported", None)
+    # torch.cuda's own rule where this torch has no is_tf32_supported: TF32 comes with native bf16.
+    return query() if query is not None else torch.cuda.is_bf16_supported(including_emulation=False)

@@ -12,6 +12,9 @@ import torch
 from torch_fl import _C
 from torch_fl._loader import DEVICE_NAME
 
+# The device argument torch.cuda's functions take: an index, 'flagos:N', a torch.device, or None (current).
+Device = torch.device | str | int | None
+
 
 def on_cuda() -> bool:
     """True when flagos is backed by CUDA devices (else host memory)."""
@@ -25,6 +28,19 @@ def invalid_index_error(idx: int, count: int) -> torch.AcceleratorError:
         f"flagos device index {idx} is out of range: this process has {count} flagos device(s) ({where}); "
         f"use an index from 0 to {count - 1}"
     )
+
+
+def needs_cuda_backing(name: str, why: str) -> RuntimeError:
+    """The error for a torch.cuda function that only a CUDA backing can answer."""
+    return RuntimeError(f"torch.flagos.{name} needs a CUDA backing: {why}")
+
+
+def cuda_function(name: str):
+    """torch.cuda.<name>, or a clear error where this torch has none (names differ between torch releases)."""
+    fn = getattr(torch.cuda, name, None)
+    if fn is None:
+        raise RuntimeError(f"torch.flagos.{name} delegates to torch.cuda.{name}, which torch {torch.__version__} lacks")
+    return fn
 
 
 def _index(device=None, optional: bool = True) -> int:
@@ -133,3 +149,27 @@ def get_device_name(device=None) -> str:
 def get_device_capability(device=None) -> tuple[int, int]:
     props = get_device_properties(device)
     return props.major, props.minor
+
+
+def can_device_access_peer(device: Device, peer_device: Device) -> bool:
+    """Whether `device` can read `peer_device`'s memory (host backing: one host memory, always)."""
+    idx, peer = _index(device), _index(peer_device)
+    if on_cuda():
+        return torch.cuda.can_device_access_peer(idx, peer)
+    return True
+
+
+def get_arch_list() -> list[str]:
+    """The GPU architectures the backing's kernels were compiled for (none on host backing)."""
+    return torch.cuda.get_arch_list() if on_cuda() else []
+
+
+def get_gencode_flags() -> str:
+    """The backing's nvcc -gencode flags (empty on host backing)."""
+    return torch.cuda.get_gencode_flags() if on_cuda() else ""
+
+
+def ipc_collect() -> None:
+    """Frees memory released by CUDA IPC consumers; host backing shares no tensors through CUDA IPC."""
+    if on_cuda():
+        torch.cuda.ipc_collect()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 from torch_fl import _C
 from torch_fl._loader import DEVICE_NAME
-from torch_fl.flagos._device import _index
+from torch_fl.flagos._device import Device, _index, cuda_function, needs_cuda_backing, on_cuda
+
+_CUDA_DEVICE_TYPE = 1  # c10::DeviceType::CUDA, the device_type code of a torch.cuda.Stream
 
 
 def _device(device=None) -> torch.device:
@@ -37,12 +37,45 @@ class Stream(metaclass=_OnFlagos):
         return torch.Stream(device=_device(device), priority=priority)
 
 
+class ExternalStream(Stream):
+    """A flagos stream over a cudaStream_t made outside PyTorch (CUDA backing), like torch.cuda.ExternalStream.
+
+    It is a plain torch.Stream on flagos, so isinstance(x, ExternalStream) holds for every flagos stream.
+    """
+
+    def __new__(cls, stream_ptr: int, device: Device = None, **kwargs):
+        return get_stream_from_external(stream_ptr, device)
+
+
+def get_stream_from_external(data_ptr: int, device: Device = None) -> torch.Stream:
+    """The flagos stream for a cudaStream_t allocated outside PyTorch (the caller keeps it alive)."""
+    idx = _index(device)
+    if not on_cuda():
+        raise needs_cuda_backing(
+            "get_stream_from_external", "it wraps a cudaStream_t, and host backing has no CUDA streams"
+        )
+    cuda = cuda_function("get_stream_from_external")(data_ptr, idx)
+    return torch.Stream(stream_id=cuda.stream_id, device_index=idx, device_type=_C._device_type_code())
+
+
+def native_stream(s: torch.Stream) -> torch.cuda.Stream:
+    """The CUDA stream a flagos stream is on a CUDA backing (the same stream id on the same index)."""
+    return torch.cuda.Stream(stream_id=s.stream_id, device_index=s.device_index, device_type=_CUDA_DEVICE_TYPE)
+
+
 class Event(metaclass=_OnFlagos):
     """A flagos event: a torch.Event on the flagos device (`elapsed_time` needs enable_timing=True)."""
 
     _base = torch.Event
 
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+    def __new__(
+        cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, external: bool = False
+    ):
+        if external:
+            raise NotImplementedError(
+                "torch.flagos.Event(external=True) is an event recorded into a CUDA graph capture, "
+                "and flagos has no CUDA graph capture yet (planned by the CUDA graphs issue)"
+            )
         return torch.Event(device=_device(), enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
 
 
@@ -55,21 +88,48 @@ def default_stream(device=None) -> torch.Stream:
     return torch.Stream(stream_id=0, device_index=_index(device), device_type=_C._device_type_code())
 
 
-def set_stream(s: torch.Stream) -> None:
-    if s is None:
+def set_stream(stream: torch.Stream) -> None:
+    if stream is None:
         return
-    torch.accelerator.set_stream(s)
+    torch.accelerator.set_stream(stream)
 
 
-@contextlib.contextmanager
-def stream(s: torch.Stream | None):
-    """Make `s` the current stream of its device inside the block."""
-    if s is None:
-        yield
-        return
-    prev = torch.accelerator.current_stream(s.device_index)
-    torch.accelerator.set_stream(s)
-    try:
-        yield
-    finally:
-        torch.accelerator.set_stream(prev)
+class StreamContext:
+    """Context manager that makes `stream` current, as torch.cuda.StreamContext does; None is a no-op.
+
+    Setting a stream also makes its device current; on exit both the stream's
+    device and the device current at entry get their previous streams back, so
+    the current device is the one at entry again.
+    """
+
+    def __init__(self, stream: torch.Stream | None):
+        if stream is not None and not isinstance(stream, Stream):
+            raise ValueError(f"expected a flagos stream (torch.flagos.Stream) or None, got {stream!r}")
+        self.stream = stream
+        self.src_prev_stream: torch.Stream | None = None
+        self.dst_prev_stream: torch.Stream | None = None
+
+    def __enter__(self):
+        if self.stream is None:
+            return
+        self.src_prev_stream = torch.accelerator.current_stream()
+        if self.src_prev_stream.device != self.stream.device:
+            self.dst_prev_stream = torch.accelerator.current_stream(self.stream.device_index)
+        torch.accelerator.set_stream(self.stream)
+
+    def __exit__(self, *exc):
+        if self.stream is None:
+            return
+        if self.dst_prev_stream is not None:
+            torch.accelerator.set_stream(self.dst_prev_stream)
+        torch.accelerator.set_stream(self.src_prev_stream)
+
+
+def stream(stream: torch.Stream | None) -> StreamContext:
+    """Make `stream` the current stream of its device inside the block (torch.cuda.stream's contract)."""
+    return StreamContext(stream)
+
+
+def is_current_stream_capturing() -> bool:
+    """Whether the current stream is capturing a CUDA graph; host backing never captures."""
+    return torch.cuda.is_current_stream_capturing() if on_cuda() else False

@@ -1,0 +1,312 @@
+"""The torch.cuda names torch.flagos implements behave as torch.cuda's do."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.conftest import ON_CUDA
+
+pytestmark = pytest.mark.anyplatform
+
+flagos = torch.flagos
+
+
+# ---------------------------------------------------------------- device arguments and errors
+
+
+def test_errors_are_torchs_classes():
+    assert flagos.OutOfMemoryError is torch.OutOfMemoryError is torch.cuda.OutOfMemoryError
+    assert flagos.AcceleratorError is torch.AcceleratorError
+
+
+DEVICE_FUNCTIONS = [
+    "memory_summary",
+    "memory_stats",
+    "memory_stats_as_nested_dict",
+    "memory_allocated",
+    "reset_accumulated_memory_stats",
+    "reset_peak_memory_stats",
+    "mem_get_info",
+    "get_device_properties",
+    "get_device_capability",
+    "get_per_process_memory_fraction",
+    "device_memory_used",
+    "synchronize",
+    "set_device",
+    "current_stream",
+    "default_stream",
+]
+
+
+@pytest.mark.parametrize("name", DEVICE_FUNCTIONS)
+def test_device_arguments(name):
+    fn = getattr(flagos, name)
+    n = flagos.device_count()
+    for good in (0, "flagos:0", torch.device("flagos", 0), None):
+        fn(good)
+    where = r"FLAGOS_HOST_DEVICES" if not ON_CUDA else r"one per CUDA device"
+    for bad in (n, f"flagos:{n}", torch.device("flagos", n)):
+        with pytest.raises(
+            torch.AcceleratorError, match=rf"flagos device index {n} is out of range.*{n} flagos.*{where}"
+        ):
+            fn(bad)
+    with pytest.raises(ValueError, match="expected a flagos device"):
+        fn("cpu")
+    with pytest.raises(TypeError, match="expected a flagos device"):
+        fn(1.5)
+
+
+def test_invalid_index_in_peer_and_raw_allocation():
+    n = flagos.device_count()
+    with pytest.raises(torch.AcceleratorError, match="out of range"):
+        flagos.can_device_access_peer(0, n)
+    with pytest.raises(torch.AcceleratorError, match="out of range"):
+        flagos.caching_allocator_alloc(8, n)
+    with pytest.raises(torch.AcceleratorError, match="out of range"):
+        flagos.device(n)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=IndexError,
+    reason="the core's C++ check_device_index (torch_fl/csrc/runtime.cpp) raises c10::IndexError; CUDA raises "
+    "torch.AcceleratorError for an invalid ordinal",
+)
+def test_core_rejects_an_invalid_index_as_cuda_does():
+    with pytest.raises(torch.AcceleratorError, match="out of range"):
+        torch.accelerator.set_device_index(flagos.device_count())
+
+
+@pytest.mark.xfail(
+    not ON_CUDA,
+    strict=True,
+    raises=RuntimeError,
+    reason="the core's host allocator lets the CPU allocator's RuntimeError through; CUDA raises "
+    "torch.OutOfMemoryError",
+)
+def test_an_allocation_too_large_raises_out_of_memory():
+    with pytest.raises(torch.OutOfMemoryError):
+        torch.empty(1 << 60, dtype=torch.uint8, device="flagos")
+
+
+# ---------------------------------------------------------------- memory
+
+
+def test_memory_summary_names_flagos_and_the_allocated_bytes():
+    x = torch.empty(64 << 20, dtype=torch.uint8, device="flagos")
+    allocated = flagos.memory_allocated()
+    assert 768 << 10 <= allocated < 768 << 20  # shown in KiB, as torch.cuda's table does
+    summary = flagos.memory_summary()
+    assert isinstance(summary, str) and "flagos" in summary
+    row = next(line for line in summary.splitlines() if line.startswith("| Allocated memory"))
+    assert row.split("|")[2].strip() == f"{allocated // 1024} KiB"
+    assert flagos.memory_summary(abbreviated=True).count("Allocated memory") == 1
+    del x
+
+
+def test_nested_memory_stats_are_the_flat_ones_nested():
+    x = torch.ones(1000, device="flagos")
+    flat, nested = flagos.memory_stats(), flagos.memory_stats_as_nested_dict()
+    assert nested["allocated_bytes"]["all"]["current"] == flat["allocated_bytes.all.current"] > 0
+    assert nested["allocation"]["all"]["allocated"] == flat["allocation.all.allocated"]
+    del x
+
+
+def test_reset_accumulated_memory_stats_zeroes_totals_and_keeps_current():
+    keep = torch.ones(1000, device="flagos")
+    flagos.synchronize()
+    flagos.reset_accumulated_memory_stats()
+    stats = flagos.memory_stats()
+    assert stats["allocation.all.allocated"] == 0 and stats["allocation.all.freed"] == 0
+    assert stats["allocation.all.current"] >= 1 and stats["allocated_bytes.all.current"] >= keep.nbytes
+    x = torch.empty(4096, dtype=torch.uint8, device="flagos")
+    del x
+    stats = flagos.memory_stats()
+    assert stats["allocation.all.allocated"] == 1 and stats["allocation.all.freed"] == 1
+    del keep
+
+
+def test_deprecated_peak_resets_reset_all_peaks_with_a_warning():
+    for reset in (flagos.reset_max_memory_allocated, flagos.reset_max_memory_cached):
+        x = torch.empty(1 << 20, dtype=torch.uint8, device="flagos")
+        del x
+        assert flagos.max_memory_allocated() >= flagos.memory_allocated() + (1 << 20)
+        with pytest.warns(FutureWarning, match="reset_peak_memory_stats"):
+            reset()
+        assert flagos.max_memory_allocated() == flagos.memory_allocated()
+        assert flagos.max_memory_reserved() == flagos.memory_reserved()
+
+
+def test_cached_aliases_are_reserved_with_a_warning():
+    x = torch.empty(1 << 20, dtype=torch.uint8, device="flagos")
+    with pytest.warns(FutureWarning, match="memory_reserved"):
+        assert flagos.memory_cached() == flagos.memory_reserved() >= 1 << 20
+    with pytest.warns(FutureWarning, match="max_memory_reserved"):
+        assert flagos.max_memory_cached() == flagos.max_memory_reserved() >= 1 << 20
+    del x
+
+
+def test_caching_allocator_alloc_and_delete():
+    flagos.synchronize()
+    before = flagos.memory_allocated()
+    ptr = flagos.caching_allocator_alloc(1 << 20, stream=flagos.current_stream())
+    assert ptr != 0 and flagos.memory_allocated() >= before + (1 << 20)
+    flagos.caching_allocator_delete(ptr)
+    assert flagos.memory_allocated() == before
+    assert flagos.caching_allocator_alloc(0) == 0
+    flagos.caching_allocator_delete(0)
+    with pytest.raises(TypeError, match="stream"):
+        flagos.caching_allocator_alloc(8, stream="default")
+    if not ON_CUDA:
+        with pytest.raises(RuntimeError, match="invalid device pointer"):
+            flagos.caching_allocator_delete(ptr)
+
+
+def test_caching_allocator_switches():
+    flagos.caching_allocator_enable(True)
+    with flagos.caching_allocator_disabled():
+        x = torch.ones(16, device="flagos")
+        assert x.sum().item() == 16
+    assert flagos.get_allocator_backend() == (torch.cuda.get_allocator_backend() if ON_CUDA else "host")
+
+
+def test_per_process_memory_fraction():
+    with pytest.raises(TypeError, match="fraction"):
+        flagos.set_per_process_memory_fraction(1)
+    with pytest.raises(ValueError, match="fraction"):
+        flagos.set_per_process_memory_fraction(1.5)
+    if ON_CUDA:
+        flagos.set_per_process_memory_fraction(0.5)
+        try:
+            assert flagos.get_per_process_memory_fraction() == 0.5
+        finally:
+            flagos.set_per_process_memory_fraction(1.0)
+    else:
+        assert flagos.get_per_process_memory_fraction() == 1.0
+        with pytest.raises(RuntimeError, match="needs a CUDA backing.*no per-process cap"):
+            flagos.set_per_process_memory_fraction(0.5)
+
+
+def test_memory_snapshot():
+    if not ON_CUDA:
+        with pytest.raises(RuntimeError, match="needs a CUDA backing.*memory_stats"):
+            flagos.memory_snapshot()
+        return
+    x = torch.empty(1 << 20, dtype=torch.uint8, device="flagos")
+    segments = flagos.memory_snapshot()
+    assert any(s["address"] <= x.data_ptr() < s["address"] + s["total_size"] for s in segments)
+
+
+def test_pinned_host_memory_stats():
+    if not ON_CUDA:
+        for name in ("host_memory_stats", "host_memory_stats_as_nested_dict", "reset_peak_host_memory_stats"):
+            with pytest.raises(RuntimeError, match="needs a CUDA backing.*pinned"):
+                getattr(flagos, name)()
+        return
+    if not hasattr(torch.cuda, "host_memory_stats"):
+        pytest.skip(f"torch {torch.__version__} has no torch.cuda.host_memory_stats")
+    assert flagos.host_memory_stats().keys() == torch.cuda.host_memory_stats().keys()
+
+
+def test_device_memory_used_and_monitoring():
+    if ON_CUDA:
+        pytest.skip("NVML readings are cuda:i's, read through torch.cuda (needs pynvml)")
+    used = flagos.device_memory_used()
+    assert 0 < used <= flagos.get_device_properties().total_memory
+    for name in ("utilization", "memory_usage", "temperature", "power_draw", "clock_rate", "list_gpu_processes"):
+        with pytest.raises(RuntimeError, match="needs a CUDA backing.*driver counters"):
+            getattr(flagos, name)()
+
+
+# ---------------------------------------------------------------- streams
+
+
+def test_stream_context_switches_the_current_stream():
+    s = flagos.Stream()
+    ctx = flagos.StreamContext(s)
+    assert flagos.current_stream() != s
+    with ctx:
+        assert flagos.current_stream() == s
+    assert flagos.current_stream() == flagos.default_stream()
+    assert isinstance(flagos.stream(s), flagos.StreamContext)
+    with flagos.StreamContext(None):
+        assert flagos.current_stream() == flagos.default_stream()
+    with pytest.raises(ValueError, match="expected a flagos stream"):
+        flagos.StreamContext(torch.Stream(device="cpu"))
+
+
+def test_stream_context_on_another_device_restores_both_devices():
+    n = flagos.device_count()
+    if n < 2:
+        pytest.skip("needs two flagos devices (FLAGOS_HOST_DEVICES=2 on host backing)")
+    other = flagos.Stream(device=1)
+    with flagos.stream(other):
+        assert flagos.current_device() == 1  # as torch.cuda.set_stream: the stream's device becomes current
+        assert flagos.current_stream(1) == other
+    assert flagos.current_device() == 0
+    assert flagos.current_stream(1) == flagos.default_stream(1)
+    assert flagos.current_stream(0) == flagos.default_stream(0)
+
+
+def test_external_streams():
+    if not ON_CUDA:
+        with pytest.raises(RuntimeError, match="needs a CUDA backing"):
+            flagos.ExternalStream(1234)
+        with pytest.raises(RuntimeError, match="needs a CUDA backing"):
+            flagos.get_stream_from_external(1234)
+        return
+    from torch_fl.flagos._streams import native_stream
+
+    made = torch.cuda.Stream()
+    s = flagos.ExternalStream(made.cuda_stream)
+    assert isinstance(s, flagos.Stream) and s.device.type == "flagos"
+    assert native_stream(s).cuda_stream == made.cuda_stream
+    with flagos.stream(s):
+        assert torch.cuda.current_stream().cuda_stream == made.cuda_stream
+
+
+def test_capture_queries_and_external_events():
+    assert flagos.is_current_stream_capturing() is False
+    with pytest.raises(NotImplementedError, match="CUDA graphs issue"):
+        flagos.Event(external=True)
+
+
+# ---------------------------------------------------------------- device queries
+
+
+def test_architecture_and_dtype_queries():
+    if ON_CUDA:
+        assert flagos.get_arch_list() == torch.cuda.get_arch_list()
+        assert flagos.get_gencode_flags() == torch.cuda.get_gencode_flags()
+        assert flagos.get_device_capability() == torch.cuda.get_device_capability(0)
+        assert flagos.has_magma == torch.cuda.has_magma
+    else:
+        assert flagos.get_arch_list() == [] and flagos.get_gencode_flags() == ""
+        assert flagos.get_device_capability() == (0, 0)
+        assert flagos.is_tf32_supported() is False and flagos.has_magma is False
+    assert flagos.has_half is True
+
+
+def test_peer_access_and_ipc_collect():
+    n = flagos.device_count()
+    expected = torch.cuda.can_device_access_peer(0, n - 1) if ON_CUDA else True
+    assert flagos.can_device_access_peer(0, n - 1) == expected
+    flagos.ipc_collect()
+
+
+def test_sync_debug_mode():
+    assert flagos.get_sync_debug_mode() == 0
+    try:
+        flagos.set_sync_debug_mode("warn")
+        assert flagos.get_sync_debug_mode() == 1
+        flagos.set_sync_debug_mode(0)
+        assert flagos.get_sync_debug_mode() == 0
+        with pytest.raises(RuntimeError, match="invalid value of debug_mode"):
+            flagos.set_sync_debug_mode("loud")
+    finally:
+        flagos.set_sync_debug_mode("default")
+
+
+def test_device_type_alias():
+    assert flagos.Device == torch.cuda.Device
