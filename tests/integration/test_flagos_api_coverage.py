@@ -1,15 +1,89 @@
-"""The torch.cuda names torch.flagos implements behave as torch.cuda's do."""
+"""torch.flagos covers torch.cuda: every public name is implemented or listed with a reason, the generated
+docs/torch-flagos-api.md is current, and the names torch.flagos adds behave as torch.cuda's do."""
 
 from __future__ import annotations
+
+import inspect
+import pathlib
+import re
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from tests.conftest import ON_CUDA
+from torch_fl.flagos import _coverage
 
 pytestmark = pytest.mark.anyplatform
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "torch-flagos-api.md"
 flagos = torch.flagos
+
+
+# ---------------------------------------------------------------- coverage and the generated doc
+
+
+def test_every_torch_cuda_name_is_implemented_or_has_a_reason():
+    unclassified = _coverage.missing()
+    assert not unclassified, (
+        f"torch {torch.__version__}'s torch.cuda has names torch.flagos neither implements nor lists in "
+        f"torch_fl/flagos/_coverage.py: {unclassified}; implement them or add a reason, then run "
+        "python scripts/gen_flagos_api.py"
+    )
+    assert not _coverage.contradictions()
+
+
+def test_public_names_exclude_only_imports():
+    names = _coverage.cuda_public_names()
+    assert set(torch.cuda.__all__) <= set(names)
+    assert {"OutOfMemoryError", "AcceleratorError", "memory_summary", "StreamContext"} <= set(names)
+    assert {"os", "Any", "lru_cache"}.isdisjoint(names)
+
+
+def test_all_lists_the_public_names_and_each_exists():
+    assert flagos.__all__ == sorted(flagos.__all__)
+    for name in flagos.__all__:
+        assert hasattr(flagos, name), name
+
+
+def _params(fn) -> dict:
+    # torch.cuda's RNG functions default to device 'cuda' where flagos's default to 'flagos'.
+    return {
+        p.name: (p.kind, "flagos" if p.default == "cuda" else p.default)
+        for p in inspect.signature(fn).parameters.values()
+    }
+
+
+def test_functions_take_torch_cudas_parameters():
+    shared = [
+        n for n in _coverage.cuda_public_names() if hasattr(flagos, n) and inspect.isfunction(getattr(torch.cuda, n))
+    ]
+    assert len(shared) > 50
+    for name in shared:
+        ours, theirs = _params(getattr(flagos, name)), _params(getattr(torch.cuda, name))
+        # Every call torch.cuda's accepts, flagos's accepts (a newer torch may add an optional parameter).
+        assert {k: ours.get(k) for k in theirs} == theirs, name
+        assert all(ours[k][1] is not inspect.Parameter.empty for k in ours.keys() - theirs.keys()), name
+
+
+def test_generated_doc_is_current(tmp_path):
+    first = DOC.read_text().splitlines()[2]
+    made_for = re.search(r"against torch (\d+\.\d+)", first).group(1)
+    if made_for != ".".join(torch.__version__.split(".")[:2]):
+        pytest.skip(f"docs/torch-flagos-api.md lists torch {made_for}'s names; this is torch {torch.__version__}")
+    out = tmp_path / "api.md"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_flagos_api.py"), "--output", str(out)], check=True)
+    assert out.read_text() == DOC.read_text(), "docs/torch-flagos-api.md is stale: run python scripts/gen_flagos_api.py"
+
+
+def test_doc_lists_every_name_with_its_status():
+    text = DOC.read_text()
+    for name in _coverage.cuda_public_names():
+        assert f"`{name}`" in text, name
+    assert "| `CUDAGraph` | CUDA graphs issue |" in text
+    assert "| `current_blas_handle` | raw cuBLAS handle" in text
 
 
 # ---------------------------------------------------------------- device arguments and errors

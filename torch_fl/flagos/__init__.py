@@ -3,7 +3,8 @@
 On a CUDA backing, flagos:i *is* cuda:i underneath: streams are CUDA streams,
 memory comes from the CUDA caching allocator (one pool, one set of
 statistics) and RNG state is CUDA's. On host backing the same API works over
-host memory and virtual devices.
+host memory and virtual devices. docs/torch-flagos-api.md lists every
+torch.cuda name and what it is on flagos (torch_fl/flagos/_coverage.py).
 """
 
 from torch import AcceleratorError, OutOfMemoryError
