@@ -1,0 +1,343 @@
+"""docs/benchmarks.md and README.md's performance table, generated from benchmarks/results/*.json.
+
+    python benchmarks/report.py            # rewrite both from the canonical result files
+    python benchmarks/report.py --check    # exit 1 if either differs from what the files give
+
+Every table names the file, command, date, commit and machine it comes from. A ratio is flagos
+relative to native (throughput: above 1 is faster; time per call: above 1 is slower) with its noise
+where the run kept per-pair or per-round samples: half the interquartile range (benchmarks/_timing.py).
+README.md's table goes between the markers `<!-- benchmarks:start -->` and `<!-- benchmarks:end -->`;
+without them the script says so, leaves README.md alone and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared modules, also when loaded by path
+from _timing import quartiles  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+DOC = REPO / "docs" / "benchmarks.md"
+README = REPO / "README.md"
+START, END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
+TITLES = {
+    "e2e": "Qwen3 end to end: decode, prefill, training (benchmarks/e2e.py)",
+    "overhead": "Per-call overhead against native PyTorch (benchmarks/overhead.py)",
+    "route-breakdown": "Where a routed call's host time goes (benchmarks/route_breakdown.py)",
+    "route-instructions": "Instructions per routed call, counted by callgrind (benchmarks/route_instructions.py)",
+    "alias-pool": "Alias pool borrows and misses in a model's steady state (benchmarks/alias_pool.py)",
+}
+
+
+def load_results(results: Path = RESULTS) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(results.glob("*.json"))}
+
+
+def _noise(values: list[float] | None) -> float | None:
+    if not values or len(values) < 2:
+        return None
+    q1, q3 = quartiles(sorted(values))
+    return (q3 - q1) / 2
+
+
+def _ratio(r: float, noise: float | None) -> str:
+    return f"{r:.3f}x" + (f" ± {noise:.3f}" if noise is not None else "")
+
+
+def provenance(stem: str, meta: dict) -> str:
+    """The line under each heading: file, command, date, commit, machine, versions."""
+    src = meta.get("source") or {}
+    date = meta.get("date") or f"not recorded (committed {src.get('committed_at', '?')[:10]})"
+    commit = meta.get("commit") or "not recorded"
+    if src.get("committed_in"):
+        commit += f"; result committed in {src['committed_in']}"
+    if meta.get("dirty"):
+        commit += " (with uncommitted changes)"
+    versions = ", ".join(f"{k} {v}" for k, v in meta.get("versions", {}).items() if v)
+    return (
+        f"From `benchmarks/results/{stem}.json`: `{meta.get('command')}`; date {date}; commit {commit}; "
+        f"machine `{meta.get('machine')}`" + (f" ({versions})" if versions else "") + "."
+    )
+
+
+# ----------------------------------------------------------------------------- per benchmark
+
+
+def e2e_pairs(d: dict) -> list[tuple[str, dict]]:
+    """(label, entry) of the in-process pairs: generate()/prefill pairs and token-by-token decode."""
+    tasks = (d.get("paired") or {}).get("tasks", {})
+    label = {"decode": "decode, generate() pairs", "prefill": "prefill pairs", "decode_tokens": "decode token by token"}
+    return [(label.get(t, t), e) for t, e in tasks.items()]
+
+
+def pair_noise(e: dict) -> float | None:
+    if "noise" in e:
+        return e["noise"]
+    if "ratio_quartiles" in e:
+        return (e["ratio_quartiles"][1] - e["ratio_quartiles"][0]) / 2
+    return _noise(e.get("ratios"))
+
+
+def e2e_tables(d: dict) -> list[str]:
+    out = []
+    pairs = e2e_pairs(d)
+    if pairs:
+        out += [
+            "Native and flagos in one process, alternating (the steadier figure on a shared host): the median "
+            "of per-pair tokens/s ratios flagos / native, ± half their interquartile range.",
+            "",
+            "| task | pairs | flagos / native | native tokens/s | flagos tokens/s | greedy = native |",
+            "| --- | ---: | ---: | ---: | ---: | --- |",
+        ]
+        for label, e in pairs:
+            # per-pair ratios are native seconds / flagos seconds: flagos's throughput relative to native
+            match = {True: "yes", False: "NO"}.get(e.get("tokens_match_native"), "")
+            out.append(
+                f"| {label} | {e['pairs']} | {_ratio(e['ratio_median'], pair_noise(e))} | "
+                f"{e['native_tokens_per_s']:,.1f} | {e['flagos_tokens_per_s']:,.1f} | {match} |"
+            )
+        out.append("")
+    rows = [(v, t, e) for v, per in d.get("summary", {}).items() for t, e in per.items() if e.get("rounds")]
+    if rows:
+        out += [
+            f"Each variant in its own child process, {d.get('rounds')} round(s), median tokens/s; noise: half the "
+            "interquartile range of the per-round ratios where there are several.",
+            "",
+            "| variant | task | rounds | tokens/s | flagos / native | peak memory ratio | greedy = native | fallbacks"
+            " |",
+            "| --- | --- | ---: | ---: | ---: | ---: | --- | --- |",
+        ]
+        for v, t, e in rows:
+            if "tokens_per_s" not in e:
+                err = "; ".join(e.get("errors", ["no result"]))[:80].replace("|", "/")
+                out.append(f"| {v} | {t} | {e['rounds_ok']}/{e['rounds']} | error: {err} | | | | |")
+                continue
+            base = d["summary"].get("native", {}).get(t, {}).get("tokens_per_s_all") or []
+            mine = e.get("tokens_per_s_all") or []
+            per_round = [m / n for m, n in zip(mine, base, strict=False) if n] if v != "native" else []
+            ratio = _ratio(e["ratio_to_native"], _noise(per_round)) if "ratio_to_native" in e else ""
+            mem = f"{e['peak_memory_ratio']:.3f}x" if "peak_memory_ratio" in e else ""
+            match = {True: "yes", False: "NO"}.get(e.get("tokens_match_native"), "")
+            fb = ", ".join(e.get("fallback_ops", [])) or ("none" if "fallback_ops" in e else "")
+            out.append(
+                f"| {v} | {t} | {e['rounds_ok']}/{e['rounds']} | {e['tokens_per_s']:,.1f} | {ratio} | {mem} | "
+                f"{match} | {fb} |"
+            )
+        out.append("")
+    if d.get("skipped"):
+        out += [f"Skipped: {', '.join(f'{v} ({why})' for v, why in d['skipped'].items())}.", ""]
+    return out
+
+
+def overhead_tables(d: dict) -> list[str]:
+    out = [
+        f"Native and flagos alternating, {d.get('rounds')} rounds of {d.get('calls')} calls, median per round. "
+        "Added: flagos - native in microseconds per call (the median of call-by-call pair differences where "
+        "timed in pairs); noise: half the interquartile range of the per-round differences where kept.",
+        "",
+        "| row | unit | native | flagos | flagos / native | added (us/call) |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for r in d["results"]:
+        added = ""
+        if r.get("added_us") is not None:
+            n = _noise(r.get("round_diffs"))
+            added = f"{r['added_us']:+.2f}" + (f" ± {n:.2f}" if n is not None else "")
+        out.append(
+            f"| {r['name']} | {r['unit']} | {r['native']:,.2f} | {r['flagos']:,.2f} | {r['ratio']:.3f}x | {added} |"
+        )
+    return out + [""]
+
+
+def breakdown_tables(d: dict) -> list[str]:
+    out = ["Host microseconds per call, each part timed in the same run.", "", "| part | us/call |", "| --- | ---: |"]
+    out += [f"| {name} | {us:+.2f} |" for name, us in d["us_per_call"].items()]
+    return out + [""]
+
+
+def instructions_tables(d: dict) -> list[str]:
+    out = [
+        f"Instructions per call inside the operator's dispatcher entry ({d.get('calls')} calls), native backing "
+        f"`{d.get('backing')}` against flagos; model rows count the whole process, per routed call. Counts, not "
+        "timings: no noise beyond the few instructions by which runs differ.",
+        "",
+        "| row | native | flagos | added | added per routed call | torch_fl's own functions per routed call |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in d["rows"]:
+        own = (r.get("torch_fl_functions_per_routed_call") or {}).get("total", {}).get("Ir")
+        per = r.get("added_per_routed_call")
+        out.append(
+            f"| {r['op']} | {r['native']:,} | {r['flagos']:,} | {r['added']:+,} | "
+            f"{'' if per is None else f'{per:+,}'} | {'' if own is None else f'{own:,.1f}'} |"
+        )
+    return out + [""]
+
+
+def alias_tables(d: dict) -> list[str]:
+    args = d.get("args", {})
+    out = [
+        f"Qwen3-0.6B architecture, {args.get('layers')} layers, prefill {args.get('batch')} x {args.get('length')}, "
+        f"decode {args.get('decode_tokens')} tokens, `{d.get('backing')}` backing. Counts, not timings.",
+        "",
+        "| workload | borrows | made | reshaped | missed |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    out += [
+        f"| {name} | {r['borrows']:,} | {r['made']} | {r['reshaped']} | {r['missed']:.1%} |"
+        for name, r in d["rows"].items()
+    ]
+    return out + [""]
+
+
+TABLES = {
+    "e2e": e2e_tables,
+    "overhead": overhead_tables,
+    "route-breakdown": breakdown_tables,
+    "route-instructions": instructions_tables,
+    "alias-pool": alias_tables,
+}
+
+
+def benchmarks_md(results: dict[str, dict], results_dir: Path = RESULTS) -> str:
+    lines = [
+        "# Benchmarks",
+        "",
+        "<!-- Generated by `python benchmarks/report.py` from benchmarks/results/*.json: do not edit. -->",
+        "",
+        "One canonical result file per benchmark and machine, `benchmarks/results/<benchmark>-<machine>.json`, "
+        "overwritten by each run of its script (the GPU runs: `bash scripts/gpu_bench.sh`, then copy the files "
+        "it writes to `$OUT` into benchmarks/results/ and run `python benchmarks/report.py`). Ratios are "
+        "flagos relative to native; ± is the noise, half the interquartile range of the per-pair or per-round "
+        "samples (benchmarks/_timing.py).",
+        "",
+    ]
+    for stem, d in results.items():
+        meta = d["meta"]
+        lines += [f"## {stem}: {TITLES.get(meta['benchmark'], meta['benchmark'])}", "", provenance(stem, meta), ""]
+        lines += TABLES[meta["benchmark"]](d)
+        if (results_dir / f"{stem}.png").exists():
+            lines += [f"![{stem}](../benchmarks/results/{stem}.png)", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _span(values: list[float], fmt: str) -> str:
+    lo, hi = min(values), max(values)
+    return fmt.format(lo) if lo == hi else f"{fmt.format(lo)} to {fmt.format(hi)}"
+
+
+def targets(results: dict[str, dict]) -> list[tuple[str, str, bool, str]]:
+    """(target, measured, met, source file) for each performance target the results speak to."""
+    rows = []
+    over = results.get("overhead-h200")
+    if over:
+        res = over["results"]
+        large = [r for r in res if r["unit"] != "us/call"]
+        if large:
+            text = ", ".join(f"{r['name'].split(' (')[0]} {r['ratio']:.3f}x" for r in large)
+            rows.append(("large operators within 2 % of native", text, all(abs(r["ratio"] - 1) <= 0.02 for r in large)))
+        small = [
+            r for r in res if r["unit"] == "us/call" and "flaggems" not in r["name"] and r.get("added_us") is not None
+        ]
+        if small:
+            text = _span([r["added_us"] for r in small], "{:+.2f}") + " us"
+            rows.append(("small operators <= native + 1.0 us per call", text, all(r["added_us"] <= 1.0 for r in small)))
+        gems = [r for r in res if "flaggems" in r["name"] and r.get("added_us") is not None]
+        if gems:
+            text = ", ".join(f"`{r['name'].split()[0]}` {r['added_us']:+.2f} us" for r in gems)
+            rows.append(
+                (
+                    "FlagGems-routed call <= 3 us over calling `flag_gems` directly",
+                    text,
+                    all(r["added_us"] <= 3.0 for r in gems),
+                )
+            )
+        rows = [(*r, "overhead-h200") for r in rows]
+    e2e = results.get("e2e-h200")
+    if e2e:
+        pairs = dict(e2e_pairs(e2e))
+        flagos = e2e.get("summary", {}).get("flagos", {})
+        for task, labels in (
+            ("decode", ("decode token by token", "decode, generate() pairs")),
+            ("prefill", ("prefill pairs",)),
+        ):
+            got = [(lab, pairs[lab]) for lab in labels if lab in pairs]
+            if got:
+                text = ", ".join(
+                    f"{_ratio(e['ratio_median'], pair_noise(e))} ({lab}, {e['pairs']} pairs)" for lab, e in got
+                )
+                rows.append((f"Qwen3-0.6B {task} >= 0.97x native", text, got[0][1]["ratio_median"] >= 0.97, "e2e-h200"))
+        train = flagos.get("train", {})
+        if "ratio_to_native" in train:
+            text = f"{train['ratio_to_native']:.3f}x ({train['rounds_ok']} child rounds)"
+            rows.append(("Qwen3-0.6B training >= 0.97x native", text, train["ratio_to_native"] >= 0.97, "e2e-h200"))
+        mem = [e["peak_memory_ratio"] for e in flagos.values() if "peak_memory_ratio" in e]
+        if mem:
+            rows.append(("peak memory <= 1.02x native", f"{max(mem):.3f}x at most", max(mem) <= 1.02, "e2e-h200"))
+        match = [e["tokens_match_native"] for e in [*flagos.values(), *pairs.values()] if "tokens_match_native" in e]
+        if match:
+            rows.append(
+                ("greedy tokens identical to native", "identical" if all(match) else "DIFFER", all(match), "e2e-h200")
+            )
+    return rows
+
+
+def readme_table(results: dict[str, dict]) -> str:
+    """The README's short table: each performance target, what the canonical files measured, whether met."""
+    rows = targets(results)
+    sources = sorted({src for *_, src in rows})
+    lines = [
+        "| target | measured | met |",
+        "| --- | --- | --- |",
+        *[f"| {t} | {m} | {'yes' if ok else 'NO'} |" for t, m, ok, _ in rows],
+        "",
+        "Generated by `python benchmarks/report.py` from "
+        + ", ".join(
+            f"`benchmarks/results/{s}.json` ({results[s]['meta'].get('date') or 'date not recorded'})" for s in sources
+        )
+        + "; ± is the noise (half the interquartile range of the pairs).",
+    ]
+    return "\n".join(lines)
+
+
+def with_readme_table(readme: str, table: str) -> str:
+    if START not in readme or END not in readme or readme.index(START) > readme.index(END):
+        raise ValueError(f"README.md has no {START} ... {END} markers: add them where the table belongs")
+    head, rest = readme.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{START}\n{table}\n{END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if a generated file is stale")
+    p.add_argument("--results", default=str(RESULTS), help=argparse.SUPPRESS)
+    p.add_argument("--doc", default=str(DOC), help=argparse.SUPPRESS)
+    p.add_argument("--readme", default=str(README), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    results = load_results(Path(args.results))
+    doc, readme = Path(args.doc), Path(args.readme)
+    try:
+        new_readme = with_readme_table(readme.read_text(), readme_table(results))
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    wanted = {doc: benchmarks_md(results, Path(args.results)), readme: new_readme}
+    stale = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
+    if args.check:
+        for path in stale:
+            print(f"{path} is stale: run python benchmarks/report.py", file=sys.stderr)
+        return 1 if stale else 0
+    for path in stale:
+        path.write_text(wanted[path])
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""Regenerates the command transcripts and figures inside docs/verification.md.
+
+    python scripts/gen_verification.py           # re-run every transcript, rewrite the blocks in place
+    python scripts/gen_verification.py --check   # exit 1 if a block differs from what it gives now
+
+The document is written by hand except for its blocks:
+
+    <!-- run: NAME -->            a host command, re-run here (FLAGOS_HOST_DEVICES=2, no other FLAGOS_*
+    ```                           variable from the caller's environment), its output pasted
+    $ command
+    output
+    ```
+    <!-- /run -->
+
+    <!-- figures: NAME -->        GPU and sweep figures read from benchmarks/results/*.json and
+    ...                           docs/conformance/**/*.json (never typed in)
+    <!-- /figures -->
+
+Timings, memory sizes and absolute paths are normalised (`<t>`, `<N> GiB`, the repository as `.`) and
+lines printed only on some timings left out, so
+a block changes only when what the command says changes; tests/unit/test_generated_docs.py checks it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "verification.md"
+BLOCK = re.compile(r"<!-- (run|figures): ([\w-]+) -->\n.*?<!-- /\1 -->", re.S)
+PY = "python"
+
+# name -> (the command as shown, with any VAR=value before it; files written first into its folder)
+BAD_CONF = "add.Tensor = cuda\nmul.Tensor = nosuch\nbogus line\n"
+LOG_SNIPPET = "import torch, torch_fl; x = torch.ones(2, device='flagos'); y = (x + x).cpu()"
+STATS_SNIPPET = (
+    "import torch, torch_fl; from torch_fl import routing; routing.set_route('add.Tensor', 'cpu_fallback'); "
+    "x = torch.ones(2, device='flagos'); y = x + x * 2; print(*routing.stats(), sep='\\n')"
+)
+TRANSCRIPTS: dict[str, tuple[str, dict]] = {
+    "info": ("python -m torch_fl info", {}),
+    "routes": ("python -m torch_fl routes", {}),
+    "explain": ("python -m torch_fl explain add.Tensor", {}),
+    "explain-env": ("FLAGOS_OP_add__Tensor=cpu_fallback python -m torch_fl explain add.Tensor", {}),
+    "log-dispatch": (f'FLAGOS_LOG_DISPATCH=1 python -c "{LOG_SNIPPET}"', {}),
+    "set-route-stats": (f'python -c "{STATS_SNIPPET}"', {}),
+    "validate-good": ("python -m torch_fl validate torch_fl/configs/backends_cuda.conf", {}),
+    "validate-bad": ("python -m torch_fl validate bad.conf", {"bad.conf": BAD_CONF}),
+    "demo": ("python -m torch_fl demo --model tiny --tokens 8 --rounds 2", {}),
+    "pytest-unit": ("python -m pytest -q -p no:cacheprovider tests/unit/test_routing_config.py", {}),
+}
+# the transcripts whose stderr is what they show (the others' stderr holds progress bars)
+WITH_STDERR = {"log-dispatch", "validate-bad"}
+# the transcripts whose failure is what they show
+MAY_FAIL = {"validate-bad"}
+
+NORMALISE = [
+    (re.compile(r"tokens/s +flagos +[\d.]+ +native +[\d.]+"), lambda m: "tokens/s   flagos <N>   native <N>"),
+    (re.compile(r"\b\d+(\.\d+)? ?(tokens/s|tok/s|GiB)"), lambda m: f"<N> {m.group(2)}"),
+    (re.compile(r"\[\d+(\.\d+)? s\]"), lambda m: "[<t> s]"),
+    (re.compile(r"\b\d+\.\d+x\b"), lambda m: "<r>x"),
+    (re.compile(r" in \d+(\.\d+)?s( \(\d+:\d+:\d+\))?"), lambda m: " in <t>s"),
+    (re.compile(r"transformers \d+[\w.]*"), lambda m: "transformers <version>"),
+]
+
+
+# lines a run prints or not depending on its timings (the demo's note on rounds that differ): left out
+TIMING_DEPENDENT = re.compile(r"^ *\(the rounds differ by .*\n", re.M)
+
+
+def normalise(text: str, workdir: str | None = None) -> str:
+    text = TIMING_DEPENDENT.sub("", text)
+    text = text.replace(str(REPO) + "/", "./").replace(str(REPO), ".")
+    if workdir:
+        text = text.replace(workdir + "/", "").replace(workdir, ".")
+    for pattern, repl in NORMALISE:
+        text = pattern.sub(repl, text)
+    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
+
+
+def run_transcript(name: str) -> str:
+    shown, files = TRANSCRIPTS[name]
+    words = shlex.split(shown)
+    assigns = [w for w in words[: next(i for i, w in enumerate(words) if w == PY)]]
+    argv = words[len(assigns) + 1 :]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLAGOS_")}
+    env.update(FLAGOS_HOST_DEVICES="2", PYTHONHASHSEED="0", TRANSFORMERS_VERBOSITY="error")
+    env.update(a.split("=", 1) for a in assigns)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    with tempfile.TemporaryDirectory(prefix="torch_fl_verification_") as tmp:
+        for fname, text in files.items():
+            (Path(tmp) / fname).write_text(text)
+        proc = subprocess.run(
+            [sys.executable, *argv],
+            cwd=tmp if files else REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if name in WITH_STDERR else subprocess.PIPE,
+            text=True,
+            timeout=600,
+        )
+        if proc.returncode != 0 and name not in MAY_FAIL:
+            raise RuntimeError(f"{shown} exited {proc.returncode}:\n{(proc.stderr or proc.stdout)[-2000:]}")
+        shown_files = "".join(f"$ cat {f}\n{t}" for f, t in files.items())
+        status = f"\n(exit status {proc.returncode})" if proc.returncode else ""
+        return f"{shown_files}$ {shown}\n{normalise(proc.stdout, tmp)}{status}"
+
+
+def _report_module():
+    spec = importlib.util.spec_from_file_location("benchmarks_report", REPO / "benchmarks" / "report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def figures(name: str) -> str:
+    report = _report_module()
+    results = report.load_results()
+    if name == "targets":
+        return report.readme_table(results)
+    if name == "environments":
+        rows = []
+        for stem, d in results.items():
+            m = d["meta"]
+            v = m.get("versions", {})
+            cells = [v.get(k) or "not recorded" for k in ("python", "torch", "cuda", "triton", "flag_gems", "gpu")]
+            rows.append(f"| `{stem}.json` | {m['machine']} | " + " | ".join(cells) + f" | {m.get('date') or '-'} |")
+        head = "| result file | machine | python | torch | CUDA | triton | flag_gems | GPU | date |"
+        return "\n".join([head, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |", *rows])
+    if name == "sweeps":
+        rows = []
+        for path in sorted((REPO / "docs" / "conformance").rglob("*.json")):
+            d = json.loads(path.read_text())
+            m, s = d["meta"], d["summary"]
+            judged = s["pass"] + s["fail"] + s["error"]
+            rows.append(
+                f"| `{path.relative_to(REPO)}` | {m['backend']} | {m['backing']} | {m['torch']} | {s['ops']} | "
+                f"{s['pass']} of {judged} ({s['pass_rate_judged']:.2%}) | {s['skip']} | {m['date']} |"
+            )
+        head = "| sweep file | route | backing | torch | ops | pass of judged | skipped | date |"
+        return "\n".join([head, "| --- | --- | --- | --- | ---: | ---: | ---: | --- |", *rows])
+    if name in report.TABLES or name.rsplit("-", 1)[0] in report.TABLES:
+        d = results[name]
+        return "\n".join([report.provenance(name, d["meta"]), "", *report.TABLES[d["meta"]["benchmark"]](d)]).rstrip()
+    raise KeyError(f"unknown figures block {name!r}")
+
+
+def render(doc: str) -> str:
+    def block(m: re.Match) -> str:
+        kind, name = m.group(1), m.group(2)
+        if kind == "run":
+            if name not in TRANSCRIPTS:
+                raise KeyError(f"unknown transcript {name!r}; known: {', '.join(TRANSCRIPTS)}")
+            body = f"```\n{run_transcript(name)}\n```"
+        else:
+            body = figures(name)
+        return f"<!-- {kind}: {name} -->\n{body}\n<!-- /{kind} -->"
+
+    return BLOCK.sub(block, doc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if docs/verification.md is stale")
+    p.add_argument("--doc", default=str(DOC), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    path = Path(args.doc)
+    old = path.read_text()
+    new = render(old)
+    if args.check:
+        if new != old:
+            print(f"{path} is stale: run python scripts/gen_verification.py", file=sys.stderr)
+            return 1
+        return 0
+    if new != old:
+        path.write_text(new)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""The generated documents match what their generators give now: docs/benchmarks.md and README.md's
+performance table from benchmarks/results/*.json (benchmarks/report.py), and docs/verification.md's
+transcripts and figures (scripts/gen_verification.py), so none can drift from the files or commands
+they come from. Each generator runs on copies in a temporary folder; the committed files are compared."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(*argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+@pytest.mark.anyplatform
+def test_benchmarks_doc_and_readme_table_are_current(tmp_path):
+    doc, readme = tmp_path / "benchmarks.md", tmp_path / "README.md"
+    shutil.copy(REPO / "README.md", readme)
+    proc = _run("benchmarks/report.py", "--doc", str(doc), "--readme", str(readme))
+    assert proc.returncode == 0, proc.stderr
+    assert doc.read_text() == (REPO / "docs" / "benchmarks.md").read_text(), "run: python benchmarks/report.py"
+    assert readme.read_text() == (REPO / "README.md").read_text(), "run: python benchmarks/report.py"
+
+
+@pytest.mark.anyplatform
+def test_report_refuses_a_readme_without_markers(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# torch_fl\n\nno table here\n")
+    proc = _run("benchmarks/report.py", "--doc", str(tmp_path / "b.md"), "--readme", str(readme))
+    assert proc.returncode == 1 and "<!-- benchmarks:start -->" in proc.stderr
+    assert readme.read_text() == "# torch_fl\n\nno table here\n"
+    assert not (tmp_path / "b.md").exists()
+
+
+@pytest.mark.anyplatform
+def test_report_tables_name_their_source_file_and_run():
+    text = (REPO / "docs" / "benchmarks.md").read_text()
+    for path in sorted((REPO / "benchmarks" / "results").glob("*.json")):
+        assert f"From `benchmarks/results/{path.name}`:" in text, path.name
+
+
+@pytest.mark.anyplatform
+def test_verification_doc_is_current(tmp_path):
+    doc = tmp_path / "verification.md"
+    shutil.copy(REPO / "docs" / "verification.md", doc)
+    proc = _run("scripts/gen_verification.py", "--doc", str(doc))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert doc.read_text() == (REPO / "docs" / "verification.md").read_text(), "run: python scripts/gen_verification.py"
