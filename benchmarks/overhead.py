@@ -97,7 +97,7 @@ def paired_calls_us(
     """Host microseconds of each call of `first` and of `second`, timed call by call in pairs (ABBA order).
 
     For calls whose own time swings by more than the difference sought (a
-    FlagGems add takes 70 to 100 us from one round to the next), the median of
+    FlagGems add's own time drifts from one round to the next), the median of
     per-pair differences is far steadier than the difference of two medians:
     a pair's two calls run microseconds apart, under the same load. The GPU
     queue is drained between windows, untimed.
@@ -319,10 +319,9 @@ def flaggems_rows(rounds: int, calls: int) -> list[Row]:
     """A flaggems-routed call on flagos vs the same flag_gems function called directly on CUDA tensors.
 
     The "native" column is the direct call (flag_gems.ops.* on CUDA tensors), "flagos" the routed one;
-    added_us is what the routing layer costs (issue 3: <= 3 us). FlagGems' own cost drifts by tens of
-    us between runs (a 4x4 add took 72 and 93 us on the same H200, and rounds of 2,000 calls differed
-    by -13 to +13 us), so besides the rounds the two are timed call by call in pairs (paired_calls_us),
-    and added_us is the median of those per-pair differences.
+    added_us is what the routing layer costs (the target: <= 3 us, benchmarks/report.py). FlagGems' own
+    cost drifts between runs by more than that, so besides the rounds the two are timed call by call in
+    pairs (paired_calls_us), and added_us is the median of those per-pair differences.
     """
     from torch_fl import backends, routing
     from torch_fl.backends.flaggems import LOADER

@@ -161,14 +161,13 @@ def main() -> None:
         default=0,
         metavar="N",
         help="first decode N tokens on each device (benchmarks/e2e.py runs prefill after decode in one process: "
-        "on the H200 flagos prefill then took 37-42 ms, alone 25-26 ms)",
+        "whether prefill is slower there than alone)",
     )
     p.add_argument(
         "--reload",
         action="store_true",
         help="with --after-decode: then free the models (gc, empty_cache) and build them again before the "
-        "measured task, as each task of a benchmarks/e2e.py child does (there flagos prefill after decode "
-        "stayed at 41-46 ms; here, without a reload, 25.5 ms)",
+        "measured task, as each task of a benchmarks/e2e.py child does",
     )
     args = p.parse_args()
     dtype = torch.bfloat16 if torch_fl.backing() == "cuda" else torch.float32

@@ -40,8 +40,8 @@ if [[ $STEP == demo ]]; then
 fi
 if [[ $STEP == all || $STEP == e2e ]]; then
   # CONCURRENT=1 on two GPUs: each round runs native and flagos at once, one
-  # per GPU (--concurrent). Off by default: it was no steadier than rounds
-  # one after the other.
+  # per GPU (--concurrent). Off by default: it is no steadier than rounds
+  # one after the other, and needs a second GPU.
   concurrent=()
   (( $(nvidia-smi -L | wc -l) > 1 )) && [[ ${CONCURRENT:-0} == 1 ]] && concurrent=(--concurrent)
   python3 benchmarks/e2e.py --rounds "${ROUNDS:-3}" ${E2E_DEADLINE:+--deadline "$E2E_DEADLINE"} \

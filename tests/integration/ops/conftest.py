@@ -37,10 +37,10 @@ def _spread_autotuned(items) -> None:
     FlagGems autotunes at the start of one xdist worker's share of the run.
 
     FlagGems' Hopper matmuls autotune over ~200 Triton configs per kernel on
-    the first call of a dtype: one mm test took 359 s on the H200 in a full
-    run, and started late it held up the tests queued behind it past the
-    run's deadline. pytest-xdist's worksteal scheduler (scripts/gpu_check.sh
-    uses it) hands each worker a contiguous share of the list at the start;
+    the first call of a dtype, for minutes on the H200: started late, such a
+    test holds up the tests queued behind it past the run's deadline.
+    pytest-xdist's worksteal scheduler (scripts/gpu_check.sh uses it) hands
+    each worker a contiguous share of the list at the start;
     with one (operator, dtype) at the head of each share, the compiles start
     at once, in parallel, each done by one worker, and idle workers steal the
     rest of that share. (The older load scheduler starts with smaller chunks:
