@@ -24,6 +24,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -121,19 +122,22 @@ def meta(benchmark: str, argv: list[str] | None = None) -> dict:
     }
 
 
-def write(benchmark: str, payload: dict, out: str | Path | None = None, argv: list[str] | None = None) -> Path:
-    """Writes {"meta": ..., **payload} to out_path(benchmark, out); returns the path."""
-    path = out_path(benchmark, out)
+def write(
+    benchmark: str, payload: dict, out: str | Path | None = None, argv: list[str] | None = None, smoke: bool = False
+) -> Path:
+    """Writes {"meta": ..., **payload} to out_path(benchmark, out, smoke); returns the path."""
+    path = out_path(benchmark, out, smoke)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"meta": meta(benchmark, argv), **payload}, indent=1) + "\n")
     return path
 
 
-def out_path(benchmark: str, out: str | Path | None) -> Path:
+def out_path(benchmark: str, out: str | Path | None, smoke: bool = False) -> Path:
     """Where a run writes: `out` if a file path, the canonical file's name inside `out` if a folder
-    (an existing one, or a path ending in /), the canonical file itself without `out`."""
+    (an existing one, or a path ending in /), the canonical file itself without `out`; a smoke run
+    (--quick sizes) without `out` goes to the temporary folder, never over the canonical file."""
     if not out:
-        return canonical_path(benchmark)
+        return Path(tempfile.gettempdir()) / canonical_path(benchmark).name if smoke else canonical_path(benchmark)
     path = Path(out)
     if path.is_dir() or str(out).endswith("/"):
         return path / canonical_path(benchmark).name

@@ -1,7 +1,7 @@
 """End-to-end benchmark: Qwen3 decode, prefill and training on flagos vs native PyTorch.
 
     python benchmarks/e2e.py                          # GPU: Qwen3-0.6B architecture, all variants
-    python benchmarks/e2e.py --model tiny --quick     # host smoke run
+    python benchmarks/e2e.py --model tiny --quick     # host smoke run (written to the temporary folder)
     python benchmarks/e2e.py --model /path/to/Qwen3-0.6B --rounds 5
     python benchmarks/e2e.py --variants native,flagos --paired 6   # + in-process pairs
     python benchmarks/e2e.py --variants native,flagos --concurrent  # two GPUs: native and flagos at once
@@ -230,7 +230,7 @@ def main(argv=None) -> int:
         return 2
     spec = qwen3.canonical(args.model if args.model != "auto" else ("0.6b" if on_gpu else "tiny"))
     sizes = SIZES["quick" if args.quick else "full"]
-    json_path = _results.out_path("e2e", args.out)
+    json_path = _results.out_path("e2e", args.out, smoke=args.quick)
     paired: dict | None = None
 
     def write_json(raw: list, rounds: int) -> dict:

@@ -10,7 +10,7 @@ flagos must equal native. Native and flagos alternate round by round and the
 median of the rounds is reported, with the ratio.
 
     python benchmarks/overhead.py                 # full sizes (GPU)
-    python benchmarks/overhead.py --quick         # small sizes (host backing, smoke)
+    python benchmarks/overhead.py --quick         # small sizes (smoke; written to the temporary folder)
 
 With flag_gems on a GPU it also times a flaggems-routed add/mul on flagos
 against the same flag_gems function called directly on CUDA tensors.
@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
             for r in rows
         ],
     }
-    out = str(_results.write("overhead", report, args.out))
+    out = str(_results.write("overhead", report, args.out, smoke=args.quick))
     print(f"\n{'operator':<28}{'native':>10}{'flagos':>10}{'ratio':>8}  unit")
     for r in rows:
         print(f"{r.name:<28}{r.native:>10.2f}{r.flagos:>10.2f}{r.ratio:>8.3f}  {r.unit}")

@@ -54,6 +54,10 @@ def test_machine_names_and_canonical_paths(tmp_path):
     assert results.out_path("e2e", tmp_path / "x.json") == tmp_path / "x.json"
     assert results.out_path("e2e", tmp_path) == tmp_path / results.canonical_path("e2e").name
     assert results.out_path("e2e", None) == results.canonical_path("e2e")
+    # a smoke run never overwrites the canonical file
+    smoke = results.out_path("e2e", None, smoke=True)
+    assert smoke.name == results.canonical_path("e2e").name and smoke.parent != results.RESULTS
+    assert results.out_path("e2e", tmp_path / "x.json", smoke=True) == tmp_path / "x.json"
 
 
 @pytest.mark.anyplatform
