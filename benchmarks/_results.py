@@ -64,8 +64,12 @@ def canonical_path(benchmark: str, gpu: str | None = None) -> Path:
     return RESULTS / f"{benchmark}-{machine(gpu)}.json"
 
 
+# what a measurement runs: "dirty" says whether these differ from the commit (documents do not count)
+MEASURED = ("torch_fl", "benchmarks/*.py", "setup.py", "pyproject.toml")
+
+
 def git_commit() -> tuple[str | None, bool | None]:
-    """(short commit of this checkout, whether tracked files differ from it). Outside git (a copy of the
+    """(short commit of this checkout, whether the code it measures differs from it). Outside git (a copy of the
     tree on a GPU machine) the commit is $TORCH_FL_COMMIT as the copy's sender named it, else None, and
     whether it differs is unknown (None)."""
     try:
@@ -73,7 +77,10 @@ def git_commit() -> tuple[str | None, bool | None]:
         if rev.returncode != 0:
             return os.environ.get("TORCH_FL_COMMIT") or None, None
         status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", *MEASURED],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
         )
         return rev.stdout.strip(), bool(status.stdout.strip())
     except OSError:

@@ -1,7 +1,7 @@
 """How often a routed call's borrow misses the alias pool, in a model's steady state.
 
 Every flagos argument of a routed call is lent to the backing kernel as a
-recycled alias (torch_fl/csrc/routed_args.cpp, AliasPool). A borrow that
+recycled alias from the core's alias pool (under torch_fl/csrc/). A borrow that
 finds an alias of its own geometry only points it at the argument's bytes; a
 miss makes a new alias or reshapes another one (setting sizes and strides
 recomputes TensorImpl's contiguity flags: the costliest part of a borrow).
