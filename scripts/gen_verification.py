@@ -32,6 +32,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,7 +57,7 @@ TRANSCRIPTS: dict[str, tuple[str, dict]] = {
     "validate-good": ("python -m torch_fl validate torch_fl/configs/backends_cuda.conf", {}),
     "validate-bad": ("python -m torch_fl validate bad.conf", {"bad.conf": BAD_CONF}),
     "demo": ("python -m torch_fl demo --model tiny --tokens 8 --rounds 2", {}),
-    "pytest-unit": ("python -m pytest -q -p no:cacheprovider tests/unit/test_routing_config.py", {}),
+    "pytest-unit": ("python -m pytest -q -p no:cacheprovider tests/unit/test_conformance_report.py", {}),
 }
 # the transcripts whose stderr is what they show (the others' stderr holds progress bars)
 WITH_STDERR = {"log-dispatch", "validate-bad"}
@@ -155,14 +156,15 @@ def figures(name: str) -> str:
 
 
 def render(doc: str) -> str:
+    names = [m.group(2) for m in BLOCK.finditer(doc) if m.group(1) == "run"]
+    if unknown := [n for n in names if n not in TRANSCRIPTS]:
+        raise KeyError(f"unknown transcript(s) {unknown}; known: {', '.join(TRANSCRIPTS)}")
+    with ThreadPoolExecutor(max(1, min(len(names), os.cpu_count() or 1))) as pool:  # each a process of its own
+        transcripts = dict(zip(names, pool.map(run_transcript, names), strict=True))
+
     def block(m: re.Match) -> str:
         kind, name = m.group(1), m.group(2)
-        if kind == "run":
-            if name not in TRANSCRIPTS:
-                raise KeyError(f"unknown transcript {name!r}; known: {', '.join(TRANSCRIPTS)}")
-            body = f"```\n{run_transcript(name)}\n```"
-        else:
-            body = figures(name)
+        body = f"```\n{transcripts[name]}\n```" if kind == "run" else figures(name)
         return f"<!-- {kind}: {name} -->\n{body}\n<!-- /{kind} -->"
 
     return BLOCK.sub(block, doc)

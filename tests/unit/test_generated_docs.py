@@ -48,6 +48,10 @@ def test_report_tables_name_their_source_file_and_run():
 
 @pytest.mark.anyplatform
 def test_verification_doc_is_current(tmp_path):
+    import torch_fl
+
+    if torch_fl.backing() != "cpu":
+        pytest.skip("the document's transcripts are the host backing's; this machine's backing differs")
     doc = tmp_path / "verification.md"
     shutil.copy(REPO / "docs" / "verification.md", doc)
     proc = _run("scripts/gen_verification.py", "--doc", str(doc))
