@@ -55,7 +55,8 @@ at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::opti
                          std::optional<bool> pin_memory) {
   check_factory(layout, pin_memory);
   c10::DeviceGuard guard(target_device(device));
-  return at::detail::empty_strided_generic(size, stride, flagos_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+  return at::detail::empty_strided_generic(size, stride, flagos_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                            c10::dtype_or_default(dtype));
 }
 
@@ -185,7 +186,8 @@ at::Tensor efficientzerotensor(at::IntArrayRef size, std::optional<at::ScalarTyp
                                std::optional<bool> pin_memory) {
   check_factory(layout, pin_memory);
   c10::DeviceGuard guard(target_device(device));
-  const auto keys = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+  const auto keys =
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
   return at::detail::empty_generic(size, &zero_allocator, keys, c10::dtype_or_default(dtype), std::nullopt);
 }
 

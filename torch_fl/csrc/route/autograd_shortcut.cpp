@@ -103,7 +103,8 @@ struct Shortcut<Op, Ret(Args...)> {
       at::AutoDispatchBelowADInplaceOrView guard;
       return handle->redispatch(below, std::forward<Args>(args)...);
     }
-    return handle->redispatch(below | c10::DispatchKeySet(c10::DispatchKey::AutogradOther), std::forward<Args>(args)...);
+    return handle->redispatch(below | c10::DispatchKeySet(c10::DispatchKey::AutogradOther),
+                              std::forward<Args>(args)...);
   }
 
   static void add_to(torch::Library& lib) {

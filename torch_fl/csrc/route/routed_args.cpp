@@ -75,7 +75,8 @@ inline void point_alias(c10::TensorImpl* impl, const c10::TensorImpl& like, c10:
 // Host backing's part of a retag, out of line: its byte accounting is most of
 // the code, and on a GPU it only lengthened the retag the GPU runs.
 C10_NOINLINE void retag_host_memory(c10::StorageImpl* src, c10::DeviceIndex index) {
-  src->set_data_ptr_noswap(runtime::host_adopt(src->set_data_ptr(c10::DataPtr(nullptr, src->device())), src->nbytes(), index));
+  c10::DataPtr taken = src->set_data_ptr(c10::DataPtr(nullptr, src->device()));
+  src->set_data_ptr_noswap(runtime::host_adopt(std::move(taken), src->nbytes(), index));
 }
 
 // A fresh backing-device result retagged as flagos in place: its memory, its
@@ -316,7 +317,8 @@ at::Tensor RoutedArgs::unwrap_result(at::Tensor&& r) const {
   }
   // On a GPU the result's own device is right (cross-device copies); host
   // memory has no index, so it comes from the arguments.
-  const c10::DeviceIndex target = g_backing.host ? (index_ < 0 ? runtime::current_device() : index_) : r.device().index();
+  const c10::DeviceIndex target =
+      g_backing.host ? (index_ < 0 ? runtime::current_device() : index_) : r.device().index();
   return adopt_result(std::move(r), target, /*gil_held=*/python_);
 }
 

@@ -38,8 +38,8 @@ class RoutedArgs {
   ~RoutedArgs();
   RoutedArgs(const RoutedArgs&) = delete;
   RoutedArgs& operator=(const RoutedArgs&) = delete;
-  // Aliases from `pool` (tensor::python_alias_pool() for a Python kernel) instead of
-  // the thread's native-route pool.
+  // Aliases from `pool` (tensor::python_alias_pool() for a Python kernel)
+  // instead of the thread's native-route pool.
   explicit RoutedArgs(tensor::AliasPool& pool);
   // Boxed calls: every argument and result on the stack.
   void unwrap(std::vector<c10::IValue>* stack, size_t nargs);
@@ -48,9 +48,9 @@ class RoutedArgs {
     return index_;
   }
 
-  // Typed calls (route/typed_native.cpp, python/typed_fronts.cpp), one argument or result at a time, in the
-  // same order as the boxed path: arguments, call, sync_mutated (mutable
-  // schemas), results, release. `t` must outlive the call unless `keep` (the
+  // Typed calls (route/typed_native.cpp, python/typed_fronts.cpp), one
+  // argument or result at a time, in the same order as the boxed path:
+  // arguments, call, sync_mutated (mutable schemas), results, release. `t` must outlive the call unless `keep` (the
   // caller's own arguments do): a tensor only Python holds must not be
   // copied, because the first C++ reference to it takes the GIL (torch's
   // PyObject preservation: refcount 1 -> 2 increfs its PyObject, 2 -> 1
@@ -108,9 +108,8 @@ class RoutedArgs {
   const at::Tensor& hold(const at::Tensor& t, bool keep, at::Tensor&& alias, size_t home);
   C10_NOINLINE const at::Tensor& hold_grown(const at::Tensor& t, bool keep, at::Tensor&& alias, size_t home);
   // The same where earlier references must stay valid: within reserve().
-  // The check's message is built out of line: inline, it kept arg() from
-  // being inlined into the typed kernels (a call and ~20 instructions more
-  // per borrow).
+  // The check's message is built out of line: inline, it keeps arg() from
+  // being inlined into the typed kernels (a call more per borrow).
   C10_ALWAYS_INLINE const at::Tensor& borrow_held_reserved(const at::Tensor& t, bool keep) {
     if (C10_UNLIKELY(borrowed_.size() >= borrowed_.capacity())) {
       reserve_exceeded();

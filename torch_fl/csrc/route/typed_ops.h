@@ -2,8 +2,8 @@
 // the native route registers one per operator (route/typed_native.cpp), its
 // autograd kernel (route/autograd_shortcut.cpp), and a route to a Python
 // backend gets a typed front beside its boxed kernel
-// (python/typed_fronts.cpp). What Qwen3 (and most transformers) call per token, per
-// training step and per optimizer step. Views are not here: they stay
+// (python/typed_fronts.cpp). What Qwen3 (and most transformers) call per
+// token, per training step and per optimizer step. Views are not here: they stay
 // metadata operations on flagos.
 #pragma once
 
