@@ -23,10 +23,14 @@ except ImportError:  # pragma: no cover - exercised only on a broken setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join("torch_fl", "csrc")
-# Two translation units, one per core of a small CI machine: the core below
-# the Python layer (runtime/, tensor/, route/, ops/) and the Python layer
-# (python/). Each includes its folders' .cpp files (torch_fl/csrc/README.md).
-UNITS = [os.path.join(CSRC, "unity_core.cpp"), os.path.join(CSRC, "python", "unity_python.cpp")]
+# Three translation units, each including its share of the core's .cpp files
+# (torch_fl/csrc/README.md): the per-call path, the rest of the core below
+# the Python layer, and the Python layer.
+UNITS = [
+    os.path.join(CSRC, "python", "unity_python.cpp"),
+    os.path.join(CSRC, "unity_route.cpp"),
+    os.path.join(CSRC, "unity_core.cpp"),
+]
 
 
 def write_build_info():
