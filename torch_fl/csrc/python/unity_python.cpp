@@ -1,5 +1,5 @@
 // The Python layer as one translation unit: every file of python/ (see
-// csrc/unity_core.cpp for why units are few).
+// csrc/unity_route.cpp and csrc/unity_core.cpp for why units are few).
 #include "python/alias_objects.cpp"
 #include "python/python_args.cpp"
 #include "python/on_native.cpp"

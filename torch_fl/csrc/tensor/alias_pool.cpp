@@ -1,6 +1,6 @@
 // The calling thread's alias pools, and the Python hooks' defaults.
 //
-// Compiled in the core's one translation unit (csrc/unity_core.cpp) with the
+// Compiled in the core's one translation unit (csrc/unity_route.cpp) with the
 // per-call path, which reaches the pools through alias_pool() once per call.
 #include "tensor/alias_pool.h"
 
