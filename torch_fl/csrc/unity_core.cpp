@@ -2,8 +2,7 @@
 // device (runtime/), the aliases (tensor/alias.cpp), flagos's autograd
 // kernels (route/autograd_shortcut.cpp) and the core's own operators (ops/).
 // Few units are the quicker build: ATen's headers are parsed once per unit
-// instead of once per file. unity_route.cpp holds the per-call path. Each file
-// included here also compiles on its own.
+// instead of once per file. unity_route.cpp holds the per-call path.
 #include "runtime/allocator.cpp"
 #include "runtime/backing.cpp"
 #include "runtime/device_guard.cpp"
