@@ -1,6 +1,12 @@
 // Operators that must run on flagos itself because they create, view or
 // re-point storage: views share one storage, and data_ptr() is real.
-#include "flagos.h"
+#include "ops/metadata_ops.h"
+
+#include "ops/core_ops.h"
+#include "runtime/allocator.h"
+#include "runtime/device.h"
+#include "runtime/library.h"
+#include "tensor/alias.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
@@ -14,30 +20,17 @@
 #include <torch/library.h>
 
 namespace torch_fl {
+namespace ops {
 
-void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {
-  TORCH_CHECK(storage->resizable(), "Trying to resize storage that is not resizable");
-  const size_t old = storage->nbytes();
-  if (nbytes == old) {
-    return;
-  }
-  c10::DeviceGuard guard(storage->device());
-  c10::DataPtr fresh = nbytes ? storage->allocator()->allocate(nbytes) : c10::DataPtr(nullptr, storage->device());
-  const size_t keep = std::min(old, nbytes);
-  if (keep > 0) {
-    // The backing allocator knows how to copy its own memory (cudaMemcpy on GPUs).
-    g_backing.allocator->copy_data(fresh.get(), storage->data(), keep);
-  }
-  storage->set_data_ptr_noswap(std::move(fresh));
-  storage->set_nbytes(nbytes);
-}
+using runtime::flagos_allocator;
+using runtime::resize_storage_bytes;
 
 namespace {
 
 c10::Device target_device(std::optional<c10::Device> device) {
   c10::Device d = device.value_or(c10::Device(kFlagos));
   TORCH_CHECK(d.type() == kFlagos, "flagos: expected a flagos device, got ", d);
-  return d.has_index() ? d : c10::Device(kFlagos, current_device());
+  return d.has_index() ? d : c10::Device(kFlagos, runtime::current_device());
 }
 
 void check_factory(std::optional<c10::Layout> layout, std::optional<bool> pin_memory) {
@@ -62,7 +55,8 @@ at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::opti
                          std::optional<bool> pin_memory) {
   check_factory(layout, pin_memory);
   c10::DeviceGuard guard(target_device(device));
-  return at::detail::empty_strided_generic(size, stride, flagos_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+  return at::detail::empty_strided_generic(size, stride, flagos_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                            c10::dtype_or_default(dtype));
 }
 
@@ -127,10 +121,10 @@ at::Tensor& set_empty(at::Tensor& self) {
 }
 
 // The native alias of a flagos tensor, else the tensor itself, by reference:
-// a copy of a tensor only Python holds would take the GIL (RoutedArgs::arg).
+// a copy of a tensor only Python holds would take the GIL (route::RoutedArgs::arg).
 c10::MaybeOwned<at::Tensor> to_native_or_self(const at::Tensor& t) {
   if (t.device().type() == kFlagos) {
-    return c10::MaybeOwned<at::Tensor>::owned(native_alias(t, /*owning=*/false));
+    return c10::MaybeOwned<at::Tensor>::owned(tensor::native_alias(t, /*owning=*/false));
   }
   return c10::MaybeOwned<at::Tensor>::borrowed(t);
 }
@@ -178,7 +172,7 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 // materialises it when an operator needs the values.
 struct ZeroTensorAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t) override {
-    return c10::DataPtr(nullptr, c10::Device(kFlagos, current_device()));
+    return c10::DataPtr(nullptr, c10::Device(kFlagos, runtime::current_device()));
   }
   c10::DeleterFnPtr raw_deleter() const override {
     return nullptr;
@@ -192,41 +186,43 @@ at::Tensor efficientzerotensor(at::IntArrayRef size, std::optional<at::ScalarTyp
                                std::optional<bool> pin_memory) {
   check_factory(layout, pin_memory);
   c10::DeviceGuard guard(target_device(device));
-  const auto keys = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+  const auto keys =
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
   return at::detail::empty_generic(size, &zero_allocator, keys, c10::dtype_or_default(dtype), std::nullopt);
 }
 
 }  // namespace
 
 void register_metadata_ops() {
-  auto& m = new_library("aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
-  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
-  m.impl("empty_strided", TORCH_FN(empty_strided));
-  m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
-  m.impl("view", TORCH_FN(at::native::view));
-  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
-  m.impl("unfold", TORCH_FN(at::native::unfold));
-  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
-  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
-  m.impl("resize_", TORCH_FN(resize_));
-  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage_offset));
-  m.impl("set_.source_Storage", TORCH_FN(set_storage));
-  m.impl("set_.source_Tensor", TORCH_FN(set_tensor));
-  m.impl("set_", TORCH_FN(set_empty));
-  m.impl("_copy_from", TORCH_FN(copy_from));
-  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
-  m.impl("record_stream", TORCH_FN(record_stream));
-  m.impl("_efficientzerotensor", TORCH_FN(efficientzerotensor));
-  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
+  auto& m = runtime::new_library("aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  register_core_op(m, "empty.memory_format", TORCH_FN(empty_memory_format));
+  register_core_op(m, "empty_strided", TORCH_FN(empty_strided));
+  register_core_op(m, "as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
+  register_core_op(m, "view", TORCH_FN(at::native::view));
+  register_core_op(m, "_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+  register_core_op(m, "unfold", TORCH_FN(at::native::unfold));
+  register_core_op(m, "view_as_real", TORCH_FN(at::native::view_as_real));
+  register_core_op(m, "view_as_complex", TORCH_FN(at::native::view_as_complex));
+  register_core_op(m, "resize_", TORCH_FN(resize_));
+  register_core_op(m, "set_.source_Storage_storage_offset", TORCH_FN(set_storage_offset));
+  register_core_op(m, "set_.source_Storage", TORCH_FN(set_storage));
+  register_core_op(m, "set_.source_Tensor", TORCH_FN(set_tensor));
+  register_core_op(m, "set_", TORCH_FN(set_empty));
+  register_core_op(m, "_copy_from", TORCH_FN(copy_from));
+  register_core_op(m, "_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  register_core_op(m, "record_stream", TORCH_FN(record_stream));
+  register_core_op(m, "_efficientzerotensor", TORCH_FN(efficientzerotensor));
+  register_core_op(m, "_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
 
   // copy_ is conjugate/negative-view aware and PyTorch lets it pass through
   // those keys; its flagos half (_copy_from) must too, or the fallback that
   // materialises conj views recurses into copy_ -> _copy_from forever.
-  for (auto* lib : {&new_library("aten", c10::DispatchKey::Conjugate, __FILE__, __LINE__),
-                    &new_library("aten", c10::DispatchKey::Negative, __FILE__, __LINE__)}) {
+  for (auto* lib : {&runtime::new_library("aten", c10::DispatchKey::Conjugate, __FILE__, __LINE__),
+                    &runtime::new_library("aten", c10::DispatchKey::Negative, __FILE__, __LINE__)}) {
     lib->impl("_copy_from", torch::CppFunction::makeFallthrough());
     lib->impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
   }
 }
 
+}  // namespace ops
 }  // namespace torch_fl

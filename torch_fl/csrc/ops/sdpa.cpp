@@ -1,9 +1,15 @@
-// Autocast with CUDA's op lists, and scaled_dot_product_attention that takes
-// the backing device's fused kernels.
-#include "flagos.h"
+// scaled_dot_product_attention that takes the backing device's fused kernels.
+#include "ops/sdpa.h"
 
+#include "ops/core_ops.h"
+#include "route/counters.h"
+#include "route/routed_args.h"
+#include "runtime/device.h"
+#include "runtime/library.h"
+#include "tensor/alias.h"
+
+#include <ATen/ATen.h>
 #include <ATen/SDPBackend.h>
-#include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/native/transformers/sdp_utils_cpp.h>
@@ -14,49 +20,22 @@
 #include <limits>
 
 namespace torch_fl {
+namespace ops {
+
+using runtime::g_backing;
 
 namespace {
-
-// ---------------------------------------------------------------- autocast
-at::Tensor binary_cross_entropy_banned(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                                       int64_t) {
-  TORCH_CHECK(false,
-              "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.\n"
-              "Many models use a sigmoid layer right before the binary cross entropy layer.\n"
-              "In this case, combine the two layers using torch.nn.functional.binary_cross_entropy_with_logits\n"
-              "or torch.nn.BCEWithLogitsLoss.  binary_cross_entropy_with_logits and BCEWithLogits are\n"
-              "safe to autocast.");
-}
-
-void register_autocast(torch::Library& m) {
-  using namespace at;  // the op-list macros name ATen types unqualified
-  // The same policies and op lists as PyTorch registers for AutocastCUDA.
-#define FLAGOS_LOW_PRECISION_FP(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
-  AT_FORALL_LOWER_PRECISION_FP(FLAGOS_LOW_PRECISION_FP)
-#define FLAGOS_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
-  AT_FORALL_FP32(FLAGOS_FP32)
-#define FLAGOS_FP32_SET_OPT_DTYPE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
-  AT_FORALL_FP32_SET_OPT_DTYPE(FLAGOS_FP32_SET_OPT_DTYPE)
-  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE)
-#define FLAGOS_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
-  AT_FORALL_PROMOTE(FLAGOS_PROMOTE)
-  m.impl(TORCH_SELECTIVE_NAME("aten::binary_cross_entropy"), TORCH_FN(binary_cross_entropy_banned));
-#undef FLAGOS_LOW_PRECISION_FP
-#undef FLAGOS_FP32
-#undef FLAGOS_FP32_SET_OPT_DTYPE
-#undef FLAGOS_PROMOTE
-}
 
 // ---------------------------------------------------------------- SDPA
 std::optional<at::Tensor> borrow_opt(const std::optional<at::Tensor>& t) {
   if (t.has_value() && t->defined() && t->device().type() == kFlagos) {
-    return native_alias(*t, /*owning=*/false);
+    return tensor::native_alias(*t, /*owning=*/false);
   }
   return t;
 }
 
 at::Tensor borrow(const at::Tensor& t) {
-  return t.device().type() == kFlagos ? native_alias(t, /*owning=*/false) : t.detach();
+  return t.device().type() == kFlagos ? tensor::native_alias(t, /*owning=*/false) : t.detach();
 }
 
 // PyTorch's composite SDPA asks a per-device DispatchStub which fused kernel
@@ -122,12 +101,12 @@ at::Tensor aligned_mask(const at::Tensor& mask, const at::Tensor& q, const at::T
 // True while an attention operator (the fused kernels, the choice, SDPA
 // itself) has a route of its own, to FlagGems or another backend: calls then
 // take the decomposition below, which reaches that route. Set by the routing
-// layer (torch_fl/routing/core.py) whenever routes change.
+// layer whenever routes change (torch_fl._C._set_attention_routed).
 std::atomic<bool> attention_routed{false};
 
 // The operator the shortcut counts and logs as one routed call.
 c10::OperatorHandle* sdpa_handle = nullptr;
-OpCounts* sdpa_counts = nullptr;
+route::OpCounts* sdpa_counts = nullptr;
 
 // No gradient to record (inference, no_grad, or no input requiring one):
 // the backing device's own scaled_dot_product_attention on borrowed aliases,
@@ -155,8 +134,8 @@ bool sdpa_shortcut_applies(const at::Tensor& q, const at::Tensor& k, const at::T
 at::Tensor sdpa_shortcut(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
                          std::optional<double> scale, bool enable_gqa) {
-  record_native_call(*sdpa_handle, sdpa_counts);
-  RoutedArgs a;
+  route::record_native_call(*sdpa_handle, sdpa_counts);
+  route::RoutedArgs a;
   a.reserve(4);
   at::Tensor out;
   {
@@ -245,25 +224,29 @@ bool is_attention_routed() {
   return attention_routed.load(std::memory_order_relaxed);
 }
 
-void register_autocast_and_sdp() {
-  // Ops outside the lists pass through autocast untouched, as for CUDA.
-  new_library("_", c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__)
-      .fallback(torch::CppFunction::makeFallthrough());
-  register_autocast(new_library("aten", c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__));
+void register_sdpa() {
   at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(&fused_sdp_choice);
   static auto handle = c10::Dispatcher::singleton().findSchemaOrThrow("aten::scaled_dot_product_attention", "");
   sdpa_handle = &handle;
-  sdpa_counts = op_counts(handle);
+  sdpa_counts = route::op_counts(handle);
   // Both keys: AutogradPrivateUse1 for autograd-recorded calls, PrivateUse1
   // for inference mode, where the autograd keys are skipped.
   for (const auto key : {c10::DispatchKey::PrivateUse1, c10::DispatchKey::AutogradPrivateUse1}) {
-    auto& lib = new_library("aten", key, __FILE__, __LINE__);
+    auto& lib = runtime::new_library("aten", key, __FILE__, __LINE__);
+    auto add = [&](auto kernel) {
+      if (key == c10::DispatchKey::PrivateUse1) {
+        register_core_op(lib, "scaled_dot_product_attention", kernel);  // not routable elsewhere
+      } else {
+        lib.impl("scaled_dot_product_attention", kernel);
+      }
+    };
     if (g_backing.host) {
-      lib.impl("scaled_dot_product_attention", TORCH_FN(sdpa<&at::native::scaled_dot_product_attention>));
+      add(TORCH_FN(sdpa<&at::native::scaled_dot_product_attention>));
     } else {
-      lib.impl("scaled_dot_product_attention", TORCH_FN(sdpa<&sdpa_cuda_backed>));
+      add(TORCH_FN(sdpa<&sdpa_cuda_backed>));
     }
   }
 }
 
+}  // namespace ops
 }  // namespace torch_fl

@@ -1,21 +1,27 @@
 // Typed native kernels for the operators models call most.
 //
-// The boxed route (native_route.cpp) serves every operator, but each call
+// The boxed route (route/native_route.cpp) serves every operator, but each call
 // packs its arguments into IValues, unpacks them for the backing kernel, and
 // packs and unpacks the results again; the packing copies the caller's
 // tensors, which for a tensor only Python holds means two GIL hand-offs
 // (RoutedArgs::arg). For the operators that make up almost every call of a
-// transformer (typed_ops.h: mm, mul, add, cat, mean, copies, attention, the
+// transformer (route/typed_ops.h: mm, mul, add, cat, mean, copies, attention, the
 // optimizer's _foreach ops) that is most of what flagos adds per call. Here
 // each of them gets a kernel with its own C++ signature,
 // generated from ATen's at::_ops::<op>::schema: arguments are swapped for
 // borrowed aliases in place and the backing kernel is redispatched unboxed.
 // Behaviour is the boxed route's (RoutedArgs does both): same aliases, same
 // result wrapping, same out=/resize handling, same counts and dispatch log.
-#include "flagos.h"
-#include "typed_call.h"
-#include "typed_ops.h"
+#include "route/typed_native.h"
 
+#include "route/counters.h"
+#include "route/native_route.h"
+#include "route/routed_args.h"
+#include "route/typed_call.h"
+#include "route/typed_ops.h"
+#include "runtime/device.h"
+
+#include <ATen/Operators.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/SmallVector.h>
 
@@ -24,9 +30,11 @@
 #include <utility>
 
 namespace torch_fl {
+namespace route {
 
 namespace {
 
+using runtime::g_backing;
 using typed::tensors_in;
 using typed::wrap;
 
@@ -242,4 +250,5 @@ void register_typed_native_route(torch::Library& lib) {
 #undef FLAGOS_ADD_TYPED
 }
 
+}  // namespace route
 }  // namespace torch_fl

@@ -1,17 +1,18 @@
-// Zero-copy aliasing between flagos tensors and tensors of the backing device.
-//
-// An alias is a second StorageImpl over the same bytes, tagged with the other
-// device. Its DataPtr context points at the storage it aliases and its
-// deleter says how: borrowed (no reference, valid during one kernel call),
-// owning (holds a reference to the flagos storage) or owning-native (a flagos
-// storage holding a reference to a native one). The deleter identifies an
-// alias, so a kernel result that views an input maps back to the original
-// storage and views keep one storage.
-#include "flagos.h"
+// Zero-copy aliasing between flagos tensors and tensors of the backing device
+// (tensor/alias.h says how an alias is made and recognised).
+#include "tensor/alias.h"
 
+#include "runtime/allocator.h"
+#include "runtime/device.h"
+
+#include <ATen/core/TensorBody.h>
 #include <c10/core/StorageImpl.h>
 
 namespace torch_fl {
+namespace tensor {
+
+using runtime::Backing;
+using runtime::g_backing;
 
 void borrowed_deleter(void*) {}
 
@@ -95,7 +96,7 @@ c10::intrusive_ptr<c10::StorageImpl> wrap_native_storage(c10::StorageImpl* nativ
     data = native->set_data_ptr(c10::DataPtr(nullptr, native->device()));
     native->set_nbytes(0);
     if (g_backing.host) {
-      data = host_adopt(std::move(data), nbytes, index);
+      data = runtime::host_adopt(std::move(data), nbytes, index);
     } else {
       data.unsafe_set_device(device);
     }
@@ -104,7 +105,7 @@ c10::intrusive_ptr<c10::StorageImpl> wrap_native_storage(c10::StorageImpl* nativ
     data = c10::DataPtr(native->mutable_data(), native, &owning_native_deleter, device);
   }
   return c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes, std::move(data),
-                                               flagos_allocator(), native->resizable());
+                                               runtime::flagos_allocator(), native->resizable());
 }
 
 }  // namespace
@@ -155,7 +156,7 @@ void sync_back(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageIm
     const size_t nbytes = alias_storage->nbytes();
     c10::DataPtr data = alias_storage->set_data_ptr(c10::DataPtr(nullptr, alias_storage->device()));
     if (g_backing.host) {
-      data = host_adopt(std::move(data), nbytes, index);
+      data = runtime::host_adopt(std::move(data), nbytes, index);
     } else {
       data.unsafe_set_device(c10::Device(kFlagos, index));
     }
@@ -167,4 +168,5 @@ void sync_back(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageIm
   }
 }
 
+}  // namespace tensor
 }  // namespace torch_fl

@@ -1,4 +1,4 @@
-// flagos's autograd kernels for the typed operators (typed_ops.h): a call
+// flagos's autograd kernels for the typed operators (route/typed_ops.h): a call
 // that autograd has nothing to record for goes straight to the routed kernel.
 //
 // PyTorch's autograd kernel of an operator (VariableType) runs on every call
@@ -8,9 +8,9 @@
 // tangents copies each tensor argument into a std::optional, and a tensor
 // that only Python holds goes from one C++ reference to two and back, each
 // step taking the GIL (torch's PyObject preservation; the binding released
-// the GIL, so each is a real acquire): about 1,300 of the 9,908 instructions
-// of a CPU `a + b` (callgrind, 2026-12-01, docs/verification.md section 8).
-// A greedy decode is such calls only, one after the other.
+// the GIL, so each is a real acquire): a good part of a small CPU `a + b`
+// (benchmarks/route_instructions.py counts it). A greedy decode is such calls
+// only, one after the other.
 //
 // Here the same decision is made without the copies: a call whose tensors
 // have no autograd metadata at all (activations made under no_grad), or whose
@@ -22,10 +22,13 @@
 // same kernel for these operators (checked at registration).
 // Only functional operators get one: in-place and out= forms need
 // ADInplaceOrView's version bump, which VariableType's path keeps.
-#include "flagos.h"
-#include "typed_call.h"
-#include "typed_ops.h"
+#include "route/autograd_shortcut.h"
 
+#include "route/typed_call.h"
+#include "route/typed_ops.h"
+#include "runtime/library.h"
+
+#include <ATen/Operators.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -34,6 +37,7 @@
 #include <utility>
 
 namespace torch_fl {
+namespace route {
 
 namespace {
 
@@ -99,7 +103,8 @@ struct Shortcut<Op, Ret(Args...)> {
       at::AutoDispatchBelowADInplaceOrView guard;
       return handle->redispatch(below, std::forward<Args>(args)...);
     }
-    return handle->redispatch(below | c10::DispatchKeySet(c10::DispatchKey::AutogradOther), std::forward<Args>(args)...);
+    return handle->redispatch(below | c10::DispatchKeySet(c10::DispatchKey::AutogradOther),
+                              std::forward<Args>(args)...);
   }
 
   static void add_to(torch::Library& lib) {
@@ -123,10 +128,11 @@ struct Shortcut<Op, Ret(Args...)> {
 }  // namespace
 
 void register_autograd_shortcut() {
-  auto& lib = new_library("aten", c10::DispatchKey::AutogradPrivateUse1, __FILE__, __LINE__);
+  auto& lib = runtime::new_library("aten", c10::DispatchKey::AutogradPrivateUse1, __FILE__, __LINE__);
 #define FLAGOS_ADD_SHORTCUT(op) Shortcut<at::_ops::op>::add_to(lib);
   FLAGOS_TYPED_OPS(FLAGOS_ADD_SHORTCUT)
 #undef FLAGOS_ADD_SHORTCUT
 }
 
+}  // namespace route
 }  // namespace torch_fl

@@ -1,11 +1,14 @@
-// What the typed kernels of the native route (native_typed.cpp), the typed
-// fronts of Python routes (python_call.cpp) and the autograd kernels
-// (autograd_shortcut.cpp) share: the name an operator is registered under,
+// What the typed kernels of the native route (route/typed_native.cpp), the
+// typed fronts of Python routes (python/typed_fronts.cpp) and the autograd
+// kernels (route/autograd_shortcut.cpp) share: the name an operator is registered under,
 // how many tensors an argument brings, and the results of a call on aliases
 // turned back into flagos tensors.
 #pragma once
 
-#include "flagos.h"
+#include "route/routed_args.h"
+
+#include <ATen/core/List.h>
+#include <ATen/core/Tensor.h>
 
 #include <string>
 #include <tuple>
@@ -13,6 +16,7 @@
 #include <vector>
 
 namespace torch_fl {
+namespace route {
 namespace typed {
 
 // The overload an at::_ops entry names, as torch::Library::impl takes it:
@@ -70,4 +74,5 @@ std::tuple<Ts...> wrap(RoutedArgs& a, std::tuple<Ts...>&& ts) {
 }
 
 }  // namespace typed
+}  // namespace route
 }  // namespace torch_fl

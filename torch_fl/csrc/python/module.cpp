@@ -1,19 +1,53 @@
-// Python bindings of the C++ core: torch_fl._C.
-#include "flagos.h"
+// The Python module torch_fl._C: its bindings, and the order in which
+// _init() sets the device up.
+#include "ops/autocast.h"
+#include "ops/core_ops.h"
+#include "ops/metadata_ops.h"
+#include "ops/sdpa.h"
+#include "python/alias_objects.h"
+#include "python/on_native.h"
+#include "python/py_route.h"
+#include "route/autograd_shortcut.h"
+#include "route/counters.h"
+#include "route/native_route.h"
+#include "runtime/allocator.h"
+#include "runtime/device.h"
+#include "tensor/alias.h"
+#include "tensor/alias_pool.h"
+
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <ATen/ScalarOps.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <torch/csrc/jit/python/pybind_utils.h>
-#include <torch/extension.h>
 
 namespace torch_fl {
-void bind_on_native(py::module& m);
-void bind_py_route(py::module& m);
+namespace python {
+
 namespace {
+
+using runtime::backing;
+using runtime::Backing;
+using runtime::current_device;
+
+// The backing device, then the device's own registrations, then the
+// operator kernels: the metadata operations first (the native route skips
+// operators that already have a PrivateUse1 kernel), the native route, then
+// what sits above it (autocast, SDPA, the autograd shortcut).
+void init(const std::string& backing_type, int64_t host_devices) {
+  install_python_object_hooks();
+  runtime::init(backing_type, host_devices);
+  ops::register_metadata_ops();
+  route::register_native_route();
+  ops::register_autocast();
+  ops::register_sdpa();
+  route::register_autograd_shortcut();
+}
 
 at::Tensor as_native(const at::Tensor& t) {
   TORCH_CHECK(t.device().type() == kFlagos, "as_native expects a flagos tensor, got one on ", t.device());
-  return native_alias(t, /*owning=*/true);
+  return tensor::native_alias(t, /*owning=*/true);
 }
 
 at::Tensor as_flagos(const at::Tensor& t, int64_t index) {
@@ -22,12 +56,12 @@ at::Tensor as_flagos(const at::Tensor& t, int64_t index) {
               c10::DeviceTypeName(b.type, true), "), got one on ", t.device());
   c10::DeviceIndex i = b.host ? static_cast<c10::DeviceIndex>(index < 0 ? current_device() : index)
                               : t.device().index();
-  check_device_index(i);
-  return flagos_alias(t, i);
+  runtime::check_device_index(i);
+  return tensor::flagos_alias(t, i);
 }
 
 py::dict host_stats(int64_t index) {
-  auto s = host_memory_stats(static_cast<c10::DeviceIndex>(index));
+  auto s = runtime::host_memory_stats(static_cast<c10::DeviceIndex>(index));
   py::dict d;
   d["allocated"] = s.allocated;
   d["peak"] = s.peak;
@@ -73,10 +107,8 @@ py::object run_boxed(void (*runner)(const c10::OperatorHandle&, std::vector<c10:
 }
 
 }  // namespace
-}  // namespace torch_fl
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  using namespace torch_fl;
+void bind_module(py::module& m) {
   m.doc() = "torch_fl C++ core: the flagos device over a native backing device";
   bind_on_native(m);
   bind_py_route(m);
@@ -90,33 +122,43 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "A tensor of the backing device over the same bytes as a flagos tensor (zero copy).");
   m.def("as_flagos", &as_flagos, py::arg("tensor"), py::arg("index") = -1,
         "A flagos tensor over the same bytes as a backing-device tensor (zero copy).");
-  m.def("_set_log_dispatch", [](bool on) { g_route_flags.log_dispatch = on; });
-  m.def("_set_log_fallback", [](bool on) { g_route_flags.log_fallback = on; });
-  m.def("_set_strict", [](bool on) { g_route_flags.strict = on; });
-  m.def("_set_count", [](bool on) { g_route_flags.count = on; });
-  m.def("_set_native_label", &set_native_label, py::arg("op"), py::arg("label"));
-  m.def("_set_default_native_label", &set_default_native_label, py::arg("label"));
+  m.def("_set_log_dispatch", [](bool on) { route::g_route_flags.log_dispatch = on; });
+  m.def("_set_log_fallback", [](bool on) { route::g_route_flags.log_fallback = on; });
+  m.def("_set_strict", [](bool on) { route::g_route_flags.strict = on; });
+  m.def("_set_count", [](bool on) { route::g_route_flags.count = on; });
+  m.def("_set_native_label", &route::set_native_label, py::arg("op"), py::arg("label"));
+  m.def("_set_default_native_label", &route::set_default_native_label, py::arg("label"));
   m.def(
       "_run_native",
       [](const std::string& name, const std::string& overload, py::args args, py::kwargs kwargs) {
-        return run_boxed(&call_native, name, overload, args, kwargs);
+        return run_boxed(&route::call_native, name, overload, args, kwargs);
       },
       "Run aten::<name>.<overload> on the native route (backing device kernel on zero-copy aliases).");
   m.def(
       "_run_cpu_fallback",
       [](const std::string& name, const std::string& overload, py::args args, py::kwargs kwargs) {
-        return run_boxed(&call_cpu_fallback, name, overload, args, kwargs);
+        return run_boxed(&route::call_cpu_fallback, name, overload, args, kwargs);
       },
       "Run aten::<name>.<overload> on the host: copy inputs to CPU, run the CPU kernel, copy results back.");
-  m.def("_route_stats", &route_stats);
-  m.def("_set_attention_routed", &set_attention_routed, py::arg("routed"),
+  m.def("_route_stats", &route::route_stats);
+  m.def("_set_attention_routed", &ops::set_attention_routed, py::arg("routed"),
         "Tell scaled_dot_product_attention whether an attention operator has a route of its own (then calls "
         "without gradients decompose into the routed operators instead of taking the backing device's SDPA).");
-  m.def("_attention_routed", &is_attention_routed, "What _set_attention_routed was last told.");
-  m.def("_reset_route_stats", &reset_route_stats);
-  m.def("_alias_pool_stats", &alias_pool_stats, py::arg("python") = false,
+  m.def("_attention_routed", &ops::is_attention_routed, "What _set_attention_routed was last told.");
+  m.def("_reset_route_stats", &route::reset_route_stats);
+  m.def("_alias_pool_stats", &tensor::alias_pool_stats, py::arg("python") = false,
         "(borrows, aliases made, aliases reshaped) of this thread's alias pool so far: a warm model's "
         "repeated forward should make and reshape none (benchmarks/alias_pool.py).");
   m.def("_host_memory_stats", &host_stats, py::arg("index"));
-  m.def("_host_reset_peak", [](int64_t i) { host_reset_peak(static_cast<c10::DeviceIndex>(i)); });
+  m.def("_core_ops", &ops::core_ops,
+        "The operators the core implements itself at PrivateUse1 ('empty.memory_format', 'view', ...: "
+        "metadata operations, scaled_dot_product_attention), which no route may take.");
+  m.def("_host_reset_peak", [](int64_t i) { runtime::host_reset_peak(static_cast<c10::DeviceIndex>(i)); });
+}
+
+}  // namespace python
+}  // namespace torch_fl
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  torch_fl::python::bind_module(m);
 }

@@ -3,90 +3,27 @@
 // Registered as the PrivateUse1 boxed fallback, so every operator without
 // another registration lands here. The per-call path reads no configuration:
 // two flags (log, count) and the schema the dispatcher hands in.
-#include "flagos.h"
+//
+// torch_fl/routing tells the native route's registrations from the core's own
+// operators by this file's name in torch._C._dispatch_dump() (and by
+// torch_fl._C._core_ops()): keep the registrations here.
+#include "route/native_route.h"
 
-#include <ATen/core/dispatch/Dispatcher.h>
+#include "route/counters.h"
+#include "route/routed_args.h"
+#include "route/typed_native.h"
+#include "runtime/device.h"
+#include "runtime/library.h"
+
 #include <ATen/native/CPUFallback.h>
-#include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
-#include <atomic>
-#include <iostream>
-#include <mutex>
-#include <unordered_map>
+#include <string>
 
 namespace torch_fl {
+namespace route {
 
-RouteFlags g_route_flags;
-
-namespace {
-
-// --------------------------------------------------------------- statistics
-std::mutex stats_mutex;
-// Keyed by the schema's address: stable for the operator's lifetime. Entries
-// are never erased (reset zeroes them), so cached pointers stay valid.
-std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpCounts>> stats;
-
-OpCounts* counts_slow(const c10::FunctionSchema* key) {
-  std::lock_guard<std::mutex> lock(stats_mutex);
-  auto& slot = stats[key];
-  if (!slot) {
-    slot = std::make_unique<OpCounts>();
-  }
-  return slot.get();
-}
-
-// A small per-thread direct-mapped cache in front of the map: the hot path
-// is a pointer compare and a relaxed atomic add.
-struct CountCache {
-  const c10::FunctionSchema* key[64] = {};
-  OpCounts* counts[64] = {};
-};
-thread_local CountCache count_cache;
-
-void count(const c10::OperatorHandle& op, bool fallback) {
-  const c10::FunctionSchema* key = &op.schema();
-  const size_t slot = (reinterpret_cast<uintptr_t>(key) >> 4) & 63;
-  if (C10_UNLIKELY(count_cache.key[slot] != key)) {
-    count_cache.key[slot] = key;
-    count_cache.counts[slot] = counts_slow(key);
-  }
-  (fallback ? count_cache.counts[slot]->cpu_fallback : count_cache.counts[slot]->native)
-      .fetch_add(1, std::memory_order_relaxed);
-}
-
-std::string overload_name(const c10::OperatorName& name) {
-  std::string s = name.name;
-  if (s.rfind("aten::", 0) == 0) {
-    s = s.substr(6);
-  }
-  if (!name.overload_name.empty()) {
-    s += "." + name.overload_name;
-  }
-  return s;
-}
-
-// Labels printed by the dispatch log; read only when logging is on.
-std::mutex label_mutex;
-std::string default_label = "native";
-std::unordered_map<std::string, std::string> labels;
-
-}  // namespace
-
-OpCounts* op_counts(const c10::OperatorHandle& op) {
-  return counts_slow(&op.schema());
-}
-
-void log_dispatch(const c10::OperatorHandle& op) {
-  std::string name = overload_name(op.operator_name());
-  std::string label;
-  {
-    std::lock_guard<std::mutex> lock(label_mutex);
-    auto it = labels.find(name);
-    label = it == labels.end() ? default_label : it->second;
-  }
-  std::cerr << "[flagos dispatch] " << name << " -> " << label << std::endl;
-}
+using runtime::g_backing;
 
 namespace {
 
@@ -118,13 +55,11 @@ void native_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
   TORCH_CHECK_NOT_IMPLEMENTED(!g_backing.host, "flagos: aten::", name,
                               " has no CPU kernel, so the host-backed flagos device cannot run it either.");
   if (f.log_fallback) {
-    std::cerr << "[flagos cpu_fallback] aten::" << name << std::endl;
+    log_fallback(op);
   }
   count(op, true);
   at::native::cpu_fallback(op, stack);
 }
-
-
 }  // namespace
 
 void call_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -136,7 +71,7 @@ void call_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 void call_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (g_route_flags.log_fallback) {
-    std::cerr << "[flagos cpu_fallback] aten::" << overload_name(op.operator_name()) << std::endl;
+    log_fallback(op);
   }
   count(op, true);
   at::native::cpu_fallback(op, stack);
@@ -164,7 +99,7 @@ bool native_route_may_own(const c10::OperatorHandle& op) {
 }
 
 void register_native_route() {
-  new_library("_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__)
+  runtime::new_library("_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__)
       .fallback(torch::CppFunction::makeFromBoxedFunction<&native_fallback>());
 
   // PyTorch registers, for every backend, kernels that implement the
@@ -173,7 +108,7 @@ void register_native_route() {
   // add.Tensor into empty + add.out. Where the backing device has its own
   // kernel, route the op itself natively: one kernel call, and the dispatch
   // log names the operator the user called.
-  auto& direct_library = new_library("aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  auto& direct_library = runtime::new_library("aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   // The hottest operators get typed kernels first: the loop below skips
   // operators that already have a PrivateUse1 kernel.
   register_typed_native_route(direct_library);
@@ -220,41 +155,5 @@ void register_native_route() {
   }
 }
 
-void set_native_label(const std::string& op, const std::string& label) {
-  std::lock_guard<std::mutex> lock(label_mutex);
-  if (label.empty()) {
-    labels.erase(op);
-  } else {
-    labels[op] = label;
-  }
-}
-
-void set_default_native_label(const std::string& label) {
-  std::lock_guard<std::mutex> lock(label_mutex);
-  default_label = label;
-}
-
-std::vector<std::tuple<std::string, std::string, int64_t>> route_stats() {
-  std::lock_guard<std::mutex> lock(stats_mutex);
-  std::vector<std::tuple<std::string, std::string, int64_t>> out;
-  for (const auto& [schema, c] : stats) {
-    std::string name = overload_name(schema->operator_name());
-    if (int64_t n = c->native.load()) {
-      out.emplace_back(name, "native", n);
-    }
-    if (int64_t n = c->cpu_fallback.load()) {
-      out.emplace_back(name, "cpu_fallback", n);
-    }
-  }
-  return out;
-}
-
-void reset_route_stats() {
-  std::lock_guard<std::mutex> lock(stats_mutex);
-  for (auto& entry : stats) {
-    entry.second->native = 0;
-    entry.second->cpu_fallback = 0;
-  }
-}
-
+}  // namespace route
 }  // namespace torch_fl

@@ -1,0 +1,64 @@
+// A boxed call's arguments as Python objects, laid out for a vectorcall, and
+// a Python kernel's result back on the stack: what PyRoute's boxed kernel and
+// its typed fronts share.
+#pragma once
+
+#include <torch/csrc/utils/pybind.h>
+
+#include <ATen/core/function_schema.h>
+#include <ATen/core/stack.h>
+#include <c10/util/SmallVector.h>
+
+#include <optional>
+
+namespace torch_fl {
+namespace python {
+
+// The dtype of the call's first tensor (or first tensor of a list) from
+// stack[first] on; Undefined when it has none.
+c10::ScalarType first_dtype(const torch::jit::Stack& stack, size_t first);
+
+// Whether an input of the call (a tensor, or a tensor of a list; not an
+// argument the operator writes, such as an out= tensor it will resize) is empty.
+bool has_empty_input(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t first);
+
+// An operator's keyword-only argument names as a tuple of interned Python
+// strings, the `kwnames` of a vectorcall; made once per kernel and kept for
+// the process's life (dropping it would need the GIL at exit). Null when the
+// operator has no keyword-only arguments.
+PyObject* kwarg_names(const c10::FunctionSchema& schema, std::optional<PyObject*>& cache);
+
+// fn(*objects[:npos], **dict(zip(kwnames, objects[npos:]))) by vectorcall;
+// null with the Python error set when fn raised.
+py::object vectorcall(const py::object& fn, const c10::SmallVector<py::object, 8>& objects, size_t npos,
+                      PyObject* kwnames);
+
+// An operator's arguments as Python objects: the positional ones, then the
+// keyword-only ones named by `kwnames`, laid out for a vectorcall (no
+// argument tuple or keyword dict is built per call).
+struct PyArgs {
+  c10::SmallVector<py::object, 8> objects;
+  size_t npos = 0;
+  PyObject* kwnames = nullptr;  // borrowed from the kernel's cache
+
+  py::object call(const py::object& fn) const {
+    py::object r = vectorcall(fn, objects, npos, kwnames);
+    if (!r) {
+      throw py::error_already_set();
+    }
+    return r;
+  }
+  // As (args, kwargs), for the error policy.
+  py::tuple args_tuple() const;
+  py::dict kwargs_dict() const;
+};
+
+// The operator's arguments as Python objects, taken off the stack.
+PyArgs pop_python_args(const c10::FunctionSchema& schema, torch::jit::Stack* stack,
+                       std::optional<PyObject*>& names_cache);
+
+// A Python kernel's result, converted by the schema's return types, pushed.
+void push_python_result(const c10::FunctionSchema& schema, const py::object& result, torch::jit::Stack* stack);
+
+}  // namespace python
+}  // namespace torch_fl

@@ -1,0 +1,12 @@
+// flagos's autograd kernels for the typed operators (route/typed_ops.h).
+#pragma once
+
+namespace torch_fl {
+namespace route {
+
+// Registers them at AutogradPrivateUse1: calls that record nothing skip
+// VariableType (route/autograd_shortcut.cpp says why and when).
+void register_autograd_shortcut();
+
+}  // namespace route
+}  // namespace torch_fl

@@ -1,0 +1,139 @@
+// RoutedArgs: one routed call's borrowed aliases and results.
+//
+// The per-call path of every route: the typed native kernels
+// (route/typed_native.cpp), the boxed native route (route/native_route.cpp),
+// the SDPA shortcut (ops/sdpa.cpp) and the Python routes (python/). Its code
+// (route/routed_args.cpp, with the alias pool of tensor/alias_pool.h inlined
+// into it) is compiled in one translation unit with the native kernels that
+// call it (csrc/unity_route.cpp): a routed call runs between long stretches of
+// other code that evict it from the instruction cache, so its code should be
+// few functions close together, with the rare cases out of line.
+// benchmarks/route_instructions.py counts what it adds per call.
+#pragma once
+
+#include "runtime/device.h"
+#include "tensor/alias_pool.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/function_schema.h>
+#include <c10/util/MaybeOwned.h>
+#include <c10/util/SmallVector.h>
+
+#include <optional>
+#include <vector>
+
+namespace torch_fl {
+namespace route {
+
+// Swaps a call's flagos arguments for borrowed native aliases, and afterwards
+// turns the results back into flagos tensors (in-place and out= results become
+// the caller's own tensors, out= arguments follow resizes).
+class RoutedArgs {
+ public:
+  RoutedArgs() = default;
+  // Out of line, so that each operator's typed kernel carries one call rather
+  // than the destruction of two small vectors. Aliases still held (a kernel
+  // raised before release()) are dropped and their pool slots freed.
+  ~RoutedArgs();
+  RoutedArgs(const RoutedArgs&) = delete;
+  RoutedArgs& operator=(const RoutedArgs&) = delete;
+  // Aliases from `pool` (tensor::python_alias_pool() for a Python kernel)
+  // instead of the thread's native-route pool.
+  explicit RoutedArgs(tensor::AliasPool& pool);
+  // Boxed calls: every argument and result on the stack.
+  void unwrap(std::vector<c10::IValue>* stack, size_t nargs);
+  void finish(const c10::FunctionSchema& schema, std::vector<c10::IValue>* stack);
+  c10::DeviceIndex index() const {
+    return index_;
+  }
+
+  // Typed calls (route/typed_native.cpp, python/typed_fronts.cpp), one
+  // argument or result at a time, in the same order as the boxed path:
+  // arguments, call, sync_mutated (mutable schemas), results, release. `t` must outlive the call unless `keep` (the
+  // caller's own arguments do): a tensor only Python holds must not be
+  // copied, because the first C++ reference to it takes the GIL (torch's
+  // PyObject preservation: refcount 1 -> 2 increfs its PyObject, 2 -> 1
+  // decrefs it).
+  //
+  // The alias is handed out by reference to the copy this object holds (no
+  // second reference to count up and down), so that copy must not move:
+  // reserve() room for every tensor of the call before the first arg().
+  void reserve(size_t tensors) {
+    borrowed_.reserve(tensors);
+  }
+  // Always inlined: left to the compiler, it becomes one shared function
+  // called per argument (benchmarks/route_instructions.py counts the call).
+  C10_ALWAYS_INLINE c10::MaybeOwned<at::Tensor> arg(const at::Tensor& t, bool keep = false) {
+    if (t.defined() && t.device().type() == kFlagos) {
+      return c10::MaybeOwned<at::Tensor>::borrowed(borrow_held_reserved(t, keep));
+    }
+    note_foreign(t);
+    return c10::MaybeOwned<at::Tensor>::borrowed(t);
+  }
+  // The same for an element of a list the kernel takes by value.
+  C10_ALWAYS_INLINE at::Tensor arg_value(const at::Tensor& t, bool keep = false) {
+    if (t.defined() && t.device().type() == kFlagos) {
+      return borrow_held_reserved(t, keep);
+    }
+    note_foreign(t);
+    return t;
+  }
+  std::optional<c10::Device> device_arg(std::optional<c10::Device> d);
+  at::Tensor result(at::Tensor&& r) const {
+    return C10_LIKELY(!to_native_device_) ? unwrap_result(std::move(r)) : std::move(r);
+  }
+  void sync_mutated();
+  void release();
+
+ private:
+  struct Borrowed {
+    // Built in place in borrowed_ (no temporary to move and destroy).
+    Borrowed(const at::Tensor& t, bool keep, at::Tensor&& a, size_t home_slot)
+        : flagos(keep ? c10::MaybeOwned<at::Tensor>::owned(std::in_place, t)
+                      : c10::MaybeOwned<at::Tensor>::borrowed(t)),
+          alias(std::move(a)),
+          alias_storage(alias.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl()),
+          home(home_slot) {}
+    c10::MaybeOwned<at::Tensor> flagos;  // owned where the boxed stack slot is overwritten
+    at::Tensor alias;
+    c10::StorageImpl* alias_storage;
+    size_t home;  // the pool slot the alias returns to (tensor::AliasPool::kNoHome: none)
+  };
+  // Borrows an alias of `t` and returns the copy held in borrowed_.
+  const at::Tensor& borrow_held(const at::Tensor& t, bool keep);
+  // The rare borrows, out of line: a new alias, or one that is not pooled.
+  const at::Tensor& borrow_new(const at::Tensor& t, bool keep, size_t home);
+  // Records a borrow (its alias, returned by reference) in borrowed_.
+  const at::Tensor& hold(const at::Tensor& t, bool keep, at::Tensor&& alias, size_t home);
+  C10_NOINLINE const at::Tensor& hold_grown(const at::Tensor& t, bool keep, at::Tensor&& alias, size_t home);
+  // The same where earlier references must stay valid: within reserve().
+  // The check's message is built out of line: inline, it keeps arg() from
+  // being inlined into the typed kernels (a call more per borrow).
+  C10_ALWAYS_INLINE const at::Tensor& borrow_held_reserved(const at::Tensor& t, bool keep) {
+    if (C10_UNLIKELY(borrowed_.size() >= borrowed_.capacity())) {
+      reserve_exceeded();
+    }
+    return borrow_held(t, keep);
+  }
+  [[noreturn]] C10_NOINLINE static void reserve_exceeded();
+  void note_foreign(const at::Tensor& t);
+  at::Tensor unwrap_result(at::Tensor&& r) const;
+
+  c10::SmallVector<Borrowed, 6> borrowed_;
+  tensor::AliasPool* pool_ = nullptr;  // this thread's, looked up at the first borrow
+  c10::SmallVector<const c10::StorageImpl*, 4> foreign_;
+  c10::DeviceIndex index_ = -1;
+  bool to_native_device_ = false;  // a device argument names a non-flagos device
+  bool python_ = false;            // aliases from a Python pool (park / unpark their objects)
+};
+
+// A flagos tensor for a fresh kernel result: takes over its memory when the
+// result is the only owner (retagged in place), else aliases it. Results that
+// view a flagos storage (through a native alias) are mapped back to that
+// storage. `gil_held`: the caller holds the GIL (a Python route), so a
+// result's own Python object may be its other holder.
+at::Tensor adopt_result(at::Tensor&& native, c10::DeviceIndex index, bool gil_held = false);
+
+}  // namespace route
+}  // namespace torch_fl
