@@ -9,6 +9,7 @@ from typing import Literal
 
 import torch
 
+import torch_fl
 from torch_fl.routing.config import Rule
 
 #: Per (op, backend as stats name it): array('q', [calls, fallbacks, failures]). Kernels increment it in
@@ -67,7 +68,7 @@ class Registration:
     """An operator's kernel of ours at PrivateUse1 and the plan it runs."""
 
     plan: Plan
-    handle: torch.library.Library | object  # a torch.library.Library (Python kernel) or a torch_fl._C.PyRoute
+    handle: torch.library.Library | torch_fl._C.PyRoute  # the Python kernel's library, or the C++ kernel
     # The Python kernel's trampoline calls kernel_slot[0]; a new plan replaces that item (torch refuses a
     # second Python kernel for the same op and key). None for a PyRoute.
     kernel_slot: list[Callable] | None = None
