@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from torch_fl.backends import flaggems
-from torch_fl.routing import core
+from torch_fl.routing import planner, state
 
 
 def make_fake_flag_gems(calls: list | None = None):
@@ -75,7 +75,7 @@ def make_fake_flag_gems(calls: list | None = None):
 @pytest.fixture
 def routing_state():
     """Run a test with the routing state it finds restored afterwards (runtime routes, flags, failures)."""
-    s = core.STATE
+    s = state.STATE
     saved = (
         list(s.file_rules),
         list(s.env_rules),
@@ -86,11 +86,11 @@ def routing_state():
         s.strict,
     )
     yield s
-    with core._lock:
+    with state.LOCK:
         s.file_rules, s.env_rules, s.runtime_rules, s.config_file = saved[0], saved[1], saved[2], saved[3]
         s.failed.clear()
         s.warned.clear()
-        core.set_flags(log_dispatch=saved[4], log_fallback=saved[5], strict=saved[6])
+        planner.set_flags(log_dispatch=saved[4], log_fallback=saved[5], strict=saved[6])
     flaggems.LOADER.reset()
 
 

@@ -19,8 +19,8 @@ import torch_fl
 from tests.unit.routing_fixtures import make_fake_flag_gems
 from torch_fl import routing
 from torch_fl.backends import flaggems
-from torch_fl.routing import core
-from torch_fl.routing.errors import FallbackWarning, RoutingError
+from torch_fl.routing import planner, registry, state
+from torch_fl.vocab.errors import FallbackWarning, RoutingError
 
 pytestmark = pytest.mark.anyplatform
 
@@ -122,19 +122,19 @@ def test_python_exception_falls_back_for_that_dtype_once_logged(fake_gems):
 
 def test_plain_route_runs_in_the_cpp_kernel_and_dtype_splits_in_python(fake_gems):
     routing.set_route("add.Tensor", "flaggems")
-    assert isinstance(core.STATE.libs["add.Tensor"][1], torch_fl._C.PyRoute)
+    assert isinstance(registry.REGISTERED["add.Tensor"].handle, torch_fl._C.PyRoute)
     x = torch.ones(2, device="flagos", dtype=torch.float64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         x + x  # fails on the fake, re-plans float64 to native from inside the call
-    assert isinstance(core.STATE.libs["add.Tensor"][1], torch_fl._C.PyRoute)  # same kernel, new state
+    assert isinstance(registry.REGISTERED["add.Tensor"].handle, torch_fl._C.PyRoute)  # same kernel, new state
     with routing.route({"add.Tensor[float32]": "flaggems_python"}):
-        assert isinstance(core.STATE.libs["add.Tensor"][1], torch.library.Library)
+        assert isinstance(registry.REGISTERED["add.Tensor"].handle, torch.library.Library)
         y = torch.ones(2, device="flagos")
         assert torch.equal((y + y).cpu(), torch.full((2,), 2.0))
-    assert isinstance(core.STATE.libs["add.Tensor"][1], torch_fl._C.PyRoute)
+    assert isinstance(registry.REGISTERED["add.Tensor"].handle, torch_fl._C.PyRoute)
     routing.set_route("add.Tensor", "native")
-    assert "add.Tensor" not in core.STATE.libs
+    assert "add.Tensor" not in registry.REGISTERED
 
 
 def test_in_place_failure_is_not_rerun(fake_gems):
@@ -155,11 +155,11 @@ def test_device_fault_is_raised_not_hidden(fake_gems):
     routing.set_route("neg", "flaggems")
     with pytest.raises(RuntimeError, match="illegal memory access"):
         torch.ones(2, device="flagos").neg()
-    assert "neg" not in core.STATE.failed
+    assert "neg" not in state.STATE.failed
 
 
 def test_strict_kernel_failure_is_an_error(fake_gems):
-    core.set_flags(strict=True)
+    planner.set_flags(strict=True)
     routing.set_route("add.Tensor", "flaggems")
     x = torch.ones(2, device="flagos", dtype=torch.float64)
     with pytest.raises(RuntimeError, match="FLAGOS_STRICT=1"):
@@ -213,7 +213,7 @@ def test_explain_says_empty_inputs_run_natively(fake_gems):
 
 
 def test_strict_empty_input_is_an_error(fake_gems):
-    core.set_flags(strict=True)
+    planner.set_flags(strict=True)
     routing.set_route("add.Tensor", "flaggems")
     x = torch.ones(0, device="flagos")
     with pytest.raises(RuntimeError, match="input tensor is empty.*FLAGOS_STRICT=1"):
@@ -245,7 +245,7 @@ def test_glob_rule_applies_to_ops_the_backend_has(fake_gems, tmp_path):
 
 
 def test_dispatch_log_for_flaggems(fake_gems, capfd):
-    core.set_flags(log_dispatch=True)
+    planner.set_flags(log_dispatch=True)
     routing.set_route("add.Tensor", "flagos_python")
     x = torch.ones(2, device="flagos")
     x + x

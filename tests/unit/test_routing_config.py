@@ -9,7 +9,7 @@ import torch
 
 from torch_fl.__main__ import main
 from torch_fl.routing import config
-from torch_fl.routing.errors import ConfigError
+from torch_fl.vocab.errors import ConfigError
 
 pytestmark = pytest.mark.anyplatform
 

@@ -6,16 +6,17 @@ import pytest
 import torch
 
 from torch_fl import routing
-from torch_fl.routing import config, core, env
+from torch_fl.routing import config, env, planner
+from torch_fl.routing import rules as routing_rules
 from torch_fl.routing.config import LAYER_ENV, LAYER_RUNTIME, Rule
-from torch_fl.routing.errors import ConfigError, RoutingError
+from torch_fl.vocab.errors import ConfigError, RoutingError
 
 pytestmark = pytest.mark.anyplatform
 
 
 def resolve(text, *extra):
     rules = config.parse_text(text, "f.conf") + list(extra)
-    resolved, _ = core.resolve(rules)
+    resolved, _ = routing_rules.resolve(rules)
     return resolved
 
 
@@ -83,7 +84,7 @@ def test_env_flags_accept_booleans_only():
 
 def test_table_provenance_default_env_runtime(routing_state):
     routing_state.env_rules = env.op_overrides({"FLAGOS_OP_sub__Tensor": "native"})
-    core.apply()
+    planner.apply()
     routing.set_route("neg", "native")
     by_op = {(e.op, e.dtype): e for e in routing.table()}
     assert by_op[("add.Tensor", None)].source.startswith("default file backends_")

@@ -9,8 +9,8 @@ import torch
 
 import torch_fl
 from torch_fl import routing
-from torch_fl.routing import core
-from torch_fl.routing.errors import FallbackWarning, RoutingError
+from torch_fl.routing import planner, registry, state
+from torch_fl.vocab.errors import FallbackWarning, RoutingError
 
 pytestmark = pytest.mark.anyplatform
 
@@ -23,11 +23,11 @@ def test_set_route_takes_effect_on_the_next_call_and_native_removes_the_kernel(r
     x = torch.arange(4.0, device="flagos")
     routing.reset_stats()
     routing.set_route("add.Tensor", "cpu_fallback")
-    assert "add.Tensor" in core.STATE.libs
+    assert "add.Tensor" in registry.REGISTERED
     assert torch.equal((x + x).cpu(), torch.arange(4.0) * 2)
     assert row("add.Tensor", "cpu_fallback").calls == 1
     routing.set_route("add.Tensor", "native")
-    assert "add.Tensor" not in core.STATE.libs
+    assert "add.Tensor" not in registry.REGISTERED
     y = x + x
     assert y.device.type == "flagos" and row("add.Tensor", "native").calls == 1
     assert row("add.Tensor", "cpu_fallback").calls == 1
@@ -37,16 +37,16 @@ def test_route_context_manager_restores_previous_routes(routing_state):
     routing.set_route("mul.Tensor", "cpu_fallback")
     with routing.route({"mul.Tensor": "native", "neg": "cpu_fallback"}):
         assert {e.op: e.backend for e in routing.table()}["mul.Tensor"] == "native"
-        assert "neg" in core.STATE.libs
+        assert "neg" in registry.REGISTERED
     entries = {e.op: e for e in routing.table()}
     assert entries["mul.Tensor"].backend == "cpu_fallback" and entries["mul.Tensor"].source == "runtime"
-    assert "neg" not in entries and "neg" not in core.STATE.libs
+    assert "neg" not in entries and "neg" not in registry.REGISTERED
 
 
 def test_route_restores_even_when_the_body_raises(routing_state):
     with pytest.raises(ZeroDivisionError), routing.route({"neg": "cpu_fallback"}):
         1 / 0  # noqa: B018
-    assert "neg" not in core.STATE.libs
+    assert "neg" not in registry.REGISTERED
 
 
 def test_bad_names_raise_with_suggestions(routing_state):
@@ -84,7 +84,7 @@ def test_unavailable_backend_falls_back_with_one_warning_per_op_backend_dtype(ro
 
 
 def test_strict_turns_fallback_into_an_error(routing_state):
-    core.set_flags(strict=True)
+    planner.set_flags(strict=True)
     routing.set_route("neg", "ascend")
     with pytest.raises(RuntimeError, match="FLAGOS_STRICT=1 forbids falling back"):
         torch.ones(2, device="flagos").neg()
@@ -117,7 +117,7 @@ def test_explain_unrouted_op_and_fallback_reason(routing_state):
 
 
 def test_dispatch_log_names_the_backend_as_written(routing_state, capfd):
-    core.set_flags(log_dispatch=True)
+    planner.set_flags(log_dispatch=True)
     routing.set_route("neg", "cpu_fallback")
     routing.set_route("mul.Tensor", "native")
     x = torch.ones(2, device="flagos")
@@ -142,11 +142,11 @@ def test_dispatch_log_block_reaches_python_routed_kernels_and_restores(routing_s
     err = capfd.readouterr().err
     assert err.count("[flagos dispatch] neg -> ascend\n") == 1
     assert f"[flagos dispatch] abs -> {torch_fl.backing()}\n" in err
-    assert not core.STATE.log_dispatch
+    assert not state.STATE.log_dispatch
 
 
 def test_logging_off_prints_nothing(routing_state, capfd):
-    core.set_flags(log_dispatch=False)
+    planner.set_flags(log_dispatch=False)
     routing.set_route("neg", "cpu_fallback")
     torch.ones(2, device="flagos").neg()
     assert "[flagos dispatch]" not in capfd.readouterr().err
@@ -193,7 +193,7 @@ def test_routed_op_that_pytorch_differentiates_by_decomposing_keeps_its_gradient
 
 
 def test_strict_refuses_the_decomposition_of_a_routed_op_that_needs_a_gradient(routing_state):
-    core.set_flags(strict=True)
+    planner.set_flags(strict=True)
     routing.set_route("rms_norm", "cpu_fallback")
     with pytest.raises(RuntimeError, match="has no backward for it, and FLAGOS_STRICT=1"):
         _rms_norm_grads()

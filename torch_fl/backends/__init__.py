@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from torch_fl.backends.ascend import AscendBackend
-from torch_fl.backends.base import Backend
+from torch_fl.backends.base import Backend, BackendKernel
 from torch_fl.backends.cpu_fallback import CpuFallbackBackend
 from torch_fl.backends.flaggems import FlagGemsBackend
 from torch_fl.backends.native import NativeBackend
@@ -55,4 +55,4 @@ def unique() -> list[Backend]:
     return out
 
 
-__all__ = ["BACKENDS", "NAMES", "Backend", "get", "stats_name", "unique"]
+__all__ = ["BACKENDS", "NAMES", "Backend", "BackendKernel", "get", "stats_name", "unique"]

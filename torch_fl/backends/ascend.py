@@ -1,7 +1,7 @@
 """ascend: Ascend ACLNN kernels. Recognised, not implemented in this build.
 
 torch_npu owns the PrivateUse1 slot itself, so an Ascend backing needs its own
-runtime over ACL (see DESIGN.md); until then routing to `ascend` gives the
+runtime over ACL; until then routing to `ascend` gives the
 unavailable-backend behaviour: fall back to native with a warning, or an
 error under FLAGOS_STRICT=1.
 """

@@ -3,8 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
+
+
+@dataclass(frozen=True)
+class BackendKernel:
+    """A backend's function for one operator and how routing must call it."""
+
+    fn: Callable
+    #: True: `fn` takes native (backing-device) aliases of the flagos arguments and returns native
+    #: results, as a FlagGems function does; torch_fl._C.PyRoute calls it so. False: `fn` takes and
+    #: returns flagos tensors itself.
+    on_native: bool = False
+    #: The C++ core counts the calls of `fn` in its own statistics (the CPU fallback's), so routing does not.
+    counted_by_core: bool = False
 
 
 class Backend:
@@ -47,8 +61,8 @@ class Backend:
     def supports_dtype(self, op: str, dtype: torch.dtype | None) -> bool:
         return dtype is None or dtype not in self.unsupported_dtypes()
 
-    def kernel(self, op: str) -> Callable:
-        """A callable taking the operator's arguments (flagos tensors) and returning flagos results."""
+    def kernel(self, op: str) -> BackendKernel:
+        """The backend's function for `op`."""
         raise NotImplementedError(f"backend {self.name} has no kernel for {op}")
 
     def info(self) -> dict:

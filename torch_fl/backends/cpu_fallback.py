@@ -11,8 +11,8 @@ import functools
 import torch
 
 import torch_fl
-from torch_fl.backends.base import Backend
-from torch_fl.routing.names import aten_ops, qualified, split
+from torch_fl.backends.base import Backend, BackendKernel
+from torch_fl.vocab.ops import aten_ops, qualified, split
 
 
 class CpuFallbackBackend(Backend):
@@ -27,6 +27,6 @@ class CpuFallbackBackend(Backend):
         has = torch._C._dispatch_has_computed_kernel_for_dispatch_key
         return frozenset(op for op in aten_ops() if has(qualified(op), "CPU"))
 
-    def kernel(self, op: str):
+    def kernel(self, op: str) -> BackendKernel:
         name, overload = split(op)
-        return functools.partial(torch_fl._C._run_cpu_fallback, name, overload)
+        return BackendKernel(functools.partial(torch_fl._C._run_cpu_fallback, name, overload), counted_by_core=True)

@@ -7,10 +7,11 @@ would register. We hand it a recorder instead of a `torch.library.Library`, so
 the table is exactly what `flag_gems.enable()` registers for this install,
 without touching the CUDA dispatch key.
 
-Kernels run the FlagGems function on native CUDA aliases of the flagos
-arguments (`torch_fl.as_native`, zero copy), on the arguments' CUDA device
-(flagos streams are CUDA streams, so FlagGems launches on the current flagos
-stream), and wrap results with `torch_fl.as_flagos`.
+A kernel is the FlagGems function itself (`BackendKernel(fn, on_native=True)`):
+routing hands it to the C++ core, which calls it on native CUDA aliases of the
+flagos arguments (zero copy), on the arguments' CUDA device (flagos streams
+are CUDA streams, so FlagGems launches on the current flagos stream), and
+hands back its results as flagos tensors.
 
 flag_gems cannot be imported without a GPU: on host backing this backend
 reports itself unavailable and routes to it fall back (see docs/routing.md).
@@ -29,8 +30,9 @@ import sys
 import torch
 
 import torch_fl
-from torch_fl.backends.base import Backend
-from torch_fl.routing.names import normalize
+from torch_fl.backends.base import Backend, BackendKernel
+from torch_fl.vocab.errors import RoutingError
+from torch_fl.vocab.ops import normalize
 
 _COMPLEX = frozenset({torch.complex32, torch.complex64, torch.complex128})
 SOURCE_DIR_ENV = "FLAGGEMS_SOURCE_DIR"
@@ -77,8 +79,6 @@ def source_dir() -> str | None:
     for cand in (os.path.join(raw, "src"), raw, os.path.dirname(os.path.normpath(raw))):
         if os.path.isfile(os.path.join(cand, "flag_gems", "__init__.py")):
             return os.path.abspath(cand)
-    from torch_fl.routing.errors import RoutingError
-
     raise RoutingError(
         f"{SOURCE_DIR_ENV}={raw!r} holds no FlagGems source (looked for src/flag_gems/__init__.py, "
         "flag_gems/__init__.py and __init__.py of a flag_gems folder). Point it at a FlagGems checkout, "
@@ -97,7 +97,6 @@ class _Loader:
         self.module = None
         self.table: dict[str, object] = {}
         self.reason: str | None = None
-        self.kernels: dict[str, object] = {}
         self.allow_host = False
 
     def use_module(self, module, allow_host: bool = True):
@@ -174,22 +173,9 @@ class FlagGemsBackend(Backend):
     def unsupported_dtypes(self) -> frozenset[torch.dtype]:
         return _COMPLEX  # Triton has no complex types
 
-    def kernel(self, op: str):
+    def kernel(self, op: str) -> BackendKernel:
         LOADER.load()
-        k = LOADER.kernels.get(op)
-        if k is None:
-            fn = LOADER.table.get(op)
-            if fn is None:
-                raise NotImplementedError(f"FlagGems has no kernel for {op}")
-            k = LOADER.kernels[op] = wrap(op, fn)
-        return k
-
-
-def wrap(op: str, fn):
-    """A kernel that runs `fn` on native aliases of flagos arguments and returns flagos results.
-
-    The argument walk, device guard, out= follow-up and result wrapping are in
-    C++ (torch_fl._C.OnNative): a Python wrapper cost several microseconds a
-    call. In-place and out= calls return the caller's flagos tensor.
-    """
-    return torch_fl._C.OnNative(fn)
+        fn = LOADER.table.get(op)
+        if fn is None:
+            raise NotImplementedError(f"FlagGems has no kernel for {op}")
+        return BackendKernel(fn, on_native=True)

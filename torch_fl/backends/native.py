@@ -12,7 +12,8 @@ import functools
 import torch
 
 import torch_fl
-from torch_fl.backends.base import Backend
+from torch_fl.backends.base import Backend, BackendKernel
+from torch_fl.vocab.ops import split
 
 
 class NativeBackend(Backend):
@@ -38,8 +39,6 @@ class NativeBackend(Backend):
             return f"torch {torch.__version__} (CUDA {torch.version.cuda or torch.version.hip})"
         return f"torch {torch.__version__}"
 
-    def kernel(self, op: str):
-        from torch_fl.routing.names import split
-
+    def kernel(self, op: str) -> BackendKernel:
         name, overload = split(op)
-        return functools.partial(torch_fl._C._run_native, name, overload)
+        return BackendKernel(functools.partial(torch_fl._C._run_native, name, overload))

@@ -300,12 +300,12 @@ def run_routed(op, dtypes, cfg) -> dict:
     name = backends.stats_name(cfg.backend)
     routes: dict[str, str] = {}
     if list(cfg.route_ops) == [OWN]:
-        from torch_fl.routing import core
-        from torch_fl.routing.errors import RoutingError
+        from torch_fl.vocab.errors import RoutingError
+        from torch_fl.vocab.ops import parse_op_key
 
         for ov in own_overloads(op, backends.get(cfg.backend).supported_ops() or ()):
             try:
-                core.parse_op_key(ov)  # FlagGems' table may name overloads this torch does not have
+                parse_op_key(ov)  # FlagGems' table may name overloads this torch does not have
             except RoutingError:
                 continue
             routes[ov] = cfg.backend

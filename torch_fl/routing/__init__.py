@@ -22,10 +22,13 @@ from typing import NamedTuple
 import torch
 
 import torch_fl
-from torch_fl.routing import config, core, env, names
-from torch_fl.routing.errors import ConfigError, FallbackWarning, Problem, RoutingError
+from torch_fl.routing import config, env, planner, rules
 from torch_fl.routing.explain import Explanation
 from torch_fl.routing.explain import explain as _explain
+from torch_fl.routing.state import LOCK, STATE
+from torch_fl.vocab.dtypes import dtype_name
+from torch_fl.vocab.errors import ConfigError, FallbackWarning, Problem, RoutingError
+from torch_fl.vocab.ops import parse_op_key
 
 
 class RouteEntry(NamedTuple):
@@ -51,53 +54,53 @@ def set_route(op: str, backend: str) -> None:
     Takes precedence over the routing file and FLAGOS_OP_* for that operator
     (for every dtype, unless a dtype is given in brackets).
     """
-    core.set_runtime(op, backend)
+    planner.set_runtime(op, backend)
 
 
 def clear_route(op: str) -> None:
     """Drop a runtime route set with set_route; the file/env route applies again."""
-    core.set_runtime(op, None)
+    planner.set_runtime(op, None)
 
 
 @contextlib.contextmanager
 def route(mapping: dict[str, str]):
     """`with route({"add.Tensor": "cpu_fallback"}): ...` -- runtime routes restored on exit."""
-    keys = [core.parse_op_key(op) for op in mapping]
+    keys = [parse_op_key(op) for op in mapping]
     for b in mapping.values():
-        core.check_backend_name(b)
-    with core._lock:
-        saved = {k: core.STATE.runtime_rules.get(k) for k in keys}
+        config.check_backend_name(b)
+    with LOCK:
+        saved = {k: STATE.runtime_rules.get(k) for k in keys}
     try:
         for op, backend in mapping.items():
-            core.set_runtime(op, backend)
+            planner.set_runtime(op, backend)
         yield
     finally:
-        with core._lock:
+        with LOCK:
             for k, rule in saved.items():
                 if rule is None:
-                    core.STATE.runtime_rules.pop(k, None)
+                    STATE.runtime_rules.pop(k, None)
                 else:
-                    core.STATE.runtime_rules[k] = rule
-            core.apply()
+                    STATE.runtime_rules[k] = rule
+            planner.apply()
 
 
 def table() -> list[RouteEntry]:
     """The effective routes (every operator a rule names), with where each came from."""
     out = []
-    for op, r in sorted(core.STATE.resolved.items()):
+    for op, r in sorted(STATE.resolved.items()):
         rows = ([(None, r.default)] if r.default is not None else []) + list(r.by_dtype)
         for dt, rule in rows:
-            t = core.target_for(op, rule, dt)
+            t = rules.target_for(op, rule, dt, STATE.failed.get(op, ()))
             runs = rule.backend if t.kind != "fallback" else f"native ({torch_fl.backing()})"
             out.append(
-                RouteEntry(op, rule.backend, rule.source, None if dt is None else names.dtype_name(dt), runs, t.reason)
+                RouteEntry(op, rule.backend, rule.source, None if dt is None else dtype_name(dt), runs, t.reason)
             )
     return out
 
 
 def notes() -> list[str]:
     """Warnings from resolving the rules (e.g. a glob rule that applies to no operator)."""
-    return list(core.STATE.glob_notes)
+    return list(STATE.glob_notes)
 
 
 def explain(op: str, dtype: torch.dtype | str | None = None) -> Explanation:
@@ -110,31 +113,31 @@ def stats() -> list[OpStat]:
     rows: dict[tuple[str, str], list[int]] = {}
     for op, kind, calls in torch_fl._C._route_stats():
         rows.setdefault((op, kind), [0, 0, 0])[0] += calls
-    for key, cell in list(core.STATE.cells.items()):
-        if any(cell):
+    for key, counters in list(STATE.counters.items()):
+        if any(counters):
             row = rows.setdefault(key, [0, 0, 0])
             for i in range(3):
-                row[i] += cell[i]
+                row[i] += counters[i]
     return [OpStat(op, b, *v) for (op, b), v in sorted(rows.items())]
 
 
 def reset_stats() -> None:
     torch_fl._C._reset_route_stats()
-    for cell in core.STATE.cells.values():
-        cell[0] = cell[1] = cell[2] = 0  # in place: kernels hold these cells
+    for counters in STATE.counters.values():
+        counters[0] = counters[1] = counters[2] = 0  # in place: kernels hold these arrays
 
 
 def set_log_dispatch(enabled: bool) -> None:
     """Print `[flagos dispatch] <overload> -> <backend>` per routed call from the next call on
     (what FLAGOS_LOG_DISPATCH=1 does at import); every route's kernel is rebuilt, so the per-call
     path keeps reading no flag while logging is off."""
-    core.set_flags(log_dispatch=enabled)
+    planner.set_flags(log_dispatch=enabled)
 
 
 @contextlib.contextmanager
 def dispatch_log(enabled: bool = True):
     """`with routing.dispatch_log(): ...` logs the calls inside; the previous setting is restored on exit."""
-    before = core.STATE.log_dispatch
+    before = STATE.log_dispatch
     set_log_dispatch(enabled)
     try:
         yield
@@ -144,16 +147,16 @@ def dispatch_log(enabled: bool = True):
 
 def config_file() -> str | None:
     """The routing file in effect (the shipped default or FLAGOS_BACKEND_CONFIG)."""
-    return core.STATE.config_file
+    return STATE.config_file
 
 
 def load_config(path: str, origin: str = "user file") -> None:
     """Replace the file layer with `path` (validated; ConfigError lists every problem)."""
     rules = config.load_file(path, origin=origin)
-    with core._lock:
-        core.STATE.file_rules = rules
-        core.STATE.config_file = path
-        core.apply()
+    with LOCK:
+        STATE.file_rules = rules
+        STATE.config_file = path
+        planner.apply()
 
 
 def _startup(environ=None) -> None:
@@ -182,17 +185,17 @@ def _startup(environ=None) -> None:
         path, origin = config.default_file(torch_fl.backing(), use_flaggems), "default file"
     file_rules = config.load_file(path, origin=origin)
     env_rules = env.op_overrides(environ)
-    with core._lock:
-        core.STATE.file_rules = file_rules
-        core.STATE.env_rules = env_rules
-        core.STATE.config_file = path
-        core.STATE.log_dispatch = log_dispatch
-        core.STATE.log_fallback = log_fallback
-        core.STATE.strict = strict
+    with LOCK:
+        STATE.file_rules = file_rules
+        STATE.env_rules = env_rules
+        STATE.config_file = path
+        STATE.log_dispatch = log_dispatch
+        STATE.log_fallback = log_fallback
+        STATE.strict = strict
         torch_fl._C._set_log_dispatch(log_dispatch)
         torch_fl._C._set_log_fallback(log_fallback)
         torch_fl._C._set_strict(strict)
-        core.apply()
+        planner.apply()
 
 
 __all__ = [

@@ -24,15 +24,15 @@ from collections.abc import Callable
 import torch
 from torch.utils._pytree import tree_flatten
 
-from torch_fl.routing import names
+from torch_fl.vocab import ops
 
-# op -> ([on_fallback(args, kwargs), or None while native], the library that keeps the kernel alive)
+# op -> (fallback_slot: [on_fallback(args, kwargs), or None while native], the library that keeps the kernel alive)
 _GUARDS: dict[str, tuple[list, torch.library.Library]] = {}
 
 
 def decomposed_for_autograd(op: str) -> bool:
     """True when PyTorch differentiates `op` through its CompositeImplicitAutograd decomposition."""
-    q = names.qualified(op)
+    q = ops.qualified(op)
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     return has(q, "CompositeImplicitAutograd") and not has(q, "Autograd") and not has(q, "AutogradPrivateUse1")
 
@@ -43,13 +43,13 @@ def _needs_grad(args, kwargs) -> bool:
     return any(isinstance(t, torch.Tensor) and t.requires_grad for t in tree_flatten((args, kwargs))[0])
 
 
-def _register(op: str, cell: list) -> torch.library.Library:
-    name, overload = names.split(op)
+def _register(op: str, fallback_slot: list) -> torch.library.Library:
+    name, overload = ops.split(op)
     packet = getattr(torch.ops.aten, name)
     fn = getattr(packet, overload or "default")
 
     def guard(*args, **kwargs):
-        on_fallback = cell[0]
+        on_fallback = fallback_slot[0]
         if on_fallback is None or _needs_grad(args, kwargs):
             if on_fallback is not None:
                 on_fallback(args, kwargs)
@@ -72,8 +72,8 @@ def set_routed(op: str, on_fallback: Callable | None) -> None:
     if entry is None:
         if on_fallback is None or not decomposed_for_autograd(op):
             return
-        cell: list = [None]
-        entry = _GUARDS[op] = (cell, _register(op, cell))
+        fallback_slot: list = [None]
+        entry = _GUARDS[op] = (fallback_slot, _register(op, fallback_slot))
     entry[0][0] = on_fallback
 
 

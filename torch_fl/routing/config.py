@@ -14,14 +14,18 @@ the first, so `python -m torch_fl validate FILE` can list them all.
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
 import os
 import re
 from dataclasses import dataclass, field
 
 import torch
 
-from torch_fl.routing import names
-from torch_fl.routing.errors import ConfigError, Problem
+from torch_fl import backends
+from torch_fl.vocab import ops
+from torch_fl.vocab.dtypes import dtype_name, parse_dtype
+from torch_fl.vocab.errors import ConfigError, Problem, RoutingError
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 BUILTIN_PREFIX = "builtin:"
@@ -50,7 +54,7 @@ class Rule:
 
     @property
     def is_glob(self) -> bool:
-        return names.is_glob(self.pattern)
+        return ops.is_glob(self.pattern)
 
     @property
     def source(self) -> str:
@@ -63,19 +67,17 @@ class Rule:
 
     def specificity(self) -> tuple:
         """Sort key: higher wins. Layer, then exact name over glob (longer literal part wins), dtype, order."""
-        literal = 10**6 if not self.is_glob else sum(c not in names.GLOB_CHARS for c in self.pattern)
+        literal = 10**6 if not self.is_glob else sum(c not in ops.GLOB_CHARS for c in self.pattern)
         return (self.layer, literal, self.dtype is not None, self.order)
 
     def matches(self, op: str) -> bool:
         if self.is_glob:
-            import fnmatch
-
             return fnmatch.fnmatchcase(op, self.pattern)
         return op == self.pattern
 
     @property
     def written(self) -> str:
-        dt = f"[{names.dtype_name(self.dtype)}]" if self.dtype is not None else ""
+        dt = f"[{dtype_name(self.dtype)}]" if self.dtype is not None else ""
         return f"{self.pattern}{dt} = {self.backend}"
 
 
@@ -98,25 +100,28 @@ class _Counter:
 
 def check_backend(backend: str) -> str | None:
     """An error message for an unknown backend name, else None."""
-    from torch_fl import backends
-
     if backend in backends.BACKENDS:
         return None
-    import difflib
-
     hints = difflib.get_close_matches(backend, backends.NAMES, n=2)
     did = f" Did you mean {' or '.join(hints)}?" if hints else ""
     return f"unknown backend '{backend}'.{did} Valid backends: {', '.join(backends.NAMES)}."
 
 
+def check_backend_name(backend: str) -> None:
+    """Raise RoutingError unless `backend` is a backend name."""
+    msg = check_backend(backend) if isinstance(backend, str) else f"backend names are strings, got {backend!r}"
+    if msg:
+        raise RoutingError(msg)
+
+
 def check_op(pattern: str) -> str | None:
     """An error message for an operator name or glob that names nothing, else None."""
-    if names.is_glob(pattern):
-        if not names.matching(pattern):
+    if ops.is_glob(pattern):
+        if not ops.matching(pattern):
             return f"glob '{pattern}' matches no ATen operator; check the spelling (globs match names like add.Tensor)."
         return None
-    if not names.is_known(pattern):
-        return names.unknown_op_message(pattern)
+    if not ops.is_known(pattern):
+        return ops.unknown_op_message(pattern)
     return None
 
 
@@ -175,7 +180,7 @@ def parse_text(
         if msg:
             bad(msg)
             ok = False
-        op = names.normalize(m.group("op"))
+        op = ops.normalize(m.group("op"))
         msg = check_op(op)
         if msg:
             bad(msg)
@@ -185,7 +190,7 @@ def parse_text(
             dtypes = []
             for d in m.group("dtypes").split(","):
                 try:
-                    dtypes.append(names.parse_dtype(d))
+                    dtypes.append(parse_dtype(d))
                 except ValueError as e:
                     bad(str(e))
                     ok = False

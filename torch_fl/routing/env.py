@@ -15,9 +15,9 @@ import difflib
 import functools
 import os
 
-from torch_fl.routing import names
 from torch_fl.routing.config import LAYER_ENV, Rule, check_backend
-from torch_fl.routing.errors import ConfigError, Problem, RoutingError
+from torch_fl.vocab import ops
+from torch_fl.vocab.errors import ConfigError, Problem, RoutingError
 
 OP_PREFIX = "FLAGOS_OP_"
 
@@ -28,7 +28,7 @@ def encode(op: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _encoded() -> dict[str, str]:
-    return {encode(op): op for op in names.aten_ops()}
+    return {encode(op): op for op in ops.aten_ops()}
 
 
 def flag(environ, name: str) -> bool:

@@ -8,8 +8,11 @@ import torch
 
 import torch_fl
 from torch_fl import backends
-from torch_fl.routing import autograd_guard, core, names
+from torch_fl.routing import autograd_guard, registry, rules
 from torch_fl.routing.config import Rule
+from torch_fl.routing.state import STATE, all_rules
+from torch_fl.vocab.dtypes import dtype_name, parse_dtype
+from torch_fl.vocab.ops import parse_op_key
 
 
 @dataclass
@@ -32,7 +35,7 @@ class Explanation:
     default_taken: bool = True  # no rule applies: the platform's native route
 
     def __str__(self) -> str:
-        lines = [f"aten::{self.op}  (dtype: {names.dtype_name(self.dtype)})"]
+        lines = [f"aten::{self.op}  (dtype: {dtype_name(self.dtype)})"]
         runs = self.runs_on if self.reason is None else f"{self.runs_on}  (fallback: {self.reason})"
         lines.append(f"  routed to: {self.routed_to}")
         lines.append(f"  runs on:   {runs}")
@@ -52,7 +55,7 @@ class Explanation:
     def as_dict(self) -> dict:
         return {
             "op": self.op,
-            "dtype": names.dtype_name(self.dtype),
+            "dtype": dtype_name(self.dtype),
             "routed_to": self.routed_to,
             "runs_on": self.runs_on,
             "reason": self.reason,
@@ -66,14 +69,15 @@ class Explanation:
 
 
 def explain(op: str, dtype=None) -> Explanation:
-    norm, key_dtype = core.parse_op_key(op)
+    norm, key_dtype = parse_op_key(op)
     if isinstance(dtype, str):
-        dtype = names.parse_dtype(dtype)
+        dtype = parse_dtype(dtype)
     dtype = dtype if dtype is not None else key_dtype
-    rules = [r for r in core.all_rules() if r.matches(norm)]
-    rules.sort(key=Rule.specificity, reverse=True)
-    applicable = [r for r in rules if r.dtype is None or r.dtype == dtype]
-    route = core.STATE.resolved.get(norm)
+    matching = [r for r in all_rules() if r.matches(norm)]
+    matching.sort(key=Rule.specificity, reverse=True)
+    applicable = [r for r in matching if r.dtype is None or r.dtype == dtype]
+    failed = STATE.failed.get(norm, ())
+    route = STATE.resolved.get(norm)
     winner: Rule | None = None
     if route is not None:
         winner = route.default
@@ -82,17 +86,17 @@ def explain(op: str, dtype=None) -> Explanation:
                 if d == dtype:
                     winner = r
     cands: list[Candidate] = []
-    for r in rules:
+    for r in matching:
         b = backends.get(r.backend)
         if r.dtype is not None and r.dtype != dtype:
-            cands.append(Candidate(r, "other dtype", f"applies only to {names.dtype_name(r.dtype)} calls"))
+            cands.append(Candidate(r, "other dtype", f"applies only to {dtype_name(r.dtype)} calls"))
             continue
-        if r.is_glob and norm not in core._glob_targets(r):
+        if r.is_glob and norm not in rules.glob_targets(r):
             why = b.unavailable_reason() or f"{r.backend} has no kernel for {norm}"
             cands.append(Candidate(r, "rejected", f"glob rules apply only to operators their backend has: {why}"))
             continue
         if r is winner:
-            t = core.target_for(norm, r, dtype)
+            t = rules.target_for(norm, r, dtype, failed)
             if t.kind == "fallback":
                 cands.append(Candidate(r, "taken", f"most specific; but falls back to native: {t.reason}"))
             else:
@@ -102,7 +106,7 @@ def explain(op: str, dtype=None) -> Explanation:
             cands.append(Candidate(r, "shadowed", f"'{winner.written}' ({winner.source}) takes precedence"))
         else:
             cands.append(Candidate(r, "shadowed", "a more specific rule takes precedence"))
-    target = core.target_for(norm, winner, dtype)
+    target = rules.target_for(norm, winner, dtype, failed)
     routed = winner.backend if winner is not None else torch_fl.backing()
     runs = routed if target.kind != "fallback" else f"native ({torch_fl.backing()})"
     notes = []
@@ -110,19 +114,19 @@ def explain(op: str, dtype=None) -> Explanation:
         b = backends.get(r.backend)
         if not b.available():
             notes.append(f"{r.backend}: {b.unavailable_reason()}")
-    if core.core_op(norm):
+    if rules.core_op(norm):
         notes.append(f"aten::{norm} is implemented by the flagos core (metadata op); only native routes apply")
-    entry = core.STATE.libs.get(norm)
-    if entry is not None and autograd_guard.is_guarded(norm):
+    registered = registry.plan_of(norm) is not None
+    if registered and autograd_guard.is_guarded(norm):
         notes.append(
             f"PyTorch differentiates aten::{norm} by decomposing it: calls that need a gradient run that "
             f"decomposition (counted as a fallback of '{routed}'), the others '{routed}'"
         )
     if target.kind not in ("native", "fallback") and backends.get(routed).empty_inputs_unsafe:
         notes.append(f"calls with an empty input tensor run natively (counted as a fallback of '{routed}')")
-    if entry is None:
+    if not registered:
         kernel = "C++ native route"
-    elif isinstance(entry[1], torch_fl._C.PyRoute):
+    elif registry.runs_in_cpp(norm):
         kernel = "C++ kernel calling the backend's function (PyRoute, PrivateUse1)"
     else:
         kernel = "python kernel (torch.library, PrivateUse1)"

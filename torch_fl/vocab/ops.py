@@ -1,4 +1,4 @@
-"""Operator and dtype names: the ATen operator set, normalisation, suggestions.
+"""Operator names: the ATen operator set, normalisation, suggestions, schema facts.
 
 Operator names are ATen overload names as `torch.ops.aten` spells them, without
 the `aten::` prefix: `add.Tensor`, `mm` (the default overload; `mm.default` is
@@ -14,6 +14,9 @@ import fnmatch
 import functools
 
 import torch
+
+from torch_fl.vocab.dtypes import parse_dtype
+from torch_fl.vocab.errors import RoutingError
 
 GLOB_CHARS = frozenset("*?")
 
@@ -100,45 +103,21 @@ def read_args(op: str) -> tuple[frozenset[int], frozenset[str]]:
     return frozenset(i for i, _ in read), frozenset(n for _, n in read)
 
 
-# --------------------------------------------------------------------- dtypes
-_DTYPE_ALIASES = {
-    "float16": torch.float16,
-    "half": torch.float16,
-    "fp16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float32": torch.float32,
-    "float": torch.float32,
-    "fp32": torch.float32,
-    "float64": torch.float64,
-    "double": torch.float64,
-    "fp64": torch.float64,
-    "int8": torch.int8,
-    "uint8": torch.uint8,
-    "int16": torch.int16,
-    "int32": torch.int32,
-    "int": torch.int32,
-    "int64": torch.int64,
-    "long": torch.int64,
-    "bool": torch.bool,
-    "complex64": torch.complex64,
-    "complex128": torch.complex128,
-    "float8_e4m3fn": torch.float8_e4m3fn,
-    "float8_e5m2": torch.float8_e5m2,
-}
-
-
-def parse_dtype(text: str) -> torch.dtype:
-    key = text.strip().lower().removeprefix("torch.")
-    try:
-        return _DTYPE_ALIASES[key]
-    except KeyError:
-        hints = difflib.get_close_matches(key, list(_DTYPE_ALIASES), n=3)
-        did = f" Did you mean {', '.join(hints)}?" if hints else ""
-        raise ValueError(
-            f"unknown dtype '{text.strip()}'.{did} Use a torch dtype name: {', '.join(sorted(set(_DTYPE_ALIASES)))}."
-        ) from None
-
-
-def dtype_name(dtype: torch.dtype | None) -> str:
-    return "any" if dtype is None else str(dtype).removeprefix("torch.")
+def parse_op_key(op: str) -> tuple[str, torch.dtype | None]:
+    """`mm`, `aten::mm.default`, `mm[bfloat16]` -> (normalised op, dtype); RoutingError for anything else."""
+    if not isinstance(op, str):
+        raise RoutingError(f"operator names are strings like 'add.Tensor', got {op!r}")
+    text = op.strip()
+    dtype = None
+    if text.endswith("]") and "[" in text:
+        text, _, dt = text[:-1].partition("[")
+        try:
+            dtype = parse_dtype(dt)
+        except ValueError as e:
+            raise RoutingError(str(e)) from None
+    norm = normalize(text)
+    if is_glob(norm):
+        raise RoutingError(f"'{op}': set_route takes one operator, not a glob; put globs in a routing file")
+    if not is_known(norm):
+        raise RoutingError(unknown_op_message(norm))
+    return norm, dtype

@@ -1,4 +1,4 @@
-"""Errors of the routing layer. Each message names the problem and the fix."""
+"""Errors and warnings of routing. Each message names the problem and the fix."""
 
 from __future__ import annotations
 

@@ -1,0 +1,113 @@
+"""Brings what is registered in line with the rules: resolve, plan each operator, register.
+
+`apply()` after any change of the rule layers or flags; `replan(op)` for one
+operator, which is what a failing kernel asks for (through the
+`kernel_failed` callback handed to the policies) from inside its own call.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+import torch_fl
+from torch_fl import backends
+from torch_fl.routing import autograd_guard, kernels, policy, registry, rules
+from torch_fl.routing.config import LAYER_RUNTIME, Rule, check_backend_name
+from torch_fl.routing.state import LOCK, STATE, all_rules
+from torch_fl.routing.types import OpRoute
+from torch_fl.vocab.errors import FallbackWarning, RoutingError
+from torch_fl.vocab.ops import parse_op_key
+
+
+def _kernel_failed(op: str, backend: str, dtype: torch.dtype | None) -> None:
+    """A backend kernel raised for `dtype`: from the next call on, that dtype runs natively."""
+    with LOCK:
+        STATE.failed.setdefault(op, set()).add((backend, dtype))
+        replan(op)
+
+
+def _apply_op(op: str, route: OpRoute | None) -> None:
+    if route is None:
+        registry.remove(op)
+        registry.set_label(op, None)
+        autograd_guard.set_routed(op, None)
+        return
+    plan = rules.plan_for(op, route, STATE.failed.get(op, ()), STATE.log_dispatch, STATE.strict)
+    native_default = route.default is not None and plan.default.kind == "native"
+    registry.set_label(op, route.default.backend if native_default else None)
+    if not plan.needs_kernel:
+        registry.remove(op)  # the C++ native route takes over again
+        autograd_guard.set_routed(op, None)
+        return
+    if registry.plan_of(op) == plan:
+        return
+    autograd_guard.set_routed(op, policy.autograd_fallback(op, plan))
+    args = kernels.pyroute_args(op, plan, _kernel_failed)
+    if args is not None:
+        # The common case: one backend function (FlagGems), native or fallback for the other dtypes.
+        registry.install_pyroute(op, plan, args)
+    else:
+        registry.install_python(op, plan, kernels.python_kernel(op, plan, _kernel_failed))
+
+
+def replan(op: str) -> None:
+    """Plan and register `op` again from the resolved table (its failures and the flags may have changed)."""
+    with LOCK:
+        _apply_op(op, STATE.resolved.get(op) or OpRoute(op, None))
+        registry.note_attention_routes()
+
+
+def apply() -> None:
+    """Resolve all layers and bring registrations in line with the result."""
+    with LOCK:
+        resolved, notes = rules.resolve(all_rules())
+        for note in notes:
+            if note not in STATE.glob_notes:
+                warnings.warn(f"flagos routing: {note}", FallbackWarning, stacklevel=3)
+        STATE.glob_notes = notes
+        stale = (set(registry.REGISTERED) | set(registry.LABELS) | set(STATE.resolved)) - set(resolved)
+        STATE.resolved = resolved
+        for op in stale:
+            _apply_op(op, None)
+        for op, route in resolved.items():
+            _apply_op(op, route)
+        registry.note_attention_routes()
+
+
+def set_flags(log_dispatch=None, log_fallback=None, strict=None) -> None:
+    """Change the log/strict flags (the env vars set them at import) and rebuild kernels."""
+    with LOCK:
+        if log_dispatch is not None:
+            STATE.log_dispatch = bool(log_dispatch)
+            torch_fl._C._set_log_dispatch(STATE.log_dispatch)
+        if log_fallback is not None:
+            STATE.log_fallback = bool(log_fallback)
+            torch_fl._C._set_log_fallback(STATE.log_fallback)
+        if strict is not None:
+            STATE.strict = bool(strict)
+            torch_fl._C._set_strict(STATE.strict)
+        apply()
+
+
+def set_runtime(op: str, backend: str | None) -> None:
+    """The runtime layer's rule for `op` (`mm`, `mm[bfloat16]`): set, or dropped with None."""
+    norm, dtype = parse_op_key(op)
+    with LOCK:
+        if backend is None:
+            STATE.runtime_rules.pop((norm, dtype), None)
+        else:
+            check_backend_name(backend)
+            if rules.core_op(norm) and not backends.get(backend).native:
+                raise RoutingError(
+                    f"aten::{norm} is implemented by the flagos core itself and cannot be routed "
+                    f"to '{backend}'; only native routes apply to it."
+                )
+            STATE.runtime_order += 1
+            STATE.runtime_rules[(norm, dtype)] = Rule(
+                norm, backend, dtype, layer=LAYER_RUNTIME, origin="runtime", order=STATE.runtime_order
+            )
+        # a new explicit route gives a failed backend another chance for this op
+        STATE.failed.pop(norm, None)
+        apply()

@@ -1,0 +1,108 @@
+"""From rules to what runs: per-operator routes, their targets, an operator's plan.
+
+Pure functions of their arguments (and of which backends are available and
+what the core implements): no routing state is read or changed here and
+nothing is registered with PyTorch.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Collection
+
+import torch
+
+import torch_fl
+from torch_fl import backends
+from torch_fl.routing.config import Rule
+from torch_fl.routing.types import OpRoute, Plan, Target
+from torch_fl.vocab import ops
+from torch_fl.vocab.dtypes import dtype_name
+
+#: (backend, dtype or None for every dtype) whose kernel raised for an operator
+Failures = Collection[tuple[str, torch.dtype | None]]
+
+
+@functools.cache
+def core_op(op: str) -> bool:
+    """True for operators the flagos core implements itself (empty, view, set_, copy...): not routable."""
+    q = ops.qualified(op)
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(q, "PrivateUse1"):
+        return False
+    for line in torch._C._dispatch_dump(q).splitlines():
+        if line.startswith("PrivateUse1:"):
+            return "torch_fl/csrc/" in line and "native_route.cpp" not in line
+    return False
+
+
+def glob_targets(rule: Rule) -> list[str]:
+    """The operators a glob rule applies to: those it matches that its backend can run."""
+    matched = ops.matching(rule.pattern)
+    b = backends.get(rule.backend)
+    if b.native:
+        return matched
+    if not b.available():
+        return []
+    return [op for op in matched if b.supports_op(op) and not core_op(op)]
+
+
+def resolve(rules: list[Rule]) -> tuple[dict[str, OpRoute], list[str]]:
+    """Per operator, the winning dtype-less rule and the winning per-dtype rules; notes on globs that apply nowhere."""
+    per_op: dict[str, list[Rule]] = {}
+    notes: list[str] = []
+    for r in rules:
+        if r.is_glob:
+            targets = glob_targets(r)
+            if not targets:
+                b = backends.get(r.backend)
+                why = b.unavailable_reason() or f"{r.backend} has none of the operators it matches"
+                notes.append(f"{r.source}: '{r.written}' applies to no operator: {why}")
+            for op in targets:
+                per_op.setdefault(op, []).append(r)
+        else:
+            per_op.setdefault(r.pattern, []).append(r)
+    out: dict[str, OpRoute] = {}
+    for op, rs in per_op.items():
+        plain = [r for r in rs if r.dtype is None]
+        default = max(plain, key=Rule.specificity) if plain else None
+        by_dtype = []
+        for dt in sorted({r.dtype for r in rs if r.dtype is not None}, key=str):
+            best = max((r for r in rs if r.dtype in (None, dt)), key=Rule.specificity)
+            if best is not default:
+                by_dtype.append((dt, best))
+        out[op] = OpRoute(op, default, tuple(by_dtype))
+    return out, notes
+
+
+def target_for(op: str, rule: Rule | None, dtype: torch.dtype | None, failed: Failures = ()) -> Target:
+    """What runs for `op` under `rule` for `dtype` (None: any), given the kernels that `failed` for it."""
+    if rule is None:
+        return Target("native", torch_fl.backing())
+    b = backends.get(rule.backend)
+    reason = b.unavailable_reason()
+    if reason is None and not b.native:
+        if core_op(op):
+            reason = f"aten::{op} is implemented by the flagos core itself and is not routable"
+        elif not b.supports_op(op):
+            reason = f"{rule.backend} has no kernel for {op}"
+        elif dtype is not None and not b.supports_dtype(op, dtype):
+            reason = f"{rule.backend} does not support {dtype_name(dtype)}"
+        elif (rule.backend, dtype) in failed or (rule.backend, None) in failed:
+            reason = f"{rule.backend}'s kernel for {op} raised for {dtype_name(dtype)} earlier in this process"
+    if reason is not None:
+        if not b.available():
+            reason = f"backend '{rule.backend}' is unavailable: {reason}"
+        return Target("fallback", rule.backend, reason)
+    return Target("native" if b.native else "kernel", rule.backend)
+
+
+def plan_for(op: str, route: OpRoute, failed: Failures, log_dispatch: bool, strict: bool) -> Plan:
+    """The plan of `op`'s kernel: its targets per dtype, with the flags the kernel is built for."""
+    failures = tuple(sorted((b, str(d)) for b, d in failed))
+    default = target_for(op, route.default, None, failed)
+    by = tuple((d, target_for(op, r, d, failed)) for d, r in route.by_dtype)
+    # a kernel failure for one dtype adds a dtype entry that falls back
+    known = {d for d, _ in by}
+    failed_dtypes = sorted({d for _, d in failed if d is not None and d not in known}, key=str)
+    by += tuple((d, target_for(op, route.default, d, failed)) for d in failed_dtypes)
+    return Plan(default, by, failures, log_dispatch, strict)
