@@ -23,16 +23,16 @@ from torch_fl.vocab.dtypes import dtype_name
 Failures = Collection[tuple[str, torch.dtype | None]]
 
 
-@functools.cache
 def core_op(op: str) -> bool:
     """True for operators the flagos core implements itself (empty, view, set_, copy...): not routable."""
-    q = ops.qualified(op)
-    if not torch._C._dispatch_has_kernel_for_dispatch_key(q, "PrivateUse1"):
-        return False
-    for line in torch._C._dispatch_dump(q).splitlines():
-        if line.startswith("PrivateUse1:"):
-            return "torch_fl/csrc/" in line and "native_route.cpp" not in line
-    return False
+    return op in _core_ops()
+
+
+@functools.cache
+def _core_ops() -> frozenset[str]:
+    # The core records each operator it registers itself (csrc/ops/core_ops.h); the list is fixed once
+    # the extension is loaded.
+    return frozenset(ops.normalize(name) for name in torch_fl._C._core_ops())
 
 
 def glob_targets(rule: Rule) -> list[str]:
