@@ -1,4 +1,4 @@
-"""The native route's recycled aliases (routed_args.cpp's AliasPool): whatever geometry, dtype or view bits a
+"""The native route's recycled aliases (csrc/tensor/alias_pool.h): whatever geometry, dtype or view bits a
 pooled alias last had, a routed call sees exactly its arguments' own.
 
 The pool keeps aliases by a key of their geometry and compares the whole

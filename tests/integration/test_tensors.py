@@ -191,7 +191,7 @@ def test_complex_and_conjugate_views():
 
 
 def test_typed_native_kernels_handle_every_argument_and_result_kind():
-    """The hottest ops have typed kernels (native_typed.cpp): lists, optional
+    """The hottest ops have typed kernels (csrc/route/typed_native.cpp): lists, optional
     lists, tuples, vectors, bools, device arguments and in-place returns must
     behave as on the boxed route, i.e. as on the backing device."""
     last = torch.flagos.device_count() - 1

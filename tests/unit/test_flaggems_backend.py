@@ -366,7 +366,7 @@ def routed_to_kernel(routing_state):
 # neg has a typed front (typed_ops.h), erf goes through the boxed kernel.
 @pytest.mark.parametrize("op,fn", [("neg", torch.neg), ("erf", torch.erf)])
 def test_a_python_kernel_gets_the_same_alias_object_for_the_same_geometry(routed_to_kernel, op, fn):
-    """Recycled aliases keep their Python object (routed_args.cpp's Python pool): a
+    """Recycled aliases keep their Python object (the pool's Python hooks, csrc/python/alias_objects.cpp): a
     kernel called twice on tensors of one geometry is handed one object, each
     time over the bytes of that call's own argument."""
     seen = []
