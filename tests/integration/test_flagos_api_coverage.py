@@ -144,8 +144,8 @@ def test_invalid_index_in_peer_and_raw_allocation():
 @pytest.mark.xfail(
     strict=True,
     raises=IndexError,
-    reason="the core's C++ check_device_index (torch_fl/csrc/runtime/device_guard.cpp) raises c10::IndexError; CUDA raises "
-    "torch.AcceleratorError for an invalid ordinal",
+    reason="the core's C++ check_device_index (torch_fl/csrc/runtime/device_guard.cpp) raises c10::IndexError; "
+    "CUDA raises torch.AcceleratorError for an invalid ordinal",
 )
 def test_core_rejects_an_invalid_index_as_cuda_does():
     with pytest.raises(torch.AcceleratorError, match="out of range"):
