@@ -41,6 +41,7 @@ from array import array
 import torch
 
 import torch_fl
+from torch_fl.routing.types import CoreTarget
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared modules, also when loaded by path
 import _results  # noqa: E402
@@ -140,7 +141,7 @@ def inside_and_outside(table: dict, a, b, fa, fb, native, pairs: int) -> dict[st
             return r
 
         route = torch_fl._C.PyRoute(f"{op}.Tensor")
-        route.update(timed, lambda e, a, kw: None, lambda *a, **kw: None, [], None, array("q", [0, 0, 0]), "breakdown")
+        route.update(_kernel_target(timed))
         try:
             for _ in range(200):
                 routed()
@@ -161,10 +162,19 @@ def inside_and_outside(table: dict, a, b, fa, fb, native, pairs: int) -> dict[st
                 if i % 128 == 127:
                     sync()  # the GPU queue never fills: host time only
         finally:
-            route.destroy()
+            route.set_native()
         out[f"flag_gems {op} routed vs direct: inside the function, per pair"] = statistics.median(inside) * 1e6
         out[f"flag_gems {op} routed vs direct: around the function, per pair"] = statistics.median(around) * 1e6
     return out
+
+
+def _kernel_target(fn) -> CoreTarget:
+    """`fn` as the one target of a bare PyRoute, without routing's policy."""
+
+    def reraise(exc, dtype, args, kwargs):
+        raise exc
+
+    return CoreTarget("kernel", "breakdown", fn, reraise, None, array("q", [0, 0, 0]))
 
 
 def main(argv=None) -> int:
@@ -205,7 +215,7 @@ def main(argv=None) -> int:
     route = torch_fl._C.PyRoute("add.Tensor")
     try:
         for fn in (nothing, tensor_reads, arithmetic):
-            route.update(fn, lambda e, a, kw: None, lambda *a, **kw: None, [], None, array("q", [0, 0, 0]), "breakdown")
+            route.update(_kernel_target(fn))
             if fn is nothing:
                 row("python kernel that does nothing, called directly", lambda: nothing(a, b, alpha=1))
                 row("python kernel that does nothing, routed (PyRoute)", lambda: fa + fb)
@@ -216,7 +226,7 @@ def main(argv=None) -> int:
             rows[name] = statistics.median(t - o for o, t in zip(one, two, strict=True))
             print(f"  {name:<58} {rows[name]:+8.2f} us (direct {statistics.median(one):.2f} us)", flush=True)
     finally:
-        route.destroy()
+        route.set_native()
     row("add on the native route", lambda: fa + fb)
     row("add native", lambda: a + b)
     na, nb = torch_fl.as_native(fa), torch_fl.as_native(fb)

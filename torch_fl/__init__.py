@@ -36,4 +36,32 @@ from torch_fl import routing  # noqa: E402  (reads the routing config and env on
 
 routing._startup()
 
-__all__ = ["DEVICE_NAME", "FlagosInitError", "as_flagos", "as_native", "backing", "flagos", "routing"]
+
+def get_registered_ops() -> list[str]:
+    """The operators whose calls run FlagGems kernels now (for some dtype at least), as the FEP 0025
+    reference implementation names them."""
+    return routing.flaggems_ops()
+
+
+def is_flaggems_enabled() -> bool:
+    """True when some operator's calls run FlagGems kernels now."""
+    return bool(routing.flaggems_ops())
+
+
+def is_flaggems_available() -> bool:
+    """True when FlagGems can run here (flag_gems imports and a GPU backs flagos)."""
+    return routing.backends.get("flaggems").available()
+
+
+__all__ = [
+    "DEVICE_NAME",
+    "FlagosInitError",
+    "as_flagos",
+    "as_native",
+    "backing",
+    "flagos",
+    "get_registered_ops",
+    "is_flaggems_available",
+    "is_flaggems_enabled",
+    "routing",
+]

@@ -9,12 +9,15 @@ Its functions compute with torch on the native (here: CPU) aliases they get.
 from __future__ import annotations
 
 import types
+from array import array
 
 import pytest
 import torch
 
+import torch_fl
 from torch_fl.backends import flaggems
 from torch_fl.routing import planner, state
+from torch_fl.routing.types import CoreTarget
 
 
 def make_fake_flag_gems(calls: list | None = None):
@@ -70,6 +73,18 @@ def make_fake_flag_gems(calls: list | None = None):
     mod.enable = enable
     mod.calls = calls
     return mod
+
+
+def bare_route(op: str, fn, on_error=None) -> torch_fl._C.PyRoute:
+    """aten::op on flagos runs `fn` on native aliases through the operator's PyRoute, without routing's
+    policy (`on_error(exc, dtype, args, kwargs)`, default: re-raise); `.set_native()` ends it."""
+
+    def reraise(exc, dtype, args, kwargs):
+        raise exc
+
+    route = torch_fl._C.PyRoute(op)
+    route.update(CoreTarget("kernel", "test", fn, on_error or reraise, None, array("q", [0, 0, 0])))
+    return route
 
 
 @pytest.fixture

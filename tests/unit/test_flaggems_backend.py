@@ -10,13 +10,12 @@ from __future__ import annotations
 import gc
 import warnings
 import weakref
-from array import array
 
 import pytest
 import torch
 
 import torch_fl
-from tests.unit.routing_fixtures import make_fake_flag_gems
+from tests.unit.routing_fixtures import bare_route, make_fake_flag_gems
 from torch_fl import routing
 from torch_fl.backends import flaggems
 from torch_fl.routing import planner, registry, state
@@ -120,21 +119,24 @@ def test_python_exception_falls_back_for_that_dtype_once_logged(fake_gems):
     assert routing.explain("add.Tensor", torch.float32).reason is None
 
 
-def test_plain_route_runs_in_the_cpp_kernel_and_dtype_splits_in_python(fake_gems):
+def test_every_plan_runs_in_the_operators_one_cpp_kernel(fake_gems):
     routing.set_route("add.Tensor", "flaggems")
-    assert isinstance(registry.REGISTERED["add.Tensor"].handle, torch_fl._C.PyRoute)
+    handle = registry.REGISTERED["add.Tensor"].handle
+    assert isinstance(handle, torch_fl._C.PyRoute) and handle.registered and not handle.native
     x = torch.ones(2, device="flagos", dtype=torch.float64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         x + x  # fails on the fake, re-plans float64 to native from inside the call
-    assert isinstance(registry.REGISTERED["add.Tensor"].handle, torch_fl._C.PyRoute)  # same kernel, new state
-    with routing.route({"add.Tensor[float32]": "flaggems_python"}):
-        assert isinstance(registry.REGISTERED["add.Tensor"].handle, torch.library.Library)
+    with routing.route({"add.Tensor[float32]": "cpu_fallback"}):  # a per-dtype mix: the same kernel, new state
+        assert isinstance(registry.REGISTERED["add.Tensor"].handle, torch_fl._C.PyRoute)
         y = torch.ones(2, device="flagos")
         assert torch.equal((y + y).cpu(), torch.full((2,), 2.0))
-    assert isinstance(registry.REGISTERED["add.Tensor"].handle, torch_fl._C.PyRoute)
     routing.set_route("add.Tensor", "native")
     assert "add.Tensor" not in registry.REGISTERED
+    # The kernel stays registered (another thread may be running it) and hands every call to the native route.
+    assert torch_fl._C.PyRoute("add.Tensor").native and torch_fl._C.PyRoute("add.Tensor").registered
+    calls = len(fake_gems.calls)
+    assert torch.equal((y + y).cpu(), torch.full((2,), 2.0)) and len(fake_gems.calls) == calls
 
 
 def test_in_place_failure_is_not_rerun(fake_gems):
@@ -170,7 +172,7 @@ def _gems_calls(fake_gems, name):
     return sum(c[0] == name for c in fake_gems.calls)
 
 
-@pytest.mark.parametrize("rule", ["add.Tensor", "add.Tensor[float32]"], ids=["cpp-kernel", "python-kernel"])
+@pytest.mark.parametrize("rule", ["add.Tensor", "add.Tensor[float32]"], ids=["every-dtype", "one-dtype"])
 def test_an_empty_input_runs_natively_counted_and_warned_once(fake_gems, rule):
     # FlagGems 5.0.2's Hopper mm faults the GPU on an empty input: FlagGems is never given one.
     routing.reset_stats()
@@ -272,16 +274,11 @@ def test_dispatch_log_switches_on_and_off_after_the_route_exists(fake_gems, capf
 def _neg_routed_to(kernel):
     """-x on flagos with aten::neg routed to `kernel` by a bare PyRoute (what
     the FlagGems backend installs, without its policy)."""
-
-    def on_error(exc, args, kwargs):
-        raise exc
-
-    route = torch_fl._C.PyRoute("neg")
-    route.update(kernel, on_error, lambda *a, **kw: None, [], None, array("q", [0, 0, 0]), "test")
+    route = bare_route("neg", kernel)
     try:
         return -torch.arange(3.0, device="flagos")
     finally:
-        route.destroy()
+        route.set_native()
 
 
 def test_a_fresh_result_becomes_flagos_in_place(routing_state):
@@ -325,18 +322,17 @@ def test_keyword_only_arguments_reach_the_kernel_and_the_error_policy_by_name(ro
             raise ValueError("no alpha 3 here")
         return torch.add(a, b, alpha=alpha)
 
-    def on_error(exc, args, kwargs):
+    def on_error(exc, dtype, args, kwargs):
         seen.append((type(exc).__name__, [t.device.type for t in args], kwargs))
         return torch.zeros(2, device="flagos")
 
-    route = torch_fl._C.PyRoute("add.Tensor")
-    route.update(add, on_error, lambda *a, **kw: None, [], None, array("q", [0, 0, 0]), "test")
+    route = bare_route("add.Tensor", add, on_error)
     x = torch.ones(2, device="flagos")
     try:
         assert torch.equal(torch.add(x, x, alpha=2).cpu(), torch.full((2,), 3.0))
         assert torch.equal(torch.add(x, x, alpha=3).cpu(), torch.zeros(2))
     finally:
-        route.destroy()
+        route.set_native()
     native = torch_fl.backing()
     assert seen == [
         (native, native, 2),
@@ -351,16 +347,11 @@ def routed_to_kernel(routing_state):
     routes = []
 
     def routed(op, kernel):
-        def on_error(exc, args, kwargs):
-            raise exc
-
-        route = torch_fl._C.PyRoute(op)
-        route.update(kernel, on_error, lambda *a, **kw: None, [], None, array("q", [0, 0, 0]), "test")
-        routes.append(route)
+        routes.append(bare_route(op, kernel))
 
     yield routed
     for route in routes:
-        route.destroy()
+        route.set_native()
 
 
 # neg has a typed front (typed_ops.h), erf goes through the boxed kernel.

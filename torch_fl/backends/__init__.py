@@ -7,10 +7,15 @@
 | `flaggems_python`, `flagos_python` | FlagGems Triton kernels              | `flaggems_python` |
 | `cpu_fallback`                     | copy to host, CPU kernel, copy back  | `cpu_fallback`  |
 | `ascend`                           | Ascend ACLNN (planned, unavailable)  | `ascend`        |
+
+The dispatch log prints FEP 0025's names (`log_name`): the backing device's
+(`cuda`, `cpu`) for the native route, `flagos_python` for FlagGems' Python
+functions, other backends as named.
 """
 
 from __future__ import annotations
 
+import torch_fl
 from torch_fl.backends.ascend import AscendBackend
 from torch_fl.backends.base import Backend, BackendKernel
 from torch_fl.backends.cpu_fallback import CpuFallbackBackend
@@ -45,6 +50,15 @@ def stats_name(name: str) -> str:
     return "native" if b.native else b.name
 
 
+def log_name(name: str) -> str:
+    """The name the dispatch log prints for a backend (FEP 0025's): the backing device's for the native
+    route, `flagos_python` for FlagGems' Python functions, else the name itself."""
+    b = BACKENDS[name]
+    if b.native:
+        return torch_fl.backing()
+    return "flagos_python" if b is _FLAGGEMS_PYTHON else name
+
+
 def unique() -> list[Backend]:
     """Each backend once (aliases folded), in table order."""
     seen, out = set(), []
@@ -55,4 +69,4 @@ def unique() -> list[Backend]:
     return out
 
 
-__all__ = ["BACKENDS", "NAMES", "Backend", "BackendKernel", "get", "stats_name", "unique"]
+__all__ = ["BACKENDS", "NAMES", "Backend", "BackendKernel", "get", "log_name", "stats_name", "unique"]

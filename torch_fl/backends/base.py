@@ -10,15 +10,10 @@ import torch
 
 @dataclass(frozen=True)
 class BackendKernel:
-    """A backend's function for one operator and how routing must call it."""
+    """A backend's function for one operator: called like the aten operator on native (backing-device)
+    aliases of the flagos arguments, returning native results, as a FlagGems function does."""
 
     fn: Callable
-    #: True: `fn` takes native (backing-device) aliases of the flagos arguments and returns native
-    #: results, as a FlagGems function does; torch_fl._C.PyRoute calls it so. False: `fn` takes and
-    #: returns flagos tensors itself.
-    on_native: bool = False
-    #: The C++ core counts the calls of `fn` in its own statistics (the CPU fallback's), so routing does not.
-    counted_by_core: bool = False
 
 
 class Backend:
@@ -32,6 +27,8 @@ class Backend:
     description: str = ""
     #: runs through the C++ native route (no Python kernel needed)
     native: bool = False
+    #: the C++ core runs this backend's kernels itself: "cpu_fallback" (PyTorch's CPU fallback); None: `kernel()`
+    core_route: str | None = None
     #: Set (to why) for a backend whose kernels must not see empty tensors: a
     #: call with an empty input runs natively instead, counted as a fallback
     empty_inputs_unsafe: str | None = None

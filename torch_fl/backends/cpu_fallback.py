@@ -10,13 +10,13 @@ import functools
 
 import torch
 
-import torch_fl
-from torch_fl.backends.base import Backend, BackendKernel
-from torch_fl.vocab.ops import aten_ops, qualified, split
+from torch_fl.backends.base import Backend
+from torch_fl.vocab.ops import aten_ops, qualified
 
 
 class CpuFallbackBackend(Backend):
     name = "cpu_fallback"
+    core_route = "cpu_fallback"
     description = "copy to host, run PyTorch's CPU kernel, copy back"
 
     def version(self) -> str | None:
@@ -26,7 +26,3 @@ class CpuFallbackBackend(Backend):
     def supported_ops(self) -> frozenset[str]:
         has = torch._C._dispatch_has_computed_kernel_for_dispatch_key
         return frozenset(op for op in aten_ops() if has(qualified(op), "CPU"))
-
-    def kernel(self, op: str) -> BackendKernel:
-        name, overload = split(op)
-        return BackendKernel(functools.partial(torch_fl._C._run_cpu_fallback, name, overload), counted_by_core=True)

@@ -7,7 +7,7 @@ would register. We hand it a recorder instead of a `torch.library.Library`, so
 the table is exactly what `flag_gems.enable()` registers for this install,
 without touching the CUDA dispatch key.
 
-A kernel is the FlagGems function itself (`BackendKernel(fn, on_native=True)`):
+A kernel is the FlagGems function itself (`BackendKernel(fn)`):
 routing hands it to the C++ core, which calls it on native CUDA aliases of the
 flagos arguments (zero copy), on the arguments' CUDA device (flagos streams
 are CUDA streams, so FlagGems launches on the current flagos stream), and
@@ -178,4 +178,4 @@ class FlagGemsBackend(Backend):
         fn = LOADER.table.get(op)
         if fn is None:
             raise NotImplementedError(f"FlagGems has no kernel for {op}")
-        return BackendKernel(fn, on_native=True)
+        return BackendKernel(fn)

@@ -7,13 +7,10 @@ operator here removes any Python override so that kernel runs again.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 import torch_fl
-from torch_fl.backends.base import Backend, BackendKernel
-from torch_fl.vocab.ops import split
+from torch_fl.backends.base import Backend
 
 
 class NativeBackend(Backend):
@@ -38,7 +35,3 @@ class NativeBackend(Backend):
         if torch_fl.backing() == "cuda":
             return f"torch {torch.__version__} (CUDA {torch.version.cuda or torch.version.hip})"
         return f"torch {torch.__version__}"
-
-    def kernel(self, op: str) -> BackendKernel:
-        name, overload = split(op)
-        return BackendKernel(functools.partial(torch_fl._C._run_native, name, overload))

@@ -22,7 +22,9 @@ from typing import NamedTuple
 import torch
 
 import torch_fl
-from torch_fl.routing import config, env, planner, rules
+from torch_fl import backends
+from torch_fl.backends.flaggems import FlagGemsBackend
+from torch_fl.routing import config, env, planner, registry, rules
 from torch_fl.routing.explain import Explanation
 from torch_fl.routing.explain import explain as _explain
 from torch_fl.routing.state import LOCK, STATE
@@ -88,13 +90,29 @@ def table() -> list[RouteEntry]:
     """The effective routes (every operator a rule names), with where each came from."""
     out = []
     for op, r in sorted(STATE.resolved.items()):
+        failed = STATE.failed.get(op, ())
         rows = ([(None, r.default)] if r.default is not None else []) + list(r.by_dtype)
+        if r.default is not None:
+            # dtypes whose kernel raised run natively from then on: a row each, saying so
+            known = {dt for dt, _ in rows}
+            demoted = {d for b, d in failed if d is not None and b == r.default.backend} - known
+            rows += [(d, r.default) for d in sorted(demoted, key=str)]
         for dt, rule in rows:
-            t = rules.target_for(op, rule, dt, STATE.failed.get(op, ()))
+            t = rules.target_for(op, rule, dt, failed)
             runs = rule.backend if t.kind != "fallback" else f"native ({torch_fl.backing()})"
             out.append(
                 RouteEntry(op, rule.backend, rule.source, None if dt is None else dtype_name(dt), runs, t.reason)
             )
+    return out
+
+
+def flaggems_ops() -> list[str]:
+    """The operators some of whose calls run a FlagGems kernel (flaggems or flagos_python) now."""
+    out = []
+    for op, entry in sorted(registry.REGISTERED.items()):
+        targets = (entry.plan.default, *(t for _, t in entry.plan.by_dtype))
+        if any(t.kind == "kernel" and isinstance(backends.get(t.backend), FlagGemsBackend) for t in targets):
+            out.append(op)
     return out
 
 
@@ -153,7 +171,7 @@ def config_file() -> str | None:
 def load_config(path: str, origin: str = "user file") -> None:
     """Replace the file layer with `path` (validated; ConfigError lists every problem)."""
     rules = config.load_file(path, origin=origin)
-    with LOCK:
+    with planner.changing():
         STATE.file_rules = rules
         STATE.config_file = path
         planner.apply()
@@ -185,7 +203,7 @@ def _startup(environ=None) -> None:
         path, origin = config.default_file(torch_fl.backing(), use_flaggems), "default file"
     file_rules = config.load_file(path, origin=origin)
     env_rules = env.op_overrides(environ)
-    with LOCK:
+    with planner.changing():
         STATE.file_rules = file_rules
         STATE.env_rules = env_rules
         STATE.config_file = path

@@ -124,10 +124,5 @@ def explain(op: str, dtype=None) -> Explanation:
         )
     if target.kind not in ("native", "fallback") and backends.get(routed).empty_inputs_unsafe:
         notes.append(f"calls with an empty input tensor run natively (counted as a fallback of '{routed}')")
-    if not registered:
-        kernel = "C++ native route"
-    elif registry.runs_in_cpp(norm):
-        kernel = "C++ kernel calling the backend's function (PyRoute, PrivateUse1)"
-    else:
-        kernel = "python kernel (torch.library, PrivateUse1)"
+    kernel = "C++ routed kernel (PyRoute, PrivateUse1)" if registered else "C++ native route"
     return Explanation(norm, dtype, routed, runs, target.reason, cands, sorted(set(notes)), kernel, winner is None)

@@ -7,6 +7,7 @@ operator, which is what a failing kernel asks for (through the
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import torch
@@ -31,12 +32,9 @@ def _kernel_failed(op: str, backend: str, dtype: torch.dtype | None) -> None:
 def _apply_op(op: str, route: OpRoute | None) -> None:
     if route is None:
         registry.remove(op)
-        registry.set_label(op, None)
         autograd_guard.set_routed(op, None)
         return
     plan = rules.plan_for(op, route, STATE.failed.get(op, ()), STATE.log_dispatch, STATE.strict)
-    native_default = route.default is not None and plan.default.kind == "native"
-    registry.set_label(op, route.default.backend if native_default else None)
     if not plan.needs_kernel:
         registry.remove(op)  # the C++ native route takes over again
         autograd_guard.set_routed(op, None)
@@ -44,12 +42,8 @@ def _apply_op(op: str, route: OpRoute | None) -> None:
     if registry.plan_of(op) == plan:
         return
     autograd_guard.set_routed(op, policy.autograd_fallback(op, plan))
-    args = kernels.pyroute_args(op, plan, _kernel_failed)
-    if args is not None:
-        # The common case: one backend function (FlagGems), native or fallback for the other dtypes.
-        registry.install_pyroute(op, plan, args)
-    else:
-        registry.install_python(op, plan, kernels.python_kernel(op, plan, _kernel_failed))
+    default, by_dtype = kernels.core_targets(op, plan, _kernel_failed)
+    registry.install(op, plan, default, by_dtype)
 
 
 def replan(op: str) -> None:
@@ -59,15 +53,38 @@ def replan(op: str) -> None:
         registry.note_attention_routes()
 
 
+def strict_problems(resolved: dict[str, OpRoute], notes: list[str]) -> list[str]:
+    """What FLAGOS_STRICT=1 forbids in a resolved table: rules that can only fall back (an unavailable
+    backend, an operator or dtype it lacks) and glob rules that apply to no operator."""
+    problems = list(notes)
+    for op, route in sorted(resolved.items()):
+        for dt, rule in ([(None, route.default)] if route.default is not None else []) + list(route.by_dtype):
+            t = rules.target_for(op, rule, dt)
+            if t.kind == "fallback":
+                problems.append(f"{rule.source}: '{rule.written}' would run natively instead: {t.reason}")
+    return problems
+
+
 def apply() -> None:
-    """Resolve all layers and bring registrations in line with the result."""
+    """Resolve all layers and bring registrations in line with the result.
+
+    Under FLAGOS_STRICT=1 a table with a route that can only fall back raises a RoutingError before
+    anything is registered (at import for the file and the environment)."""
     with LOCK:
         resolved, notes = rules.resolve(all_rules())
+        if STATE.strict:
+            problems = strict_problems(resolved, notes)
+            if problems:
+                raise RoutingError(
+                    "FLAGOS_STRICT=1 forbids falling back to native, but these routes cannot run where they "
+                    "point:\n  " + "\n  ".join(problems) + "\nRoute them to a backend that runs them (or to "
+                    "native), or unset FLAGOS_STRICT."
+                )
         for note in notes:
             if note not in STATE.glob_notes:
                 warnings.warn(f"flagos routing: {note}", FallbackWarning, stacklevel=3)
         STATE.glob_notes = notes
-        stale = (set(registry.REGISTERED) | set(registry.LABELS) | set(STATE.resolved)) - set(resolved)
+        stale = (set(registry.REGISTERED) | set(STATE.resolved)) - set(resolved)
         STATE.resolved = resolved
         for op in stale:
             _apply_op(op, None)
@@ -76,9 +93,33 @@ def apply() -> None:
         registry.note_attention_routes()
 
 
+@contextlib.contextmanager
+def changing():
+    """A change of the rule layers or flags, undone if applying it raises (FLAGOS_STRICT=1's check runs
+    before anything is registered, so the registrations are still the old table's)."""
+    with LOCK:
+        saved = (
+            list(STATE.file_rules),
+            list(STATE.env_rules),
+            dict(STATE.runtime_rules),
+            STATE.config_file,
+            STATE.strict,
+            STATE.runtime_order,
+        )
+        try:
+            yield
+        except BaseException:
+            (STATE.file_rules, STATE.env_rules, STATE.runtime_rules, STATE.config_file, strict, order) = saved
+            STATE.runtime_order = order
+            if STATE.strict != strict:
+                STATE.strict = strict
+                torch_fl._C._set_strict(strict)
+            raise
+
+
 def set_flags(log_dispatch=None, log_fallback=None, strict=None) -> None:
     """Change the log/strict flags (the env vars set them at import) and rebuild kernels."""
-    with LOCK:
+    with changing():
         if log_dispatch is not None:
             STATE.log_dispatch = bool(log_dispatch)
             torch_fl._C._set_log_dispatch(STATE.log_dispatch)
@@ -94,7 +135,7 @@ def set_flags(log_dispatch=None, log_fallback=None, strict=None) -> None:
 def set_runtime(op: str, backend: str | None) -> None:
     """The runtime layer's rule for `op` (`mm`, `mm[bfloat16]`): set, or dropped with None."""
     norm, dtype = parse_op_key(op)
-    with LOCK:
+    with changing():
         if backend is None:
             STATE.runtime_rules.pop((norm, dtype), None)
         else:

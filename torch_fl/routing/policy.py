@@ -1,26 +1,27 @@
-"""What a routed call does when its backend cannot run it: fall back, warn once, or raise.
+"""What a routed call does when its target cannot run it: fall back, warn once, or raise.
 
-Each rule is written once here: the dtype of a call (`call_dtype`), the
-empty-input check (`guard_empty_inputs`), the strict error, the one warning
-per (op, backend, dtype). The factories build closures when a route changes,
-holding everything a call needs, so a call reads no flag, builds no dict and
-formats no string until it actually falls back. A kernel failure is reported
-through the `kernel_failed` callback the planner injects (it records the
-failure and re-plans the operator); this module registers nothing.
-
-The C++ kernel (torch_fl._C.PyRoute) applies the dtype and empty-input rules
-itself before calling the backend function and hands such calls to the
-closures made here.
+The C++ kernel of a routed operator (torch_fl._C.PyRoute) decides which
+target a call takes (by the call's dtype) and whether an input is empty; the
+callables made here decide what follows, given that dtype: a notice before a
+call runs natively (counted, warned once per (op, backend, dtype), or the
+strict error), and the policy for a backend kernel that raised. They are
+built when a route changes, holding everything a call needs, so a call reads
+no flag, builds no dict and formats no string until it actually falls back.
+A kernel failure is reported through the `kernel_failed` callback the planner
+injects (it records the failure and re-plans the operator); this module
+registers nothing.
 """
 
 from __future__ import annotations
 
+import signal
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+import torch_fl
 from torch_fl.routing.state import STATE, counters_for
 from torch_fl.routing.types import Counters, Plan, Target
 from torch_fl.vocab import ops
@@ -36,45 +37,13 @@ _DEVICE_FAULTS = ("CUDA error", "illegal memory access", "device-side assert", "
 
 @dataclass(frozen=True)
 class Fallback:
-    """Where a call routed to `backend` goes when it cannot run there: `run_native`, counted in
-    `counters`, or an error under FLAGOS_STRICT=1 (`strict`)."""
+    """A call routed to `backend` that runs natively instead: counted in `counters`, or an error under
+    FLAGOS_STRICT=1 (`strict`)."""
 
     op: str
     backend: str  # as written
-    run_native: Callable
     counters: Counters
     strict: bool
-
-
-def call_dtype(args, kwargs) -> torch.dtype | None:
-    """The dtype a call is routed by: its first tensor argument's (or first tensor list's first
-    element), else a `dtype=` keyword, else None."""
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            return a.dtype
-        if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor):
-            return a[0].dtype
-    d = kwargs.get("dtype")
-    return d if isinstance(d, torch.dtype) else None
-
-
-def guard_empty_inputs(op: str, kernel: Callable, on_empty: Callable) -> Callable:
-    """`kernel`, except that calls with an empty input tensor (out= and in-place targets aside) go to `on_empty`."""
-    positions, arg_names = ops.read_args(op)
-
-    def empty(a) -> bool:
-        if isinstance(a, torch.Tensor):
-            return a.numel() == 0
-        return isinstance(a, (list, tuple)) and any(isinstance(t, torch.Tensor) and t.numel() == 0 for t in a)
-
-    def guarded(*args, **kwargs):
-        if any(i in positions and empty(a) for i, a in enumerate(args)) or any(
-            k in arg_names and empty(v) for k, v in kwargs.items()
-        ):
-            return on_empty(*args, **kwargs)
-        return kernel(*args, **kwargs)
-
-    return guarded
 
 
 def strict_error(op: str, backend: str, why: str) -> RuntimeError:
@@ -94,15 +63,14 @@ def warn_once(op: str, backend: str, dtype, message: Callable[[], str]) -> None:
     warnings.warn(message(), FallbackWarning, stacklevel=4)
 
 
-def fallback_for(fb: Fallback, reason: str) -> Callable:
-    """A call whose target falls back (`reason`: why): native, warned once per dtype."""
-    op, backend, run_native, counters, strict = fb.op, fb.backend, fb.run_native, fb.counters, fb.strict
+def fallback_notice(fb: Fallback, reason: str) -> Callable:
+    """notice(dtype) for a call whose target falls back (`reason`: why): counted, warned once per dtype."""
+    op, backend, counters, strict = fb.op, fb.backend, fb.counters, fb.strict
 
-    def fallback(*args, **kwargs):
+    def notice(dt):
         if strict:
             raise strict_error(op, backend, reason)
         counters[1] += 1
-        dt = call_dtype(args, kwargs)
         warn_once(
             op,
             backend,
@@ -112,74 +80,16 @@ def fallback_for(fb: Fallback, reason: str) -> Callable:
                 f"natively instead: {reason}. Explain: python -m torch_fl explain {op}"
             ),
         )
-        return run_native(*args, **kwargs)
 
-    return fallback
-
-
-def error_policy(fb: Fallback, mutable: bool, kernel_failed: KernelFailed) -> Callable:
-    """`on_error(exc, args, kwargs)` for a backend kernel that raised: the call runs natively (not an
-    in-place/out= one, which may have written already) and so do later calls of its dtype."""
-    op, backend, run_native, counters, strict = fb.op, fb.backend, fb.run_native, fb.counters, fb.strict
-
-    def on_error(e, args, kwargs):
-        counters[2] += 1
-        text = str(e)
-        if any(s in text for s in _DEVICE_FAULTS):
-            raise e  # a device fault: the device state is suspect, running it again elsewhere would hide it
-        dt = call_dtype(args, kwargs)
-        why = f"its kernel raised {type(e).__name__}: {text.splitlines()[0] if text else ''}"
-        if strict:
-            raise strict_error(op, backend, why) from e
-        kernel_failed(op, backend, dt)  # later calls of this dtype go straight to native
-        warn_once(
-            op,
-            backend,
-            dt,
-            lambda: (
-                f"flagos: {op} ({dtype_name(dt)}) on '{backend}': {why}; "
-                f"this and later {dtype_name(dt)} calls run natively."
-            ),
-        )
-        if mutable:
-            raise RuntimeError(
-                f"flagos: {op} on '{backend}' raised {type(e).__name__} ({text}). It is an in-place/out= operator "
-                "that may already have written part of its output, so it is not re-run natively; later "
-                f"{dtype_name(dt)} calls run natively. Route {op} to native to avoid this."
-            ) from e
-        counters[1] += 1
-        return run_native(*args, **kwargs)
-
-    return on_error
+    return notice
 
 
-def bad_dtype_policy(fb: Fallback) -> Callable:
-    """A call of a dtype the backend does not handle at all: native, warned once per dtype."""
-    op, backend, run_native, counters, strict = fb.op, fb.backend, fb.run_native, fb.counters, fb.strict
-    bad_reason = f"{backend} does not support that dtype"
-
-    def bad_dtype(*args, **kwargs):
-        dt = call_dtype(args, kwargs)
-        if strict:
-            raise strict_error(op, backend, f"{backend} does not support {dtype_name(dt)}")
-        counters[1] += 1
-        warn_once(
-            op,
-            backend,
-            dt,
-            lambda: f"flagos: {op} ({dtype_name(dt)}) routed to '{backend}' ran natively instead: {bad_reason}.",
-        )
-        return run_native(*args, **kwargs)
-
-    return bad_dtype
-
-
-def empty_input_policy(fb: Fallback, unsafe: str) -> Callable:
-    """A call with an empty input tensor, for a backend that is not given those (`unsafe`: why): native."""
-    op, backend, run_native, counters, strict = fb.op, fb.backend, fb.run_native, fb.counters, fb.strict
+def empty_input_notice(fb: Fallback, unsafe: str) -> Callable:
+    """notice(dtype) for a call with an empty input, for a backend that is not given those (`unsafe`: why)."""
+    op, backend, counters, strict = fb.op, fb.backend, fb.counters, fb.strict
     why = f"an input tensor is empty and '{backend}' kernels are not given empty tensors"
 
-    def on_empty(*args, **kwargs):
+    def notice(dt):
         if strict:
             raise strict_error(op, backend, why)
         counters[1] += 1
@@ -192,9 +102,110 @@ def empty_input_policy(fb: Fallback, unsafe: str) -> Callable:
                 f"({unsafe}). Counted as a fallback; other calls use '{backend}'."
             ),
         )
-        return run_native(*args, **kwargs)
 
-    return on_empty
+    return notice
+
+
+def _signal_handler_codes() -> set:
+    """The code objects of the Python signal handlers installed now."""
+    codes = set()
+    for sig in signal.valid_signals():
+        try:
+            handler = signal.getsignal(sig)
+        except (OSError, ValueError):
+            continue
+        code = getattr(handler, "__code__", None) or getattr(getattr(handler, "__func__", None), "__code__", None)
+        if code is not None:
+            codes.add(code)
+    return codes
+
+
+def from_signal_handler(e: BaseException) -> bool:
+    """True when `e` was raised by a Python signal handler that ran during the kernel (a SIGALRM timeout)."""
+    codes = _signal_handler_codes()
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code in codes:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _on_meta(a):
+    if isinstance(a, torch.Tensor):
+        return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta")
+    if isinstance(a, (list, tuple)):
+        return type(a)(_on_meta(x) for x in a)
+    return a
+
+
+def rejected_by_meta(op: str, args, kwargs) -> bool:
+    """True when PyTorch's own checks reject the call (shapes, dtypes, out= types), run on meta tensors of the
+    same geometry: nothing is read or written. False where they accept it or cannot tell (no meta kernel)."""
+    name, overload = ops.split(op)
+    fn = getattr(getattr(torch.ops.aten, name), overload or "default")
+    try:
+        fn(*_on_meta(args), **{k: _on_meta(v) for k, v in kwargs.items()})
+    except NotImplementedError:
+        return False
+    except Exception:  # noqa: BLE001  (any rejection counts: the native route would raise it too)
+        return True
+    return False
+
+
+def error_policy(fb: Fallback, mutable: bool, run_native: Callable, kernel_failed: KernelFailed) -> Callable:
+    """`on_error(exc, dtype, args, kwargs)` for a backend kernel that raised.
+
+    Only a defect of the backend demotes its route: the native route decides.
+    A functional call runs natively: if that raises too, the caller made the
+    mistake (a shape, an index, an out= dtype), and the native error
+    propagates unchanged, the route kept; if it runs, its result is returned
+    and later calls of that dtype run natively. An in-place/out= call may
+    have written already, so it is only checked natively (on meta tensors)
+    and never re-run after a backend defect. BaseExceptions (KeyboardInterrupt,
+    SystemExit), exceptions raised by a signal handler during the call, and
+    device faults propagate as they are and demote nothing.
+    """
+    op, backend, counters, strict = fb.op, fb.backend, fb.counters, fb.strict
+
+    def demote(e, dt, why) -> None:
+        counters[2] += 1
+        if strict:
+            raise strict_error(op, backend, why) from e
+        kernel_failed(op, backend, dt)  # later calls of this dtype go straight to native
+        warn_once(
+            op,
+            backend,
+            dt,
+            lambda: (
+                f"flagos: {op} ({dtype_name(dt)}) on '{backend}': {why}; "
+                f"this and later {dtype_name(dt)} calls run natively."
+            ),
+        )
+
+    def on_error(e, dt, args, kwargs):
+        if not isinstance(e, Exception) or from_signal_handler(e):
+            raise e
+        text = str(e)
+        if any(s in text for s in _DEVICE_FAULTS):
+            counters[2] += 1
+            raise e  # a device fault: the device state is suspect, running it again elsewhere would hide it
+        why = f"its kernel raised {type(e).__name__}: {text.splitlines()[0] if text else ''}"
+        if mutable:
+            if rejected_by_meta(op, args, kwargs):
+                return run_native(*args, **kwargs)  # the caller's error: the native route raises it, writing nothing
+            demote(e, dt, why)
+            raise RuntimeError(
+                f"flagos: {op} on '{backend}' raised {type(e).__name__} ({text}). It is an in-place/out= operator "
+                "that may already have written part of its output, so it is not re-run natively; later "
+                f"{dtype_name(dt)} calls run natively. Route {op} to native to avoid this."
+            ) from e
+        result = run_native(*args, **kwargs)  # raises the native error if the call itself is wrong
+        demote(e, dt, why)
+        counters[1] += 1
+        return result
+
+    return on_error
 
 
 def autograd_fallback(op: str, plan: Plan) -> Callable:
@@ -211,8 +222,10 @@ def autograd_fallback(op: str, plan: Plan) -> Callable:
     def why(backend: str) -> str:
         return f"it needs a gradient, which PyTorch gets by decomposing {op}, and '{backend}' has no backward for it"
 
+    name, overload = ops.split(op)
+
     def on_fallback(args, kwargs):
-        dt = call_dtype(args, kwargs)
+        dt = torch_fl._C._call_dtype(name, overload, *args, **kwargs)
         hit = per_dtype.get(dt, other)
         if hit is None:
             return

@@ -52,23 +52,26 @@ class Plan:
 
 
 @dataclass(frozen=True)
-class PyRouteArgs:
-    """What torch_fl._C.PyRoute.update needs to run a route to a backend function without a Python frame."""
+class CoreTarget:
+    """One target as the C++ kernel of a routed operator (torch_fl._C.PyRoute) runs it.
 
-    fn: Callable  # the backend's function, called on native aliases
-    on_error: Callable  # (exception, args, kwargs) -> result: the failure policy
-    other_dtype: Callable  # called like the operator for the dtypes in `other`
-    other: list[torch.dtype]  # dtypes routed elsewhere or that the backend lacks
-    on_empty: Callable | None  # called like the operator when an input tensor is empty; None: no such check
-    counters: Counters
+    The kernel decides which target a call takes (by its dtype) and whether an
+    input is empty; these callables decide what follows.
+    """
+
+    kind: Literal["native", "cpu_fallback", "fallback", "kernel"]
+    label: str  # the dispatch log's name for the backend that runs (FEP 0025's names)
+    fn: Callable | None = None  # kernel: the backend's function, called on native aliases
+    on_error: Callable | None = None  # kernel: (exception, dtype, args, kwargs) -> result, or raises
+    # fallback: notice(dtype) counts, warns or raises before native runs; kernel: the same for a call with an
+    # empty input, which then runs natively (None: the backend takes empty inputs)
+    notice: Callable | None = None
+    counters: Counters | None = None  # kernel: counters[0] counts its calls
 
 
 @dataclass(frozen=True)
 class Registration:
-    """An operator's kernel of ours at PrivateUse1 and the plan it runs."""
+    """An operator's plan and the C++ kernel that runs it."""
 
     plan: Plan
-    handle: torch.library.Library | torch_fl._C.PyRoute  # the Python kernel's library, or the C++ kernel
-    # The Python kernel's trampoline calls kernel_slot[0]; a new plan replaces that item (torch refuses a
-    # second Python kernel for the same op and key). None for a PyRoute.
-    kernel_slot: list[Callable] | None = None
+    handle: torch_fl._C.PyRoute

@@ -5,7 +5,6 @@
 #include "ops/metadata_ops.h"
 #include "ops/sdpa.h"
 #include "python/alias_objects.h"
-#include "python/on_native.h"
 #include "python/py_route.h"
 #include "route/autograd_shortcut.h"
 #include "route/counters.h"
@@ -15,6 +14,7 @@
 #include "tensor/alias.h"
 #include "tensor/alias_pool.h"
 
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
@@ -94,6 +94,10 @@ py::tuple numbers_as_tensors(const c10::FunctionSchema& schema, const py::args& 
   return out;
 }
 
+void run_native_route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  route::run_native_route(op, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), stack);
+}
+
 py::object run_boxed(void (*runner)(const c10::OperatorHandle&, std::vector<c10::IValue>*), const std::string& name,
                      const std::string& overload, const py::args& args, const py::kwargs& kwargs) {
   auto op = c10::Dispatcher::singleton().findSchemaOrThrow(("aten::" + name).c_str(), overload.c_str());
@@ -110,7 +114,6 @@ py::object run_boxed(void (*runner)(const c10::OperatorHandle&, std::vector<c10:
 
 void bind_module(py::module& m) {
   m.doc() = "torch_fl C++ core: the flagos device over a native backing device";
-  bind_on_native(m);
   bind_py_route(m);
   m.def("_init", &init, py::arg("backing"), py::arg("host_devices"));
   m.def("_backing", [] { return std::string(c10::DeviceTypeName(backing().type, true)); });
@@ -131,9 +134,24 @@ void bind_module(py::module& m) {
   m.def(
       "_run_native",
       [](const std::string& name, const std::string& overload, py::args args, py::kwargs kwargs) {
-        return run_boxed(&route::call_native, name, overload, args, kwargs);
+        return run_boxed(&run_native_route, name, overload, args, kwargs);
       },
-      "Run aten::<name>.<overload> on the native route (backing device kernel on zero-copy aliases).");
+      "Run aten::<name>.<overload> on the native route (backing device kernel on zero-copy aliases; the CPU "
+      "fallback where the backing device has none), logged and counted as the native route.");
+  m.def(
+      "_call_dtype",
+      [](const std::string& name, const std::string& overload, py::args args, py::kwargs kwargs) -> py::object {
+        auto op = c10::Dispatcher::singleton().findSchemaOrThrow(("aten::" + name).c_str(), overload.c_str());
+        auto stack = torch::jit::createStackForSchema(op.schema(), numbers_as_tensors(op.schema(), args), kwargs,
+                                                      std::nullopt);
+        const c10::ScalarType dtype = first_dtype(stack, 0);
+        if (dtype == c10::ScalarType::Undefined) {
+          return py::none();
+        }
+        return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(dtype)));
+      },
+      "The dtype a call of aten::<name>.<overload> is routed by (what PyRoute decides: its first tensor "
+      "argument's, or first tensor of a list's), or None.");
   m.def(
       "_run_cpu_fallback",
       [](const std::string& name, const std::string& overload, py::args args, py::kwargs kwargs) {

@@ -4,10 +4,40 @@
 #include "python/typed_fronts.h"
 
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/library.h>
+
+#include <unordered_map>
 
 namespace torch_fl {
 namespace python {
+
+namespace {
+
+py::object dtype_object(c10::ScalarType dtype) {
+  if (dtype == c10::ScalarType::Undefined) {
+    return py::none();
+  }
+  return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(dtype)));
+}
+
+}  // namespace
+
+void call_notice(const py::object& notice, c10::ScalarType dtype) {
+  notice(dtype_object(dtype));
+}
+
+py::object PyRouteKernel::call_on_error(const Target& t, py::error_already_set& e, c10::ScalarType dtype,
+                                        const py::tuple& args, const py::dict& kwargs) {
+  // The policy reads where the exception came from (a signal handler's
+  // frame): pybind11 keeps the traceback apart from the value.
+  PyObject* tb = PyException_GetTraceback(e.value().ptr());  // a new reference, or null
+  if (tb == nullptr && e.trace()) {
+    PyException_SetTraceback(e.value().ptr(), e.trace().ptr());
+  }
+  Py_XDECREF(tb);
+  return t.on_error(e.value(), dtype_object(dtype), args, kwargs);
+}
 
 namespace {
 
@@ -15,59 +45,114 @@ struct NoWarnings final : c10::WarningHandler {
   void process(const c10::Warning&) override {}
 };
 
-// Python handle of one operator's PyRoute registration.
+// A routing-layer CoreTarget (torch_fl/routing/types.py) as the kernel runs it.
+std::unique_ptr<Target> make_target(const std::string& op, const py::handle& spec) {
+  auto t = std::make_unique<Target>();
+  const auto kind = spec.attr("kind").cast<std::string>();
+  const auto label = spec.attr("label").cast<std::string>();
+  t->line = "[flagos dispatch] " + op + " -> " + label + "\n";
+  auto callable = [&](const char* name, bool required) {
+    py::object o = spec.attr(name);
+    if (o.is_none() && !required) {
+      return py::object();
+    }
+    if (!PyCallable_Check(o.ptr())) {
+      throw py::type_error("PyRoute.update: a '" + kind + "' target needs a callable `" + name + "`");
+    }
+    return o;
+  };
+  if (kind == "native") {
+    t->kind = TargetKind::kNative;
+  } else if (kind == "cpu_fallback") {
+    t->kind = TargetKind::kCpuFallback;
+  } else if (kind == "fallback") {
+    t->kind = TargetKind::kFallback;
+    t->notice = callable("notice", true);
+  } else if (kind == "kernel") {
+    t->kind = TargetKind::kKernel;
+    t->fn = callable("fn", true);
+    t->on_error = callable("on_error", true);
+    t->notice = callable("notice", false);
+    // The call counter: counters[0] of an array('q'), written through its buffer.
+    py::object counters = spec.attr("counters");
+    const char* bad = "PyRoute.update: a 'kernel' target's `counters` must be array('q', [calls, fallbacks, failures])";
+    if (PyObject_GetBuffer(counters.ptr(), &t->counters_view, PyBUF_WRITABLE | PyBUF_FORMAT) != 0) {
+      PyErr_Clear();
+      throw py::type_error(bad);
+    }
+    const char* format = t->counters_view.format != nullptr ? t->counters_view.format : "B";
+    if (t->counters_view.itemsize != 8 || t->counters_view.len < 3 * 8 || (format[0] != 'q' && format[0] != 'l')) {
+      PyBuffer_Release(&t->counters_view);
+      throw py::type_error(bad);
+    }
+    t->calls = static_cast<int64_t*>(t->counters_view.buf);
+    t->counters = std::move(counters);
+  } else {
+    throw py::value_error("PyRoute.update: unknown target kind '" + kind +
+                          "' (native, cpu_fallback, fallback or kernel)");
+  }
+  return t;
+}
+
+// One operator's PyRoute: registered at its first non-native plan and kept
+// for the process (another thread may be running the kernel). One per
+// operator, whoever asks for it (the routing layer, a test): a second
+// registration would shadow the first.
+struct Registered {
+  Slot slot = std::make_shared<RouteSlot>();
+  torch::Library* library = nullptr;
+};
+
+Registered& registered(const std::string& op) {
+  // Leaked: used until exit. Read and written with the GIL held.
+  static auto* all = new std::unordered_map<std::string, Registered>;
+  return (*all)[op];
+}
+
+// The Python handle of an operator's PyRoute.
 struct PyRoute {
   std::string op;
-  PyRouteKernel::Slot slot = std::make_shared<std::shared_ptr<PyRouteState>>();
-  torch::Library* library = nullptr;
+  Registered* reg;
 
-  void update(py::object fn, py::object on_error, py::object other_dtype, const std::vector<py::object>& other,
-              py::object on_empty, py::object cell, const std::string& label) {
+  explicit PyRoute(std::string name) : op(std::move(name)), reg(&registered(op)) {}
+
+  void update(const py::handle& default_target, const std::vector<std::pair<py::object, py::object>>& by_dtype) {
     auto st = std::make_shared<PyRouteState>();
-    st->fn = std::move(fn);
-    st->on_error = std::move(on_error);
-    st->other_dtype = std::move(other_dtype);
-    if (!on_empty.is_none()) {
-      st->on_empty = std::move(on_empty);
+    st->targets.push_back(make_target(op, default_target));
+    TORCH_CHECK(by_dtype.size() < 255, "PyRoute.update: too many per-dtype targets");
+    for (const auto& [dtype, spec] : by_dtype) {
+      TORCH_CHECK(THPDtype_Check(dtype.ptr()), "PyRoute.update: `by_dtype` must pair torch.dtype objects with targets");
+      st->of_dtype[static_cast<size_t>(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type)] =
+          static_cast<uint8_t>(st->targets.size());
+      st->targets.push_back(make_target(op, spec));
+      st->any_dtype = true;
     }
-    // The call counter: cell[0] of an array('q'), written through its buffer.
-    if (PyObject_GetBuffer(cell.ptr(), &st->cell_view, PyBUF_WRITABLE | PyBUF_FORMAT) != 0) {
-      PyErr_Clear();
-      throw py::type_error("PyRoute.update: `cell` must be array('q', [calls, fallbacks, failures])");
+    const bool native = !st->any_dtype && st->targets[0]->kind == TargetKind::kNative;
+    if (native) {
+      set_native();
+      return;
     }
-    const char* format = st->cell_view.format != nullptr ? st->cell_view.format : "B";
-    if (st->cell_view.itemsize != 8 || st->cell_view.len < 3 * 8 || (format[0] != 'q' && format[0] != 'l')) {
-      PyBuffer_Release(&st->cell_view);
-      throw py::type_error("PyRoute.update: `cell` must be array('q', [calls, fallbacks, failures])");
-    }
-    st->calls = static_cast<int64_t*>(st->cell_view.buf);
-    st->cell = std::move(cell);
-    for (const auto& d : other) {
-      TORCH_CHECK(THPDtype_Check(d.ptr()), "PyRoute.update: `other` must hold torch.dtype objects");
-      st->other[static_cast<size_t>(reinterpret_cast<THPDtype*>(d.ptr())->scalar_type)] = true;
-      st->any_other = true;
-    }
-    st->line = "[flagos dispatch] " + op + " -> " + label + "\n";
-    // Registered once; later updates swap the state behind the kernel
-    // (replacing a kernel that may be running is not safe). The GIL is held.
-    *slot = std::move(st);
-    if (library == nullptr) {
+    // The GIL is held: calls read the state with it.
+    reg->slot->state = std::move(st);
+    reg->slot->native.store(false, std::memory_order_relaxed);
+    if (reg->library == nullptr) {
       NoWarnings quiet;  // overriding the native route's kernel is the point
       c10::WarningUtils::WarningHandlerGuard guard(&quiet);
-      library = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+      reg->library =
+          new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
       if (FrontInstaller front = py_front(op)) {
-        front(*library, op.c_str(), slot);
+        front(*reg->library, op.c_str(), reg->slot);
       } else {
-        library->impl(op.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<PyRouteKernel>(slot)));
+        reg->library->impl(op.c_str(),
+                           torch::CppFunction::makeFromBoxedFunctor(std::make_unique<PyRouteKernel>(reg->slot)));
       }
     }
   }
 
-  void destroy() {
-    NoWarnings quiet;
-    c10::WarningUtils::WarningHandlerGuard guard(&quiet);
-    delete library;  // the native route takes the operator back
-    library = nullptr;
+  // Every call runs the native route again; the kernel stays registered.
+  void set_native() {
+    reg->slot->native.store(true, std::memory_order_relaxed);
+    reg->slot->state = nullptr;
   }
 };
 
@@ -75,14 +160,15 @@ struct PyRoute {
 
 void bind_py_route(py::module& m) {
   py::class_<PyRoute>(m, "PyRoute",
-                      "PyRoute(op).update(fn, on_error, other_dtype, other, on_empty, cell, label): a C++ "
-                      "PrivateUse1 kernel for aten::op that calls fn on native aliases (on_empty, unless None, "
-                      "instead when an input tensor is empty); destroy() gives op back to the native route.")
-      .def(py::init([](std::string op) { return PyRoute{std::move(op)}; }), py::arg("op"))
-      .def("update", &PyRoute::update, py::arg("fn"), py::arg("on_error"), py::arg("other_dtype"), py::arg("other"),
-           py::arg("on_empty"), py::arg("cell"), py::arg("label"))
-      .def("destroy", &PyRoute::destroy)
-      .def_property_readonly("registered", [](const PyRoute& r) { return r.library != nullptr; });
+                      "PyRoute(op): the C++ PrivateUse1 kernel of a routed aten::op. update(default, by_dtype) "
+                      "gives it a plan: CoreTarget-like objects (kind, label, fn, on_error, notice, counters), "
+                      "the default and per dtype; set_native() hands every call to the native route again. "
+                      "Registered at the first update and never removed.")
+      .def(py::init([](std::string op) { return PyRoute(std::move(op)); }), py::arg("op"))
+      .def("update", &PyRoute::update, py::arg("default"), py::arg("by_dtype") = std::vector<int>{})
+      .def("set_native", &PyRoute::set_native)
+      .def_property_readonly("registered", [](const PyRoute& r) { return r.reg->library != nullptr; })
+      .def_property_readonly("native", [](const PyRoute& r) { return r.reg->slot->native.load(); });
 }
 
 }  // namespace python

@@ -1,14 +1,24 @@
-// PyRoute: the PrivateUse1 kernel of an operator routed to a Python backend
-// (FlagGems). It calls the backend's function on native aliases with the
-// boxed call handled in C++: no torch.library Python kernel, no wrapper
-// frames, no alias objects per call. The routing layer keeps the policy in
-// Python: `on_error(exc, args, kwargs)`, `other_dtype(*args, **kwargs)` and
-// `on_empty(*args, **kwargs)` receive the caller's flagos arguments.
+// PyRoute: the PrivateUse1 kernel of an operator routed away from the native
+// route (to FlagGems, the CPU fallback, per-dtype mixes of those and native).
+//
+// The routing layer (torch_fl/routing/kernels.py) plans, per dtype, which
+// target runs; this kernel classifies each call and runs that target. The
+// rules that classify a call are written here and only here: its dtype is
+// its first tensor argument's (or first tensor of a list), and an input is
+// empty when a tensor it reads (not an out= it writes) has no elements. What
+// to do about a fallback, an empty input or a kernel that raised stays a
+// Python decision: the routing layer's callables get the dtype decided here.
+//
+// A PyRoute is registered once per operator and never removed: removing a
+// kernel another thread is running frees it under that thread. An operator
+// routed back to native keeps its PyRoute in the native state, which runs the
+// native route without touching Python (`RouteSlot::native`).
 #pragma once
 
 #include "python/gil.h"
 #include "python/python_args.h"
 #include "route/counters.h"
+#include "route/native_route.h"
 #include "route/routed_args.h"
 #include "runtime/device.h"
 #include "tensor/alias_pool.h"
@@ -20,101 +30,170 @@
 #include <c10/core/DeviceGuard.h>
 
 #include <array>
+#include <atomic>
+#include <cstdint>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace torch_fl {
 namespace python {
 
-// What one route calls: the kernel, its policies, its counter and its log
-// line. Swapped as a whole when the route changes.
-struct PyRouteState {
-  py::object fn;           // called with native arguments, as the aten operator
-  py::object on_error;     // (exception, args, kwargs) -> result
-  py::object other_dtype;  // called like the operator for the dtypes in `other`
-  py::object on_empty;     // called like the operator when an input tensor is empty; null: no such check
-  py::object cell;         // the routing layer's array('q', [calls, fallbacks, failures])
-  // cell[0], counted here with the GIL held: through the array's buffer, held
-  // while the state lives (which also keeps the array from being resized).
-  int64_t* calls = nullptr;
-  Py_buffer cell_view{};
-  std::array<bool, static_cast<size_t>(c10::ScalarType::NumOptions)> other{};
-  bool any_other = false;  // some dtype is in `other`
-  std::string line;  // the dispatch-log line, printed while g_route_flags.log_dispatch is on
+// What runs a call, by the routing layer's CoreTarget.kind.
+enum class TargetKind : uint8_t {
+  kNative,       // the native route (it logs and counts itself)
+  kCpuFallback,  // PyTorch's CPU fallback: copy to the host, CPU kernel, copy back
+  kFallback,     // `notice(dtype)` (counts, warns or raises), then the native route
+  kKernel,       // a backend function on native aliases (FlagGems)
+};
 
-  // The last reference may be dropped by a kernel call without the GIL, or
-  // by the dispatcher's own destruction after Python has shut down (the
-  // registration is never deleted at exit): then the objects are gone with
-  // the interpreter and taking the GIL would abort the process.
-  ~PyRouteState() {
+struct Target {
+  TargetKind kind = TargetKind::kNative;
+  py::object fn;        // kKernel: called with native arguments, as the aten operator
+  py::object on_error;  // kKernel: (exception, dtype, args, kwargs) -> result, or raises
+  py::object notice;    // kFallback: notice(dtype); kKernel: the same for a call with an empty input (null: no check)
+  py::object counters;  // kKernel: array('q', [calls, fallbacks, failures]); calls counted through its buffer
+  int64_t* calls = nullptr;
+  Py_buffer counters_view{};
+  std::string line;  // kKernel, kCpuFallback: the dispatch-log line, naming what runs
+
+  Target() = default;
+  Target(const Target&) = delete;
+  Target& operator=(const Target&) = delete;
+  // The last reference may be dropped without the GIL, or after Python has
+  // shut down (the registration is never deleted): then the objects are gone
+  // with the interpreter and taking the GIL would abort the process.
+  ~Target() {
     if (!python_alive()) {
-      for (py::object* o : {&fn, &on_error, &other_dtype, &on_empty, &cell}) {
+      for (py::object* o : {&fn, &on_error, &notice, &counters}) {
         o->release();
       }
       return;
     }
     py::gil_scoped_acquire gil;
     if (calls != nullptr) {
-      PyBuffer_Release(&cell_view);
+      PyBuffer_Release(&counters_view);
     }
-    fn = on_error = other_dtype = on_empty = cell = py::object();
+    fn = on_error = notice = counters = py::object();
   }
 };
 
-// One call of a route, counted in its cell with the GIL held (a store through
-// the array's buffer: no Python int per call).
-inline void count_call(PyRouteState& st) {
-  ++*st.calls;
-}
+// One plan: the targets and which runs each dtype. Swapped as a whole when
+// the route changes; read and swapped only with the GIL held.
+struct PyRouteState {
+  std::vector<std::unique_ptr<Target>> targets;  // [0]: the default
+  std::array<uint8_t, static_cast<size_t>(c10::ScalarType::NumOptions)> of_dtype{};  // index into targets
+  bool any_dtype = false;  // some dtype has a target of its own
+
+  const Target& target(c10::ScalarType dtype) const {
+    if (C10_LIKELY(!any_dtype) || dtype == c10::ScalarType::Undefined) {
+      return *targets[0];
+    }
+    return *targets[of_dtype[static_cast<size_t>(dtype)]];
+  }
+};
+
+// A PyRoute's kernel state, shared by its boxed kernel and its typed front.
+struct RouteSlot {
+  std::shared_ptr<PyRouteState> state;  // GIL held to read or swap
+  // Every dtype runs the native route: read without the GIL, so an operator
+  // routed back to native costs a relaxed load over the native route.
+  std::atomic<bool> native{false};
+};
+using Slot = std::shared_ptr<RouteSlot>;
+
+// The routing layer's notice for a call that runs natively instead (a
+// fallback, an empty input): it counts, warns once, or raises under
+// FLAGOS_STRICT=1. GIL held.
+void call_notice(const py::object& notice, c10::ScalarType dtype);
 
 class PyRouteKernel final : public c10::OperatorKernel {
  public:
-  // The state is read and swapped only with the GIL held (update() is
-  // called from Python), so a plain shared_ptr copy needs no atomics.
-  using Slot = std::shared_ptr<std::shared_ptr<PyRouteState>>;
   explicit PyRouteKernel(Slot slot) : slot_(std::move(slot)) {}
 
-  // For a typed front (GIL held): the state a call starts with, and the
-  // operator's keyword-only argument names.
-  std::shared_ptr<PyRouteState> state() const {
-    return *slot_;
+  // For a typed front (GIL held): the route's state, and the operator's
+  // keyword-only argument names.
+  const Slot& slot() const {
+    return slot_;
   }
   PyObject* kwnames(const c10::FunctionSchema& schema) {
     return kwarg_names(schema, kwarg_names_);
   }
 
-  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
-    const auto& schema = op.schema();
-    const size_t nargs = schema.arguments().size();
-    // Everything below holds the GIL, to the end: dropping the last C++
-    // reference to a tensor that Python also held (the caller's arguments,
-    // their aliases once passed to Python) decrefs its PyObject, which
-    // would take the GIL again for each of them. Through a typed front
-    // (PyFront) the GIL is held already and this is a re-entrant acquire.
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+    const Then then = slot_->native.load(std::memory_order_relaxed) ? Then::kNative : run_python_side(op, stack);
+    // Native work runs without the GIL, as it does off the native route.
+    if (then == Then::kNative) {
+      route::run_native_route(op, ks, stack);
+    } else if (then == Then::kCpuFallback) {
+      route::call_cpu_fallback(op, stack);
+    }
+  }
+
+  // The routing layer's error policy for a kernel that raised. GIL held.
+  static py::object call_on_error(const Target& t, py::error_already_set& e, c10::ScalarType dtype,
+                                  const py::tuple& args, const py::dict& kwargs);
+
+ private:
+  // What is left to run once the Python side has looked at a call.
+  enum class Then : uint8_t { kDone, kNative, kCpuFallback };
+
+  // Classifies the call (its dtype, an empty input) under the GIL, and runs
+  // what needs Python: a notice, a backend kernel.
+  Then run_python_side(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+    // The GIL is held to the end: dropping the last C++ reference to a
+    // tensor that Python also held (the caller's arguments, their aliases
+    // once passed to Python) decrefs its PyObject, which would take the GIL
+    // again for each of them.
     GilHeld gil;
+    // A route change may swap the state during this call (a fallback
+    // re-plans its own operator): the call keeps the state it started with.
+    std::shared_ptr<PyRouteState> st = slot_->state;
+    if (C10_UNLIKELY(st == nullptr)) {  // set native since the caller looked
+      return Then::kNative;
+    }
+    const auto& schema = op.schema();
+    const size_t first = stack->size() - schema.arguments().size();
+    const c10::ScalarType dtype = first_dtype(*stack, first);
+    const Target& t = st->target(dtype);
+    switch (t.kind) {
+      case TargetKind::kNative:
+        return Then::kNative;
+      case TargetKind::kFallback:
+        call_notice(t.notice, dtype);
+        return Then::kNative;
+      case TargetKind::kCpuFallback:
+        if (C10_UNLIKELY(route::g_route_flags.log_dispatch)) {
+          std::cerr << t.line << std::flush;
+        }
+        return Then::kCpuFallback;
+      case TargetKind::kKernel:
+        if (t.notice && C10_UNLIKELY(has_empty_input(schema, *stack, first))) {
+          call_notice(t.notice, dtype);
+          return Then::kNative;
+        }
+        run_kernel(t, dtype, schema, stack);
+        return Then::kDone;
+    }
+    return Then::kNative;
+  }
+
+  // The backend function on native aliases; its error to the routing layer's
+  // policy, with the caller's own arguments. GIL held.
+  void run_kernel(const Target& t, c10::ScalarType dtype, const c10::FunctionSchema& schema,
+                  torch::jit::Stack* stack) {
+    const size_t nargs = schema.arguments().size();
+    if (C10_UNLIKELY(route::g_route_flags.log_dispatch)) {
+      std::cerr << t.line << std::flush;
+    }
+    ++*t.calls;  // a store through the array's buffer: no Python int per call
     route::RoutedArgs routed(tensor::python_alias_pool());
     {
-      // A route change may swap the state during this call (a fallback
-      // re-plans its own operator): the call keeps the state it started with.
-      std::shared_ptr<PyRouteState> st = *slot_;
-      if (C10_UNLIKELY(route::g_route_flags.log_dispatch)) {  // one switch for every route (set_flags)
-        std::cerr << st->line << std::flush;
-      }
-      const c10::ScalarType dtype = first_dtype(*stack, stack->size() - nargs);
-      if (C10_UNLIKELY(dtype != c10::ScalarType::Undefined && st->other[static_cast<size_t>(dtype)])) {
-        push_python_result(schema, pop_python_args(schema, stack, kwarg_names_).call(st->other_dtype), stack);
-        return;
-      }
-      if (st->on_empty && C10_UNLIKELY(has_empty_input(schema, *stack, stack->size() - nargs))) {
-        push_python_result(schema, pop_python_args(schema, stack, kwarg_names_).call(st->on_empty), stack);
-        return;
-      }
       // The caller's arguments, for the error path.
       c10::SmallVector<c10::IValue, 8> original(stack->end() - nargs, stack->end());
       routed.unwrap(stack, nargs);
-      count_call(*st);
       const PyArgs py_args = pop_python_args(schema, stack, kwarg_names_);
       py::object result;
       try {
@@ -123,11 +202,11 @@ class PyRouteKernel final : public c10::OperatorKernel {
         if (routed.index() >= 0 && routed.index() != runtime::current_device()) {
           guard.reset_device(c10::Device(kFlagos, routed.index()));
         }
-        result = py_args.call(st->fn);
+        result = py_args.call(t.fn);
       } catch (py::error_already_set& e) {
         stack->insert(stack->end(), original.begin(), original.end());
         const PyArgs caller = pop_python_args(schema, stack, kwarg_names_);
-        push_python_result(schema, st->on_error(e.value(), caller.args_tuple(), caller.kwargs_dict()), stack);
+        push_python_result(schema, call_on_error(t, e, dtype, caller.args_tuple(), caller.kwargs_dict()), stack);
         return;  // the policy returned flagos results, or raised
       }
       push_python_result(schema, result, stack);
@@ -135,7 +214,6 @@ class PyRouteKernel final : public c10::OperatorKernel {
     routed.finish(schema, stack);
   }
 
- private:
   Slot slot_;
   std::optional<PyObject*> kwarg_names_;  // filled on the first call, with the GIL
 };

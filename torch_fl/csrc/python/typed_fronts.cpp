@@ -147,27 +147,37 @@ struct PyFront<Op, Ret(Args...)> {
   static inline bool mutates = false;            // the schema writes an argument (in-place, out=)
 
   static Ret call(Args... args) {
-    GilHeld gil;
-    // A route change may swap the state during this call: the call keeps the state it started with.
-    std::shared_ptr<PyRouteState> st = route->state();
-    if (C10_UNLIKELY(st->any_other && other_dtype(*st, args...)) ||
-        C10_UNLIKELY(st->on_empty && has_empty(args...))) {
-      return c10::impl::BoxedKernelWrapper<Ret(Args...)>::call(
-          *kernel, *handle, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), std::forward<Args>(args)...);
+    if (!route->slot()->native.load(std::memory_order_relaxed)) {
+      GilHeld gil;
+      // A route change may swap the state during this call: the call keeps the state it started with.
+      std::shared_ptr<PyRouteState> st = route->slot()->state;
+      const Target* t = st == nullptr ? nullptr : &st->target(first_dtype(args...));
+      // Only a backend kernel on a call without an empty input runs here; the
+      // boxed kernel classifies and runs every other call (native ones
+      // without the GIL).
+      if (t != nullptr && t->kind == TargetKind::kKernel && !(t->notice && C10_UNLIKELY(has_empty(args...)))) {
+        return run_kernel(*t, args...);
+      }
     }
+    return c10::impl::BoxedKernelWrapper<Ret(Args...)>::call(
+        *kernel, *handle, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), std::forward<Args>(args)...);
+  }
+
+ private:
+  static Ret run_kernel(const Target& t, Args&... args) {
     if (C10_UNLIKELY(route::g_route_flags.log_dispatch)) {
-      std::cerr << st->line << std::flush;
+      std::cerr << t.line << std::flush;
     }
-    count_call(*st);
+    ++*t.calls;
     route::RoutedArgs routed(tensor::python_alias_pool());
     routed.reserve((route::typed::tensors_in(args) + ... + size_t{0}));
     c10::SmallVector<py::object, 8> objects;
     (objects.push_back(py_arg(routed, args)), ...);  // left to right: the first flagos tensor names the device
-    py::object result = call_fn(*st, objects, routed.index());
+    py::object result = call_fn(t, objects, routed.index());
     if (C10_UNLIKELY(!result)) {
       py::error_already_set error;
       objects.clear();
-      return on_error(*st, error, args...);
+      return on_error(t, error, args...);
     }
     // The Python objects go first: then an alias whose object nothing else
     // holds is recycled, and a result's object is handed back to the caller.
@@ -204,7 +214,8 @@ struct PyFront<Op, Ret(Args...)> {
     }
   }
 
-  static void install(torch::Library& lib, const char* op, PyRouteKernel::Slot slot) {
+ public:
+  static void install(torch::Library& lib, const char* op, Slot slot) {
     handle = c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
     auto boxed = std::make_unique<PyRouteKernel>(std::move(slot));
     route = boxed.get();
@@ -220,20 +231,21 @@ struct PyFront<Op, Ret(Args...)> {
   }
 
  private:
-  static py::object call_fn(const PyRouteState& st, const c10::SmallVector<py::object, 8>& objects,
+
+  static py::object call_fn(const Target& t, const c10::SmallVector<py::object, 8>& objects,
                             c10::DeviceIndex index) {
     // Launch on the arguments' device (a flagos stream is a CUDA stream).
     c10::OptionalDeviceGuard guard;
     if (index >= 0 && index != runtime::current_device()) {
       guard.reset_device(c10::Device(kFlagos, index));
     }
-    return vectorcall(st.fn, objects, npos, kwnames);
+    return vectorcall(t.fn, objects, npos, kwnames);
   }
 
-  static bool other_dtype(const PyRouteState& st, const Args&... args) {
+  static c10::ScalarType first_dtype(const Args&... args) {
     const at::Tensor* first = nullptr;
     ((first = first == nullptr ? first_tensor(args) : first), ...);
-    return first != nullptr && st.other[static_cast<size_t>(first->scalar_type())];
+    return first == nullptr ? c10::ScalarType::Undefined : first->scalar_type();
   }
 
   static bool has_empty(const Args&... args) {
@@ -257,7 +269,7 @@ struct PyFront<Op, Ret(Args...)> {
 
   // fn raised: the routing layer's policy decides (a fallback, once logged,
   // or the error), given the caller's own arguments.
-  static Ret on_error(const PyRouteState& st, py::error_already_set& error, Args&... args) {
+  static Ret on_error(const Target& t, py::error_already_set& error, Args&... args) {
     py::tuple positional(npos);
     py::dict keywords;
     size_t i = 0;
@@ -272,7 +284,7 @@ struct PyFront<Op, Ret(Args...)> {
           ++i;
         }(),
         ...);
-    py::object result = st.on_error(error.value(), positional, keywords);
+    py::object result = PyRouteKernel::call_on_error(t, error, first_dtype(args...), positional, keywords);
     torch::jit::Stack stack;
     push_python_result(handle->schema(), result, &stack);
     if constexpr (std::is_same_v<Ret, at::Tensor&>) {

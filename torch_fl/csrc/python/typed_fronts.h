@@ -13,7 +13,7 @@ namespace torch_fl {
 namespace python {
 
 // Registers the typed front of `op` on `lib`, calling the route in `slot`.
-using FrontInstaller = void (*)(torch::Library& lib, const char* op, PyRouteKernel::Slot slot);
+using FrontInstaller = void (*)(torch::Library& lib, const char* op, Slot slot);
 
 // The typed front of an operator ("add.Tensor"), or nullptr where it has none.
 FrontInstaller py_front(const std::string& op);

@@ -2,7 +2,6 @@
 // csrc/unity_route.cpp and csrc/unity_core.cpp for why units are few).
 #include "python/alias_objects.cpp"
 #include "python/python_args.cpp"
-#include "python/on_native.cpp"
 #include "python/py_route.cpp"
 #include "python/typed_fronts.cpp"
 #include "python/module.cpp"

@@ -62,11 +62,8 @@ void native_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
 }
 }  // namespace
 
-void call_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  if (g_route_flags.count) {
-    count(op, false);
-  }
-  run_native(op, stack);
+void run_native_route(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  native_fallback(op, ks, stack);
 }
 
 void call_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {

@@ -15,9 +15,12 @@ void register_native_route();
 // True when the native route may own `op` at PrivateUse1: the backing device
 // runs it and PyTorch does not decompose it above autograd.
 bool native_route_may_own(const c10::OperatorHandle& op);
-// Run an operator's native route or the CPU fallback on a boxed stack,
-// bypassing the dispatcher (for Python backends that fall back).
-void call_native(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// The native route of an operator on a boxed stack, as its PrivateUse1
+// fallback runs it: the backing device's kernel (the CPU fallback where the
+// backing device has none), logged and counted. For routes that run natively
+// for some calls (python/py_route.h) and the routing layer's fallbacks.
+void run_native_route(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
+// PyTorch's CPU fallback on a boxed stack (the cpu_fallback backend), logged and counted.
 void call_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 }  // namespace route
