@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -30,10 +31,19 @@ def test_env_override_logs_the_exact_line():
 
 
 @pytest.mark.anyplatform
-def test_native_alias_is_logged_as_written():
+def test_native_alias_is_logged_as_the_backing_device_that_ran():
     p = run_python(ADD, {"FLAGOS_LOG_DISPATCH": "1", "FLAGOS_OP_add__Tensor": "native"})
     assert p.returncode == 0, p.stderr
-    assert "[flagos dispatch] add.Tensor -> native" in dispatch_lines(p.stderr)
+    assert f"[flagos dispatch] add.Tensor -> {'cuda' if ON_CUDA else 'cpu'}" in dispatch_lines(p.stderr)
+
+
+@pytest.mark.anyplatform
+@pytest.mark.skipif(ON_CUDA, reason="needs a backing where the cuda route is unavailable (host memory)")
+def test_a_route_that_falls_back_logs_what_ran():
+    p = run_python(ADD, {"FLAGOS_LOG_DISPATCH": "1", "FLAGOS_OP_add__Tensor": "cuda"})
+    assert p.returncode == 0, p.stderr
+    assert dispatch_lines(p.stderr).count("[flagos dispatch] add.Tensor -> cpu") == 1
+    assert "FallbackWarning" in p.stderr and "ran natively instead" in p.stderr
 
 
 @pytest.mark.anyplatform
@@ -104,7 +114,9 @@ def test_flaggems_profile_imports_everywhere_and_says_where_ops_run():
     code = ADD + "\nimport torch_fl.routing as r\nprint([e.runs_on for e in r.table() if e.op == 'add.Tensor'][0])\n"
     p = run_python(code, {"FLAGOS_USE_FLAGGEMS": "1", "FLAGOS_LOG_DISPATCH": "1"})
     assert p.returncode == 0, p.stderr
-    assert "[flagos dispatch] add.Tensor -> flaggems" in p.stderr
+    # The line names the backend that ran: FlagGems on a GPU with flag_gems, else the native route.
+    ran = "flaggems" if ON_CUDA and importlib.util.find_spec("flag_gems") else ("cuda" if ON_CUDA else "cpu")
+    assert f"[flagos dispatch] add.Tensor -> {ran}" in dispatch_lines(p.stderr)
     if not ON_CUDA:
         assert p.stdout.strip().splitlines()[-1] == "native (cpu)"
 
