@@ -12,7 +12,7 @@ import torch
 
 import torch_fl
 from torch_fl.backends.base import Backend, BackendKernel
-from torch_fl.vocab.ops import aten_ops, qualified, split
+from torch_fl.vocab.ops import aten_ops, makes_views, qualified, split
 
 
 class CpuFallbackBackend(Backend):
@@ -25,7 +25,8 @@ class CpuFallbackBackend(Backend):
     @functools.cache  # noqa: B019  (one instance for the process)
     def supported_ops(self) -> frozenset[str]:
         has = torch._C._dispatch_has_computed_kernel_for_dispatch_key
-        return frozenset(op for op in aten_ops() if has(qualified(op), "CPU"))
+        # Not view operators: the fallback would return a host copy, not a view sharing the input's storage.
+        return frozenset(op for op in aten_ops() if has(qualified(op), "CPU") and not makes_views(op))
 
     def kernel(self, op: str) -> BackendKernel:
         name, overload = split(op)

@@ -120,7 +120,7 @@ class _Parse:
             None,
             f"{self.unknown_ops} unknown operators in all ('did you mean' for the first {MAX_SUGGESTIONS}). "
             f"Is this file written for another PyTorch? Operator names are torch {torch.__version__}'s "
-            "(python -m torch_fl routes lists the routed ones).",
+            "(torch.ops.aten.NAME.overloads() lists one name's overloads).",
         )
 
 

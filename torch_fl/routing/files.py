@@ -23,18 +23,16 @@ class Unreadable(Exception):
         self.message, self.line, self.text = message, line, text
 
 
-def _kind(mode: int) -> str:
+def _not_regular(path: str, mode: int) -> str:
     if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a pipe"
-    if stat.S_ISCHR(mode):
-        return "a character device (like /dev/null)"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
+        kind, fix = "a directory", "name a routing file inside it"
+    elif stat.S_ISFIFO(mode):
+        kind, fix = "a pipe", "write the rules to a file and name that"
+    elif stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        kind, fix = "a device", "name a routing file (for no rules, an empty file)"
+    else:
+        kind, fix = "a socket or other special file", "name a routing file"
+    return f"routing file '{path}' is {kind}, not a regular file; {fix}"
 
 
 def read_text(path: str) -> str:
@@ -48,20 +46,25 @@ def read_text(path: str) -> str:
         raise Unreadable(
             f"cannot open routing file '{path}' ({e.strerror}); check the path and its permissions"
         ) from None
-    with os.fdopen(fd, "rb") as f:
+    try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise Unreadable(
-                f"routing file '{path}' is {_kind(mode)}, not a regular file; write the rules to a file and name "
-                "that (an empty file routes nothing)"
-            )
-        data = f.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
+            raise Unreadable(_not_regular(path, mode))
+        chunks, size = [], 0
+        while size <= MAX_BYTES:  # read(2) may return less than asked: read until EOF or past the limit
+            chunk = os.read(fd, MAX_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > MAX_BYTES:
         raise Unreadable(
-            f"routing file '{path}' is larger than {MAX_BYTES // 1024} KiB, far more than a routing file needs; "
-            "check that this is the file you meant (globs such as *_backward cover many operators in one line)"
+            f"routing file '{path}' is larger than {MAX_BYTES // (1 << 20)} MiB, far more than a routing file needs; "
+            "check that this is the file you meant (a glob such as *_backward covers many operators in one line)"
         )
-    return decode(data)
+    return decode(b"".join(chunks))
 
 
 def decode(data: bytes) -> str:

@@ -119,6 +119,11 @@ def is_mutable(op: str) -> bool:
     return any(a.alias_info is not None and a.alias_info.is_write for a in schema(op).arguments)
 
 
+def makes_views(op: str) -> bool:
+    """True when a result may view an input (an argument annotated Tensor(a) without '!'): transpose, expand..."""
+    return any(a.alias_info is not None and not a.alias_info.is_write for a in schema(op).arguments)
+
+
 def read_args(op: str) -> tuple[frozenset[int], frozenset[str]]:
     """Positions and names of the arguments the operator reads only (not an in-place self or an out= tensor)."""
     args = schema(op).arguments
