@@ -11,7 +11,7 @@ import functools
 import torch
 
 from torch_fl.backends.base import Backend
-from torch_fl.vocab.ops import aten_ops, qualified
+from torch_fl.vocab.ops import aten_ops, makes_views, qualified
 
 
 class CpuFallbackBackend(Backend):
@@ -25,4 +25,5 @@ class CpuFallbackBackend(Backend):
     @functools.cache  # noqa: B019  (one instance for the process)
     def supported_ops(self) -> frozenset[str]:
         has = torch._C._dispatch_has_computed_kernel_for_dispatch_key
-        return frozenset(op for op in aten_ops() if has(qualified(op), "CPU"))
+        # Not view operators: the fallback would return a host copy, not a view sharing the input's storage.
+        return frozenset(op for op in aten_ops() if has(qualified(op), "CPU") and not makes_views(op))

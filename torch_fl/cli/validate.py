@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from torch_fl.routing import config
+from torch_fl.routing import config, rules
 
 
 def add_arguments(parser) -> None:
@@ -12,12 +12,13 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    problems = config.validate_file(args.file)
+    found, problems = config.check_file(args.file)  # reads the file (and each include) once
     if problems:
         for p in problems:
             print(str(p), file=sys.stderr)
         print(f"{args.file}: {len(problems)} problem(s)", file=sys.stderr)
         return 1
-    rules = config.load_file(args.file)
-    print(f"{args.file}: OK ({len(rules)} rule(s))")
+    print(f"{args.file}: OK ({len(found)} rule(s))")
+    for note in rules.resolve(found)[1]:
+        print(f"note: {note}")
     return 0

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 import torch
 
 from torch_fl import backends
+from torch_fl.routing import native_only
+from torch_fl.routing.files import Unreadable, read_text
 from torch_fl.vocab import ops
 from torch_fl.vocab.dtypes import dtype_name, parse_dtype
 from torch_fl.vocab.errors import ConfigError, Problem, RoutingError
@@ -32,6 +34,11 @@ BUILTIN_PREFIX = "builtin:"
 
 # layers, lowest precedence first
 LAYER_FILE, LAYER_ENV, LAYER_RUNTIME = 0, 1, 2
+
+#: 'did you mean' for this many unknown operators per parse, then only their count: each search compares
+#: the name with every ATen operator (milliseconds), and a wrong file may name thousands.
+MAX_SUGGESTIONS = 20
+MAX_INCLUDE_DEPTH = 32
 
 _LHS = re.compile(r"^(?P<op>[A-Za-z0-9_.*?:]+)\s*(?:\[(?P<dtypes>[^\]]*)\])?$")
 _BACKEND = re.compile(r"^[A-Za-z0-9_]+$")
@@ -89,13 +96,32 @@ def resolve_include(target: str, including_file: str | None) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(including_file)), target)
 
 
-class _Counter:
+class _Parse:
+    """What one parse shares across its files: rule order, and how many unknown operators got suggestions."""
+
     def __init__(self):
         self.n = 0
+        self.unknown_ops = 0
 
     def next(self) -> int:
         self.n += 1
         return self.n
+
+    def suggest(self) -> bool:
+        """Whether the next unknown operator gets 'did you mean' (each costs a search over every name)."""
+        self.unknown_ops += 1
+        return self.unknown_ops <= MAX_SUGGESTIONS
+
+    def summary(self, path: str | None) -> Problem | None:
+        if self.unknown_ops <= MAX_SUGGESTIONS:
+            return None
+        return Problem(
+            path or "<text>",
+            None,
+            f"{self.unknown_ops} unknown operators in all ('did you mean' for the first {MAX_SUGGESTIONS}). "
+            f"Is this file written for another PyTorch? Operator names are torch {torch.__version__}'s "
+            "(torch.ops.aten.NAME.overloads() lists one name's overloads).",
+        )
 
 
 def check_backend(backend: str) -> str | None:
@@ -114,15 +140,29 @@ def check_backend_name(backend: str) -> None:
         raise RoutingError(msg)
 
 
-def check_op(pattern: str) -> str | None:
+def check_op(pattern: str, suggest: bool = True) -> str | None:
     """An error message for an operator name or glob that names nothing, else None."""
     if ops.is_glob(pattern):
         if not ops.matching(pattern):
             return f"glob '{pattern}' matches no ATen operator; check the spelling (globs match names like add.Tensor)."
         return None
     if not ops.is_known(pattern):
-        return ops.unknown_op_message(pattern)
+        return ops.unknown_op_message(pattern, suggest)
     return None
+
+
+def _include(target: str, path: str | None, stack: tuple[str, ...]) -> tuple[str | None, str | None]:
+    """The file an include line names, or the problem with it: a cycle or a chain too deep."""
+    full = resolve_include(target, path)
+    real = os.path.realpath(full)
+    if real in stack:
+        return None, f"include cycle: {' -> '.join([*stack, real])}. Remove one of these includes."
+    if len(stack) >= MAX_INCLUDE_DEPTH:
+        return None, (
+            f"includes nested more than {MAX_INCLUDE_DEPTH} files deep: {' -> '.join([*stack, real])}. "
+            "Include the files you need from one top-level file instead of chaining them."
+        )
+    return full, None
 
 
 def parse_text(
@@ -130,14 +170,15 @@ def parse_text(
     path: str | None = None,
     *,
     origin: str = "user file",
-    counter: _Counter | None = None,
+    counter: _Parse | None = None,
     problems: list[Problem] | None = None,
     _stack: tuple[str, ...] = (),
 ) -> list[Rule]:
     """Parse routing text; problems are appended to `problems` (raise ConfigError if it is None and any occur)."""
     raise_at_end = problems is None
     problems = [] if problems is None else problems
-    counter = counter or _Counter()
+    top = counter is None
+    counter = counter or _Parse()
     rules: list[Rule] = []
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
@@ -152,17 +193,12 @@ def parse_text(
             if not target:
                 bad("'include' needs a path: include other.conf (relative to this file) or include builtin:NAME")
                 continue
-            full = resolve_include(target, path)
-            real = os.path.realpath(full)
-            if real in _stack:
-                chain = " -> ".join([*_stack, real])
-                bad(f"include cycle: {chain}. Remove one of these includes.")
-                continue
-            if not os.path.isfile(full):
-                bad(f"included file '{full}' does not exist. Fix the path (it is relative to the including file).")
+            full, msg = _include(target, path, _stack)
+            if msg:
+                bad(msg)
                 continue
             sub_origin = "default file" if target.startswith(BUILTIN_PREFIX) else origin
-            rules.extend(load_file(full, origin=sub_origin, counter=counter, problems=problems, _stack=_stack))
+            rules.extend(_load(full, sub_origin, counter, problems, _stack, (path or "<text>", lineno, raw.strip())))
             continue
         if line.count("=") != 1:
             bad("malformed line: expected 'op_overload = backend' (e.g. add.Tensor = cuda) or 'include PATH'")
@@ -181,10 +217,15 @@ def parse_text(
             bad(msg)
             ok = False
         op = ops.normalize(m.group("op"))
-        msg = check_op(op)
+        msg = check_op(op, suggest=ops.is_glob(op) or ops.is_known(op) or counter.suggest())
         if msg:
             bad(msg)
             ok = False
+        elif ok and not ops.is_glob(op):
+            msg = native_only.route_problem(op, rhs)
+            if msg:
+                bad(f"{msg}.")
+                ok = False
         dtypes: list[torch.dtype | None] = [None]
         if m.group("dtypes") is not None:
             dtypes = []
@@ -197,6 +238,11 @@ def parse_text(
             if not dtypes and ok:
                 bad("empty dtype list: write op[bfloat16] = backend, or drop the brackets")
                 ok = False
+            if ok and not ops.is_glob(op):
+                msg = ops.dtype_rule_problem(op, m.group("dtypes").strip(), rhs)
+                if msg:
+                    bad(msg)
+                    ok = False
         if not ok:
             continue
         for dt in dtypes:
@@ -213,47 +259,63 @@ def parse_text(
                     text=raw.strip(),
                 )
             )
+    if top:
+        summary = counter.summary(path)
+        if summary:
+            problems.append(summary)
     if raise_at_end and problems:
         raise ConfigError(problems)
     return rules
 
 
-def load_file(
+def _load(
     path: str,
-    *,
-    origin: str = "user file",
-    counter: _Counter | None = None,
-    problems: list[Problem] | None = None,
-    _stack: tuple[str, ...] = (),
+    origin: str,
+    counter: _Parse,
+    problems: list[Problem],
+    stack: tuple[str, ...],
+    included_at: tuple[str, int, str] | None = None,
 ) -> list[Rule]:
-    raise_at_end = problems is None
-    problems = [] if problems is None else problems
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        problems.append(Problem(path, None, f"cannot read routing file ({e.strerror}); check the path"))
-        if raise_at_end:
-            raise ConfigError(problems) from None
-        return []
-    rules = parse_text(
-        text,
-        path,
-        origin=origin,
-        counter=counter,
-        problems=problems,
-        _stack=(*_stack, os.path.realpath(path)),
+        text = read_text(path)
+    except Unreadable as e:
+        if e.line is not None:
+            problems.append(Problem(path, e.line, e.message))
+        elif included_at is not None:
+            where, line, raw = included_at
+            problems.append(Problem(where, line, f"included {e.message}", raw))
+        else:
+            problems.append(Problem(path, None, e.message))
+        if e.text is None:
+            return []
+        text = e.text
+    return parse_text(
+        text, path, origin=origin, counter=counter, problems=problems, _stack=(*stack, os.path.realpath(path))
     )
-    if raise_at_end and problems:
+
+
+def check_file(path: str, origin: str = "user file") -> tuple[list[Rule], list[Problem]]:
+    """The rules of a routing file (and its includes) and every problem in it; the file is read once."""
+    problems: list[Problem] = []
+    counter = _Parse()
+    rules = _load(path, origin, counter, problems, ())
+    summary = counter.summary(path)
+    if summary:
+        problems.append(summary)
+    return rules, problems
+
+
+def load_file(path: str, *, origin: str = "user file") -> list[Rule]:
+    """The rules of a routing file; ConfigError listing every problem (file:line) if it has any."""
+    rules, problems = check_file(path, origin)
+    if problems:
         raise ConfigError(problems)
     return rules
 
 
 def validate_file(path: str) -> list[Problem]:
     """Every problem in a routing file (and its includes); empty when it is valid."""
-    problems: list[Problem] = []
-    load_file(path, problems=problems)
-    return problems
+    return check_file(path)[1]
 
 
 def default_file(backing: str, use_flaggems: bool) -> str:

@@ -1,12 +1,6 @@
-"""Environment: read once at import.
-
-FLAGOS_BACKEND_CONFIG=path   routing file instead of the shipped default
-FLAGOS_USE_FLAGGEMS=1        use the shipped FlagGems profile (backends_flaggems.conf)
-FLAGOS_OP_<op, '.' as '__'>=backend   one-op override, e.g. FLAGOS_OP_add__Tensor=cuda
-FLAGOS_LOG_DISPATCH=1        one stderr line per routed call: [flagos dispatch] add.Tensor -> cuda
-FLAGOS_LOG_FALLBACK=1        [flagos cpu_fallback] aten::<op> per CPU-fallback call
-FLAGOS_STRICT=1              no fallback anywhere: errors instead
-FLAGGEMS_SOURCE_DIR=path     use a FlagGems source checkout instead of the installed flag_gems
+"""Environment: read once at import. VARIABLES is the one list of torch_fl's FLAGOS_* names
+(docs/routing.md's table lists exactly these; tests/unit/test_routing_env.py checks it);
+any other FLAGOS_* name is warned about once, with the nearest valid one.
 """
 
 from __future__ import annotations
@@ -14,12 +8,29 @@ from __future__ import annotations
 import difflib
 import functools
 import os
+import warnings
 
 from torch_fl.routing.config import LAYER_ENV, Rule, check_backend
 from torch_fl.vocab import ops
 from torch_fl.vocab.errors import ConfigError, Problem, RoutingError
 
 OP_PREFIX = "FLAGOS_OP_"
+
+#: Every FLAGOS_* variable torch_fl reads, besides OP_PREFIX (any operator). docs/routing.md's table lists them.
+VARIABLES = frozenset(
+    {
+        "FLAGOS_ACCELERATOR",  # _loader.py
+        "FLAGOS_HOST_DEVICES",  # _loader.py, csrc/runtime/backing.cpp
+        "FLAGOS_BACKEND_CONFIG",
+        "FLAGOS_USE_FLAGGEMS",
+        "FLAGOS_LOG_DISPATCH",
+        "FLAGOS_LOG_FALLBACK",
+        "FLAGOS_STRICT",
+        "FLAGOS_GPU_READY",  # scripts/gpu_setup.sh exports it; read by nothing here, so not a misspelling
+    }
+)
+
+_warned: set[str] = set()
 
 
 def encode(op: str) -> str:
@@ -40,9 +51,38 @@ def flag(environ, name: str) -> bool:
     raise RoutingError(f"{name}={raw!r} is not a boolean; use 1 or 0 (or unset it).")
 
 
+def unknown_variables(environ) -> dict[str, str]:
+    """FLAGOS_* variable -> message, for each one torch_fl does not read (FLAGOS_OP_* names any operator)."""
+    valid = sorted(VARIABLES)
+    out = {}
+    for key in sorted(environ):
+        if not key.startswith("FLAGOS_") or key in VARIABLES or key.startswith(OP_PREFIX):
+            continue
+        near = difflib.get_close_matches(key, [*valid, OP_PREFIX], n=1, cutoff=0.6)
+        did = f" Did you mean {near[0]}{'<op>' if near and near[0] == OP_PREFIX else ''}?" if near else ""
+        out[key] = (
+            f"{key} is not a torch_fl variable and is ignored.{did} Valid: {', '.join(valid)}, "
+            f"{OP_PREFIX}<op> (see docs/routing.md). Fix or unset it."
+        )
+    return out
+
+
+def warn_unknown_variables(environ) -> None:
+    """Warn once per process about each FLAGOS_* variable torch_fl does not read."""
+    for key, message in unknown_variables(environ).items():
+        if key not in _warned:
+            _warned.add(key)
+            warnings.warn(f"flagos: {message}", UserWarning, stacklevel=3)
+
+
 def op_overrides(environ=None) -> list[Rule]:
-    """FLAGOS_OP_* variables as env-layer rules; ConfigError listing every bad one."""
+    """FLAGOS_OP_* variables as env-layer rules; ConfigError listing every bad one.
+
+    This is the scan of the environment at import, so it also warns (once) about FLAGOS_* names that
+    are not torch_fl's: a misspelt FLAGOS_STRICT would otherwise be ignored silently.
+    """
     environ = os.environ if environ is None else environ
+    warn_unknown_variables(environ)
     rules: list[Rule] = []
     problems: list[Problem] = []
     for order, key in enumerate(sorted(k for k in environ if k.startswith(OP_PREFIX)), start=1):

@@ -8,7 +8,7 @@ import torch
 
 import torch_fl
 from torch_fl import backends
-from torch_fl.routing import autograd_guard, registry, rules
+from torch_fl.routing import autograd_guard, native_only, registry, rules
 from torch_fl.routing.config import Rule
 from torch_fl.routing.state import STATE, all_rules
 from torch_fl.vocab.dtypes import dtype_name, parse_dtype
@@ -87,13 +87,12 @@ def explain(op: str, dtype=None) -> Explanation:
                     winner = r
     cands: list[Candidate] = []
     for r in matching:
-        b = backends.get(r.backend)
         if r.dtype is not None and r.dtype != dtype:
             cands.append(Candidate(r, "other dtype", f"applies only to {dtype_name(r.dtype)} calls"))
             continue
         if r.is_glob and norm not in rules.glob_targets(r):
-            why = b.unavailable_reason() or f"{r.backend} has no kernel for {norm}"
-            cands.append(Candidate(r, "rejected", f"glob rules apply only to operators their backend has: {why}"))
+            why = rules.glob_skip_reason(r, norm)
+            cands.append(Candidate(r, "rejected", f"glob rules apply only to operators their backend can run: {why}"))
             continue
         if r is winner:
             t = rules.target_for(norm, r, dtype, failed)
@@ -115,7 +114,7 @@ def explain(op: str, dtype=None) -> Explanation:
         if not b.available():
             notes.append(f"{r.backend}: {b.unavailable_reason()}")
     if rules.core_op(norm):
-        notes.append(f"aten::{norm} is implemented by the flagos core (metadata op); only native routes apply")
+        notes.append(f"{native_only.reason(norm)}: only native routes apply")
     registered = registry.plan_of(norm) is not None
     if registered and autograd_guard.is_guarded(norm):
         notes.append(

@@ -7,13 +7,13 @@ nothing is registered with PyTorch.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Collection
 
 import torch
 
 import torch_fl
 from torch_fl import backends
+from torch_fl.routing import native_only
 from torch_fl.routing.config import Rule
 from torch_fl.routing.types import OpRoute, Plan, Target
 from torch_fl.vocab import ops
@@ -24,26 +24,53 @@ Failures = Collection[tuple[str, torch.dtype | None]]
 
 
 def core_op(op: str) -> bool:
-    """True for operators the flagos core implements itself (empty, view, set_, copy...): not routable."""
-    return op in _core_ops()
-
-
-@functools.cache
-def _core_ops() -> frozenset[str]:
-    # The core records each operator it registers itself (csrc/ops/core_ops.h); the list is fixed once
-    # the extension is loaded.
-    return frozenset(ops.normalize(name) for name in torch_fl._C._core_ops())
+    """True for operators only native routes may run: those the flagos core implements itself (empty,
+    view, set_, ...) and those the CPU fallback and device transfers run through (_to_copy, copy_, ...)."""
+    return op in native_only.names()
 
 
 def glob_targets(rule: Rule) -> list[str]:
-    """The operators a glob rule applies to: those it matches that its backend can run."""
+    """The operators a glob rule applies to: those it matches that its backend can run (and, for a
+    dtype rule, that have a tensor argument whose dtype can select it)."""
     matched = ops.matching(rule.pattern)
+    if rule.dtype is not None:
+        matched = [op for op in matched if ops.has_tensor_args(op)]
     b = backends.get(rule.backend)
     if b.native:
         return matched
     if not b.available():
         return []
     return [op for op in matched if b.supports_op(op) and not core_op(op)]
+
+
+def glob_skip_reason(rule: Rule, op: str) -> str:
+    """Why glob `rule` does not apply to `op`, an operator it matches (not in glob_targets(rule))."""
+    b = backends.get(rule.backend)
+    if rule.dtype is not None and not ops.has_tensor_args(op):
+        return f"aten::{op} has no tensor argument, so a dtype rule cannot select its calls"
+    if not b.available():
+        return b.unavailable_reason() or f"{rule.backend} is unavailable"
+    if core_op(op):
+        return f"{native_only.reason(op)}; globs leave it on the native route"
+    return f"{rule.backend} has no kernel for {op}"
+
+
+def skipped_native_only(rule: Rule) -> list[str]:
+    """The operators glob `rule` matches and its backend has, left on the native route (native_only.py)."""
+    b = backends.get(rule.backend)
+    if b.native or not b.available():
+        return []
+    return [op for op in ops.matching(rule.pattern) if core_op(op) and b.supports_op(op)]
+
+
+def unavailable_routes(rules: list[Rule]) -> list[tuple[Rule, str]]:
+    """(rule, why) for each rule whose backend is unavailable here: what FLAGOS_STRICT=1 refuses at import."""
+    out = []
+    for r in rules:
+        b = backends.get(r.backend)
+        if not b.available():
+            out.append((r, b.unavailable_reason() or f"backend '{r.backend}' is unavailable"))
+    return out
 
 
 def resolve(rules: list[Rule]) -> tuple[dict[str, OpRoute], list[str]]:
@@ -57,6 +84,12 @@ def resolve(rules: list[Rule]) -> tuple[dict[str, OpRoute], list[str]]:
                 b = backends.get(r.backend)
                 why = b.unavailable_reason() or f"{r.backend} has none of the operators it matches"
                 notes.append(f"{r.source}: '{r.written}' applies to no operator: {why}")
+            skipped = skipped_native_only(r)
+            if skipped:
+                notes.append(
+                    f"{r.source}: '{r.written}' leaves {len(skipped)} operator(s) on the native route, which the "
+                    f"flagos core and the CPU fallback need there: {', '.join(skipped)}"
+                )
             for op in targets:
                 per_op.setdefault(op, []).append(r)
         else:
@@ -82,7 +115,7 @@ def target_for(op: str, rule: Rule | None, dtype: torch.dtype | None, failed: Fa
     reason = b.unavailable_reason()
     if reason is None and not b.native:
         if core_op(op):
-            reason = f"aten::{op} is implemented by the flagos core itself and is not routable"
+            reason = f"{native_only.reason(op)}, so it is not routable"
         elif not b.supports_op(op):
             reason = f"{rule.backend} has no kernel for {op}"
         elif dtype is not None and not b.supports_dtype(op, dtype):

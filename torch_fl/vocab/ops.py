@@ -76,8 +76,9 @@ def closest(op: str, n: int = 3) -> list[str]:
     return found
 
 
-def unknown_op_message(op: str) -> str:
-    hints = closest(op)
+def unknown_op_message(op: str, suggest: bool = True) -> str:
+    """The error for an unknown operator name; `suggest=False` skips the (slow, ~10 ms) nearest-name search."""
+    hints = closest(op) if suggest else []
     did_you_mean = f" Did you mean {', '.join(hints)}?" if hints else ""
     return (
         f"unknown operator '{op}': not an ATen operator overload of torch {torch.__version__}.{did_you_mean} "
@@ -91,9 +92,36 @@ def schema(op: str):
     return torch._C._get_schema(qualified(name), overload)
 
 
+def _holds_tensor(t) -> bool:
+    return isinstance(t, torch._C.TensorType) or any(_holds_tensor(c) for c in t.containedTypes())
+
+
+@functools.cache
+def has_tensor_args(op: str) -> bool:
+    """True when some argument of `op` is a tensor (Tensor, Tensor?, Tensor[], Tensor?[]). Calls are routed by
+    their first tensor argument's dtype, so a dtype rule can select calls of these operators only."""
+    return any(_holds_tensor(a.type) for a in schema(op).arguments)
+
+
+def dtype_rule_problem(op: str, dtype_text: str, backend: str | None = None) -> str | None:
+    """Why `op[dtype_text]` can never apply (`op` has no tensor argument), with what to write instead; else None."""
+    if has_tensor_args(op):
+        return None
+    instead = f"'{op} = {backend}'" if backend else f"'{op}' without a dtype"
+    return (
+        f"'{op}[{dtype_text}]' never applies: calls are routed by their first tensor argument's dtype and "
+        f"aten::{op} has no tensor argument. Write {instead} to route it for every dtype."
+    )
+
+
 def is_mutable(op: str) -> bool:
     """True when the operator writes to one of its arguments (in-place or out=)."""
     return any(a.alias_info is not None and a.alias_info.is_write for a in schema(op).arguments)
+
+
+def makes_views(op: str) -> bool:
+    """True when a result may view an input (an argument annotated Tensor(a) without '!'): transpose, expand..."""
+    return any(a.alias_info is not None and not a.alias_info.is_write for a in schema(op).arguments)
 
 
 def read_args(op: str) -> tuple[frozenset[int], frozenset[str]]:
@@ -120,4 +148,8 @@ def parse_op_key(op: str) -> tuple[str, torch.dtype | None]:
         raise RoutingError(f"'{op}': set_route takes one operator, not a glob; put globs in a routing file")
     if not is_known(norm):
         raise RoutingError(unknown_op_message(norm))
+    if dtype is not None:
+        problem = dtype_rule_problem(norm, dt.strip())
+        if problem:
+            raise RoutingError(problem)
     return norm, dtype
