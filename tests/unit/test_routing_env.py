@@ -31,12 +31,12 @@ def test_op_overrides_accept_any_operator_name_and_are_not_unknown_variables():
     assert env.unknown_variables({"FLAGOS_OP_add__Tensor": "cpu", "FLAGOS_OP___and____Tensor": "cpu"}) == {}
 
 
-def test_op_overrides_warn_once_per_unknown_variable(monkeypatch):
+def test_unknown_variables_are_warned_once_each(monkeypatch):
     monkeypatch.setattr(env, "_warned", set())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        env.op_overrides({"FLAGOS_LOG_DISPATH": "1"})
-        env.op_overrides({"FLAGOS_LOG_DISPATH": "1"})
+        env.warn_unknown_variables({"FLAGOS_LOG_DISPATH": "1"})
+        env.warn_unknown_variables({"FLAGOS_LOG_DISPATH": "1"})
     texts = [str(w.message) for w in caught]
     assert len(texts) == 1 and "FLAGOS_LOG_DISPATH" in texts[0] and "FLAGOS_LOG_DISPATCH" in texts[0]
 

@@ -179,9 +179,3 @@ def test_validate_prints_the_glob_note(tmp_path, capsys):
     assert main(["validate", path]) == 0
     out = capsys.readouterr().out
     assert "OK (1 rule(s))" in out and "note: " in out and "_to_copy" in out
-
-
-def test_unavailable_routes_names_rules_whose_backend_is_unavailable():
-    found = config.parse_text("mm = ascend\nadd.Tensor = native\n", "u.conf")
-    ((rule, why),) = rules.unavailable_routes(found)
-    assert rule.pattern == "mm" and why

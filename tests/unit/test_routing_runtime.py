@@ -54,7 +54,7 @@ def test_bad_names_raise_with_suggestions(routing_state):
         routing.set_route("ad.Tensor", "native")
     with pytest.raises(RoutingError, match="Valid backends: native"):
         routing.set_route("add.Tensor", "flagems")
-    with pytest.raises(RoutingError, match="not routable|flagos core"):
+    with pytest.raises(RoutingError, match="cannot be routed"):
         routing.set_route("empty.memory_format", "cpu_fallback")
 
 

@@ -180,6 +180,7 @@ def load_config(path: str, origin: str = "user file") -> None:
 def _startup(environ=None) -> None:
     """Read config and env once (at `import torch_fl`), validate, register kernels."""
     environ = os.environ if environ is None else environ
+    env.warn_unknown_variables(environ)  # a misspelt FLAGOS_STRICT would otherwise be ignored silently
     log_dispatch = env.flag(environ, "FLAGOS_LOG_DISPATCH")
     log_fallback = env.flag(environ, "FLAGOS_LOG_FALLBACK")
     strict = env.flag(environ, "FLAGOS_STRICT")
@@ -194,11 +195,7 @@ def _startup(environ=None) -> None:
             "with your own changes, put 'include builtin:backends_flaggems.conf' at the top of your file."
         )
     if path:
-        if not os.path.isfile(path):
-            raise RoutingError(
-                f"FLAGOS_BACKEND_CONFIG={path!r} does not exist; point it at a routing file or unset it."
-            )
-        origin = "user file"
+        origin = "user file"  # config.load_file says what is wrong with the path (missing, a directory, ...)
     else:
         path, origin = config.default_file(torch_fl.backing(), use_flaggems), "default file"
     file_rules = config.load_file(path, origin=origin)

@@ -76,13 +76,8 @@ def warn_unknown_variables(environ) -> None:
 
 
 def op_overrides(environ=None) -> list[Rule]:
-    """FLAGOS_OP_* variables as env-layer rules; ConfigError listing every bad one.
-
-    This is the scan of the environment at import, so it also warns (once) about FLAGOS_* names that
-    are not torch_fl's: a misspelt FLAGOS_STRICT would otherwise be ignored silently.
-    """
+    """FLAGOS_OP_* variables as env-layer rules; ConfigError listing every bad one."""
     environ = os.environ if environ is None else environ
-    warn_unknown_variables(environ)
     rules: list[Rule] = []
     problems: list[Problem] = []
     for order, key in enumerate(sorted(k for k in environ if k.startswith(OP_PREFIX)), start=1):

@@ -13,8 +13,7 @@ import warnings
 import torch
 
 import torch_fl
-from torch_fl import backends
-from torch_fl.routing import autograd_guard, kernels, policy, registry, rules
+from torch_fl.routing import autograd_guard, kernels, native_only, policy, registry, rules
 from torch_fl.routing.config import LAYER_RUNTIME, Rule, check_backend_name
 from torch_fl.routing.state import LOCK, STATE, all_rules
 from torch_fl.routing.types import OpRoute
@@ -140,11 +139,9 @@ def set_runtime(op: str, backend: str | None) -> None:
             STATE.runtime_rules.pop((norm, dtype), None)
         else:
             check_backend_name(backend)
-            if rules.core_op(norm) and not backends.get(backend).native:
-                raise RoutingError(
-                    f"aten::{norm} is implemented by the flagos core itself and cannot be routed "
-                    f"to '{backend}'; only native routes apply to it."
-                )
+            problem = native_only.route_problem(norm, backend)
+            if problem is not None:
+                raise RoutingError(problem + ".")
             STATE.runtime_order += 1
             STATE.runtime_rules[(norm, dtype)] = Rule(
                 norm, backend, dtype, layer=LAYER_RUNTIME, origin="runtime", order=STATE.runtime_order

@@ -63,16 +63,6 @@ def skipped_native_only(rule: Rule) -> list[str]:
     return [op for op in ops.matching(rule.pattern) if core_op(op) and b.supports_op(op)]
 
 
-def unavailable_routes(rules: list[Rule]) -> list[tuple[Rule, str]]:
-    """(rule, why) for each rule whose backend is unavailable here: what FLAGOS_STRICT=1 refuses at import."""
-    out = []
-    for r in rules:
-        b = backends.get(r.backend)
-        if not b.available():
-            out.append((r, b.unavailable_reason() or f"backend '{r.backend}' is unavailable"))
-    return out
-
-
 def resolve(rules: list[Rule]) -> tuple[dict[str, OpRoute], list[str]]:
     """Per operator, the winning dtype-less rule and the winning per-dtype rules; notes on globs that apply nowhere."""
     per_op: dict[str, list[Rule]] = {}
