@@ -3,6 +3,9 @@ device, streams and events without an index on the current device (issue 27)."""
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 import torch
 from torch import nn
@@ -108,6 +111,19 @@ def test_generators_are_on_their_flagos_device():
     assert torch.Generator(device=f"flagos:{n - 1}").device == torch.device("flagos", n - 1)
     with torch.flagos.device(n - 1):
         assert torch.Generator(device="flagos").device == torch.device("flagos", n - 1)
+
+
+def test_a_flagos_generator_copies_with_its_state():
+    g = torch.Generator(device="flagos").manual_seed(8)
+    torch.randn(4, device="flagos", generator=g)
+    for twin in (copy.deepcopy(g), pickle.loads(pickle.dumps(g)), g.clone_state()):
+        assert twin.device == g.device and twin.initial_seed() == 8
+        torch.testing.assert_close(
+            torch.randn(4, device="flagos", generator=twin).cpu(),
+            torch.randn(4, device="flagos", generator=g.clone_state()).cpu(),
+            rtol=0,
+            atol=0,
+        )
 
 
 def test_a_flagos_generator_draws_the_backing_generator_s_numbers():

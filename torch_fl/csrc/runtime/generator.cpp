@@ -38,11 +38,23 @@ struct FlagosGeneratorImpl final : c10::GeneratorImpl {
     std::lock_guard<std::mutex> lock(backing_.mutex());
     backing_.set_current_seed(seed);
   }
+  // The CPU algorithm keeps its whole position in its state, and CPU
+  // generators raise for offsets; torch.Generator's pickling asks every
+  // non-CPU generator for one, so a host-backed flagos generator reports 0
+  // and accepts only 0 back (its state carries the rest).
   void set_offset(uint64_t offset) override {
+    if (on_cpu()) {
+      TORCH_CHECK(offset == 0, "flagos: a host-backed flagos generator has no offset (its position is in its state: "
+                               "get_state/set_state); got offset ", std::to_string(offset));
+      return;
+    }
     std::lock_guard<std::mutex> lock(backing_.mutex());
     backing_.set_offset(offset);
   }
   uint64_t get_offset() const override {
+    if (on_cpu()) {
+      return 0;
+    }
     std::lock_guard<std::mutex> lock(backing_.mutex());
     return backing_.get_offset();
   }
@@ -77,6 +89,9 @@ struct FlagosGeneratorImpl final : c10::GeneratorImpl {
 
   const at::Generator& backing() const {
     return backing_;
+  }
+  bool on_cpu() const {
+    return backing_.device().type() == c10::DeviceType::CPU;
   }
 
  private:
