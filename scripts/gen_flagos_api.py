@@ -17,7 +17,10 @@ import sys
 
 import torch
 
-from torch_fl.flagos import _coverage as coverage
+# This checkout's torch_fl, not another one installed (a git worktree's table is its own).
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from torch_fl.flagos import _coverage as coverage  # noqa: E402
 
 DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "torch-flagos-api.md"
 

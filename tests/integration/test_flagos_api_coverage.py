@@ -141,27 +141,19 @@ def test_invalid_index_in_peer_and_raw_allocation():
         flagos.device(n)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=IndexError,
-    reason="the core's C++ check_device_index (torch_fl/csrc/runtime/device_guard.cpp) raises c10::IndexError; "
-    "CUDA raises torch.AcceleratorError for an invalid ordinal",
-)
 def test_core_rejects_an_invalid_index_as_cuda_does():
     with pytest.raises(torch.AcceleratorError, match="out of range"):
         torch.accelerator.set_device_index(flagos.device_count())
 
 
-@pytest.mark.xfail(
-    not ON_CUDA,
-    strict=True,
-    raises=RuntimeError,
-    reason="the core's host allocator lets the CPU allocator's RuntimeError through; CUDA raises "
-    "torch.OutOfMemoryError",
-)
 def test_an_allocation_too_large_raises_out_of_memory():
+    before = flagos.memory_stats()["num_ooms"]
     with pytest.raises(torch.OutOfMemoryError):
         torch.empty(1 << 60, dtype=torch.uint8, device="flagos")
+    assert torch.flagos.OutOfMemoryError is torch.OutOfMemoryError
+    assert flagos.memory_stats()["num_ooms"] == before + 1
+    flagos.reset_accumulated_memory_stats()
+    assert flagos.memory_stats()["num_ooms"] == 0
 
 
 # ---------------------------------------------------------------- memory

@@ -22,7 +22,6 @@ NOT_APPLICABLE = "not applicable"
 PLANNED = "planned"
 CATEGORIES = (SAME, SPECIFIC, PLANNED, NOT_APPLICABLE)
 
-_HOST_RNG = "host backing: every virtual device draws from the CPU default generator (one shared state)"
 _HOST_NO_NVML = "CUDA backing: cuda:i's (NVML); host backing raises RuntimeError: host memory has no driver counters"
 _HOST_PINNED = (
     "CUDA backing: CUDA's pinned host allocator, which Tensor.pin_memory() uses for flagos too; host backing "
@@ -34,13 +33,13 @@ _HOST_NOT_CACHED = "host backing: equals the allocated figure, since host alloca
 # backing flagos:i is cuda:i, so most differences are on host backing.
 FLAGOS_SPECIFIC: dict[str, str] = {
     "AcceleratorError": (
-        "torch.AcceleratorError itself; torch.flagos's functions raise it for a device index out of range, as "
-        "CUDA does for an invalid ordinal. The core's own check (torch.empty(device='flagos:N'), "
-        "torch.accelerator.set_device_index) still raises IndexError until the C++ check_device_index changes"
+        "torch.AcceleratorError itself; raised for a flagos device index out of range (torch.flagos's functions, "
+        "factories, .to(), torch.accelerator.set_device_index, generators, streams), as CUDA does for an invalid "
+        "ordinal"
     ),
     "OutOfMemoryError": (
         "torch.OutOfMemoryError itself; CUDA backing: raised by CUDA's allocator for flagos tensors too; host "
-        "backing: a failed host allocation still raises RuntimeError from the CPU allocator (core change pending)"
+        "backing: raised when the flagos allocator's host allocation fails, counted in memory_stats' num_ooms"
     ),
     "Stream": (
         "returns a torch.Stream on the flagos device (isinstance(s, torch.flagos.Stream) holds); no .cuda_stream "
@@ -117,16 +116,10 @@ FLAGOS_SPECIFIC: dict[str, str] = {
         "host backing: the mode is kept and never triggers: host kernels run synchronously, so nothing waits"
     ),
     "get_sync_debug_mode": "host backing: the mode last set (0 by default)",
-    "default_generators": _HOST_RNG,
-    "manual_seed": _HOST_RNG,
-    "manual_seed_all": _HOST_RNG,
-    "seed": _HOST_RNG,
-    "seed_all": _HOST_RNG,
-    "initial_seed": _HOST_RNG,
-    "get_rng_state": _HOST_RNG,
-    "set_rng_state": _HOST_RNG,
-    "get_rng_state_all": _HOST_RNG + " (one state per device, all the same)",
-    "set_rng_state_all": _HOST_RNG + " (the last state wins)",
+    "default_generators": (
+        "one per device, on flagos:i; CUDA backing: it draws from cuda:i's default generator (the same numbers); "
+        "host backing: each virtual device has a CPU-algorithm generator of its own"
+    ),
 }
 
 # torch.flagos names torch.cuda lacks, and what they are for.

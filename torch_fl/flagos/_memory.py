@@ -13,9 +13,9 @@ import torch
 from torch_fl import _C
 from torch_fl.flagos._device import Device, _host_total_memory, _index, cuda_function, needs_cuda_backing, on_cuda
 
-# Host backing: the core counts allocations and frees since start; reset_accumulated_memory_stats
-# moves the origin those counts are reported from (the core's counters never go back).
-_host_accumulated_origin: dict[int, tuple[int, int]] = {}
+# Host backing: the core counts allocations, frees and failed allocations since start;
+# reset_accumulated_memory_stats moves the origin those counts are reported from (the core's counters never go back).
+_host_accumulated_origin: dict[int, tuple[int, int, int]] = {}
 
 
 def memory_stats(device: Device = None) -> dict[str, Any]:
@@ -24,7 +24,7 @@ def memory_stats(device: Device = None) -> dict[str, Any]:
         return torch.cuda.memory_stats(idx)
     s = _C._host_memory_stats(idx)
     current, peak = s["allocated"], s["peak"]
-    allocs_origin, frees_origin = _host_accumulated_origin.get(idx, (0, 0))
+    allocs_origin, frees_origin, ooms_origin = _host_accumulated_origin.get(idx, (0, 0, 0))
     # Host memory has no cache: reserved and active equal allocated.
     stats = {}
     for kind in ("allocated_bytes", "reserved_bytes", "active_bytes"):
@@ -34,7 +34,7 @@ def memory_stats(device: Device = None) -> dict[str, Any]:
     stats["allocation.all.allocated"] = s["allocations"] - allocs_origin
     stats["allocation.all.freed"] = s["frees"] - frees_origin
     stats["num_alloc_retries"] = 0
-    stats["num_ooms"] = 0
+    stats["num_ooms"] = s["ooms"] - ooms_origin
     return dict(sorted(stats.items()))
 
 
@@ -130,7 +130,7 @@ def reset_accumulated_memory_stats(device: Device = None) -> None:
         torch.cuda.reset_accumulated_memory_stats(idx)
     else:
         s = _C._host_memory_stats(idx)
-        _host_accumulated_origin[idx] = (s["allocations"], s["frees"])
+        _host_accumulated_origin[idx] = (s["allocations"], s["frees"], s["ooms"])
 
 
 def empty_cache() -> None:

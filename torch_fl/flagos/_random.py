@@ -1,19 +1,21 @@
-"""RNG. flagos:i draws from its backing device's default generator, so a
-seeded model built on flagos equals one built natively (cuda:i, or the host
-generator on host backing, shared by all virtual devices)."""
+"""RNG. flagos:i has a default generator of its own (on flagos:i). On a CUDA
+backing it draws from cuda:i's default generator, so a seeded model built on
+flagos equals one built on cuda:i; on host backing each virtual device has an
+independent CPU-algorithm generator, so one built on flagos:i equals one built
+on the CPU with the same seed (torch.manual_seed seeds them all)."""
 
 from __future__ import annotations
 
 import torch
 
+from torch_fl import _C
 from torch_fl.flagos._device import _index, device_count, on_cuda
 
 
 def default_generators() -> tuple[torch.Generator, ...]:
     if on_cuda():
-        torch.cuda.init()
-        return tuple(torch.cuda.default_generators[: device_count()])
-    return (torch.default_generator,) * device_count()
+        torch.cuda.init()  # cuda:i's default generator exists after CUDA's lazy init
+    return tuple(_C._default_generator(i) for i in range(device_count()))
 
 
 def _generator(device=None) -> torch.Generator:

@@ -11,6 +11,7 @@
 #include "route/native_route.h"
 #include "runtime/allocator.h"
 #include "runtime/device.h"
+#include "runtime/generator.h"
 #include "tensor/alias.h"
 #include "tensor/alias_pool.h"
 
@@ -67,6 +68,7 @@ py::dict host_stats(int64_t index) {
   d["peak"] = s.peak;
   d["allocations"] = s.allocations;
   d["frees"] = s.frees;
+  d["ooms"] = s.ooms;
   return d;
 }
 
@@ -168,6 +170,10 @@ void bind_module(py::module& m) {
         "(borrows, aliases made, aliases reshaped) of this thread's alias pool so far: a warm model's "
         "repeated forward should make and reshape none (benchmarks/alias_pool.py).");
   m.def("_host_memory_stats", &host_stats, py::arg("index"));
+  m.def(
+      "_default_generator",
+      [](int64_t i) { return runtime::default_generator(static_cast<c10::DeviceIndex>(i)); }, py::arg("index"),
+      "flagos:index's default generator (torch.flagos.default_generators).");
   m.def("_core_ops", &ops::core_ops,
         "The operators the core implements itself at PrivateUse1 ('empty.memory_format', 'view', ...: "
         "metadata operations, scaled_dot_product_attention), which no route may take.");

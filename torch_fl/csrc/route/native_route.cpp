@@ -13,12 +13,15 @@
 #include "route/routed_args.h"
 #include "route/typed_native.h"
 #include "runtime/device.h"
+#include "runtime/generator.h"
 #include "runtime/library.h"
 
 #include <ATen/native/CPUFallback.h>
+#include <ATen/ops/native_dropout_native.h>
 #include <torch/library.h>
 
 #include <string>
+#include <unordered_set>
 
 namespace torch_fl {
 namespace route {
@@ -60,6 +63,81 @@ void native_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
   count(op, true);
   at::native::cpu_fallback(op, stack);
 }
+
+bool is_generator(const c10::Argument& arg) {
+  const c10::TypePtr& t = arg.type();
+  return t->kind() == c10::TypeKind::GeneratorType ||
+         (t->kind() == c10::TypeKind::OptionalType &&
+          t->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType);
+}
+
+bool takes_generator(const c10::FunctionSchema& schema) {
+  for (const auto& arg : schema.arguments()) {
+    if (is_generator(arg)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The flagos device a call runs on: its first flagos tensor's or device
+// argument's (a CUDA kernel's device guard takes the same), else -1; `other`
+// is then the device type of its first tensor.
+c10::DeviceIndex call_device(const torch::jit::Stack& stack, size_t first, c10::DeviceType& other) {
+  other = c10::DeviceType::CPU;
+  bool seen = false;
+  for (size_t i = first; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor() && v.toTensor().defined()) {
+      const c10::Device d = v.toTensor().device();
+      if (d.type() == kFlagos) {
+        return d.index();
+      }
+      if (!seen) {
+        other = d.type();
+        seen = true;
+      }
+    } else if (v.isDevice() && v.toDevice().type() == kFlagos) {
+      return v.toDevice().has_index() ? v.toDevice().index() : runtime::current_device();
+    }
+  }
+  return -1;
+}
+
+// Operators with a Generator argument. A flagos generator makes the
+// dispatcher pick flagos (a generator's dispatch key counts), so a CPU
+// operator given one lands here: it raises, as a CPU kernel does for a CUDA
+// generator, rather than drawing. On host backing a CPU kernel given no
+// generator would draw from the CPU's default one, which every virtual device
+// would share: such calls get their flagos device's default generator instead
+// (a CUDA kernel takes cuda:i's, which flagos:i's wraps). RoutedArgs::unwrap
+// then hands the kernel the backing generator of the flagos one.
+void native_random(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const auto& params = op.schema().arguments();
+  const size_t first = stack->size() - params.size();
+  c10::DeviceType other = c10::DeviceType::CPU;
+  const c10::DeviceIndex index = call_device(*stack, first, other);
+  for (size_t k = 0; k < params.size(); ++k) {
+    c10::IValue& v = (*stack)[first + k];
+    if (index < 0 && v.isGenerator()) {
+      TORCH_CHECK(v.toGenerator().device().type() != kFlagos, "Expected a '", c10::DeviceTypeName(other, true),
+                  "' device type for generator but found '", c10::DeviceTypeName(kFlagos, true), "' (aten::",
+                  overload_name(op.operator_name()), " on no flagos tensor was given a flagos generator)");
+    } else if (g_backing.host && index >= 0 && v.isNone() && is_generator(params[k])) {
+      v = runtime::default_generator(index);
+    }
+  }
+  native_fallback(op, keys, stack);
+}
+
+// native_dropout's CPU kernel draws its mask with the CPU's default generator
+// and takes no generator argument (the only ATen operator with a CPU kernel
+// that does). On host backing it runs on flagos instead, so its bernoulli_
+// is a flagos call that draws from the device's own generator: the same
+// kernel, the same numbers as on the CPU for the same seed.
+std::tuple<at::Tensor, at::Tensor> host_native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
+  return at::native::native_dropout_cpu(input, p, train);
+}
 }  // namespace
 
 void run_native_route(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
@@ -69,6 +147,14 @@ void run_native_route(const c10::OperatorHandle& op, c10::DispatchKeySet ks, tor
 void call_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (g_route_flags.log_fallback) {
     log_fallback(op);
+  }
+  // The CPU kernel takes the generator a flagos generator draws from (on host
+  // backing a CPU one; a CUDA one raises there, as it would on the CPU).
+  for (size_t i = stack->size() - op.schema().arguments().size(); i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (v.isGenerator() && v.toGenerator().device().type() == kFlagos) {
+      v = runtime::backing_generator(v.toGenerator());
+    }
   }
   count(op, true);
   at::native::cpu_fallback(op, stack);
@@ -110,6 +196,18 @@ void register_native_route() {
   // operators that already have a PrivateUse1 kernel.
   register_typed_native_route(direct_library);
   auto& dispatcher = c10::Dispatcher::singleton();
+  // Operators any overload of which takes a Generator: randn draws as
+  // randn.generator does.
+  std::unordered_set<std::string> random_names;
+  for (const auto& name : dispatcher.getAllOpNames()) {
+    auto op = dispatcher.findOp(name);
+    if (op && name.name.rfind("aten::", 0) == 0 && takes_generator(op->schema())) {
+      random_names.insert(name.name);
+    }
+  }
+  if (g_backing.host) {
+    direct_library.impl("native_dropout", TORCH_FN(host_native_dropout));
+  }
   for (const auto& name : dispatcher.getAllOpNames()) {
     if (name.name.rfind("aten::", 0) != 0) {
       continue;
@@ -118,6 +216,12 @@ void register_native_route() {
     if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
       continue;
     }
+    // On host backing a random operator without a generator argument (randn,
+    // rand_like, randperm, ...) decomposes on flagos, so that it draws through
+    // a flagos call (normal_, random_, randperm.generator_out) with the
+    // device's generator, not inside a CPU composite with the CPU's default one.
+    const bool draws = takes_generator(op->schema());
+    const bool host_random = g_backing.host && !draws && random_names.count(name.name) > 0;
     // A backing kernel beside a composite one (native_layer_norm, addr,
     // native_group_norm have CPU + CompositeExplicitAutograd): without this,
     // flagos would run the composite decomposition and differ from native.
@@ -140,15 +244,25 @@ void register_native_route() {
     // (FEP 0025 scripts expect `abs -> cuda`, not `abs.out -> cuda`). Views
     // stay composite on flagos, where they are cheapest.
     const bool whole = composite && op->hasComputedKernelForDispatchKey(g_backing.key) && !makes_views(op->schema()) &&
-                       name.name != "aten::_unsafe_view";
-    if (!device_switch && !whole && (!composite || !op->hasKernelForDispatchKey(g_backing.key))) {
+                       name.name != "aten::_unsafe_view" && !host_random;
+    // A backing kernel that takes a generator (normal_, uniform_,
+    // multinomial, ...) is registered as native_random, not left to the
+    // fallback, which does not look for generators.
+    const bool random_kernel = draws && op->hasKernelForDispatchKey(g_backing.key) &&
+                               !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+    if (!device_switch && !whole && !random_kernel &&
+        (!composite || !op->hasKernelForDispatchKey(g_backing.key) || host_random)) {
       continue;
     }
     std::string qualified = name.name.substr(6);
     if (!name.overload_name.empty()) {
       qualified += "." + name.overload_name;
     }
-    direct_library.impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&native_fallback>());
+    if (draws) {
+      direct_library.impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&native_random>());
+    } else {
+      direct_library.impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&native_fallback>());
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "runtime/allocator.h"
 #include "runtime/device.h"
+#include "runtime/generator.h"
 #include "tensor/alias.h"
 #include "tensor/alias_pool.h"
 #include "tensor/impl_fields.h"
@@ -272,6 +273,10 @@ void RoutedArgs::unwrap(torch::jit::Stack* stack, size_t nargs) {
       v = std::move(out);
     } else if (v.isDevice()) {
       v = *device_arg(v.toDevice());
+    } else if (C10_UNLIKELY(v.isGenerator())) {
+      // The backing kernel draws from the backing generator a flagos
+      // generator wraps; another device's generator raises, as on CUDA.
+      v = runtime::backing_generator(v.toGenerator());
     }
   }
 }
@@ -284,8 +289,10 @@ std::optional<c10::Device> RoutedArgs::device_arg(std::optional<c10::Device> d) 
   if (d->type() != kFlagos) {
     return d;
   }
-  // A device argument names where results go (factories, _to_copy).
+  // A device argument names where results go (factories, _to_copy): the
+  // index a user wrote reaches the core here, so it is checked here.
   if (d->has_index()) {
+    runtime::check_device_index(d->index());
     index_ = d->index();
   }
   const Backing& bk = g_backing;

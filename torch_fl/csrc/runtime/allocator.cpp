@@ -13,6 +13,7 @@
 #include <array>
 #include <atomic>
 #include <mutex>
+#include <string>
 #include <unordered_set>
 
 namespace torch_fl {
@@ -22,9 +23,15 @@ namespace {
 
 // ---------------------------------------------------------------- host stats
 struct HostCounters {
-  std::atomic<int64_t> allocated{0}, peak{0}, allocations{0}, frees{0};
+  std::atomic<int64_t> allocated{0}, peak{0}, allocations{0}, frees{0}, ooms{0};
 };
+// Indexed only through counters(): host backing has at most kMaxDevices devices.
 std::array<HostCounters, kMaxDevices> host_counters;
+
+inline HostCounters& counters(c10::DeviceIndex index) {
+  check_device_index(index);
+  return host_counters[static_cast<size_t>(index)];
+}
 
 struct HostBlock {
   c10::DataPtr inner;
@@ -34,7 +41,7 @@ struct HostBlock {
 
 void host_block_delete(void* ctx) {
   auto* block = static_cast<HostBlock*>(ctx);
-  auto& c = host_counters[block->index];
+  auto& c = host_counters[static_cast<size_t>(block->index)];  // checked when counted (host_adopt)
   c.allocated -= static_cast<int64_t>(block->nbytes);
   c.frees += 1;
   delete block;
@@ -43,12 +50,31 @@ void host_block_delete(void* ctx) {
 // ---------------------------------------------------------------- allocator
 std::once_flag cuda_init_once;
 
+// Host memory for the current flagos device. A failed allocation is counted
+// (memory_stats' num_ooms) and raised as c10::OutOfMemoryError
+// (torch.OutOfMemoryError), as CUDA's allocator does; the CPU allocator's own
+// error (a plain c10::Error) is kept in the message.
+c10::DataPtr host_allocate(const Backing& b, size_t nbytes) {
+  try {
+    return b.allocator->allocate(nbytes);
+  } catch (const c10::OutOfMemoryError&) {
+    counters(current_device()).ooms += 1;
+    throw;
+  } catch (const c10::Error& e) {
+    const c10::DeviceIndex index = current_device();
+    counters(index).ooms += 1;
+    throw c10::OutOfMemoryError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                                "flagos: out of memory allocating " + std::to_string(nbytes) + " bytes on flagos:" +
+                                    std::to_string(index) + " (host memory): " + e.what_without_backtrace());
+  }
+}
+
 struct FlagosAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
     const Backing& b = g_backing;
     TORCH_CHECK(b.initialized, "torch_fl: the flagos device is not initialised; import torch_fl first");
     if (b.host) {
-      return host_adopt(b.allocator->allocate(nbytes), nbytes, current_device());
+      return host_adopt(host_allocate(b, nbytes), nbytes, current_device());
     }
     // The CUDA caching allocator needs CUDA's lazy init (normally done by torch.cuda).
     std::call_once(cuda_init_once, [] { at::globalContext().lazyInitDevice(c10::DeviceType::CUDA); });
@@ -112,7 +138,7 @@ bool host_is_pinned(const void* ptr) {
 
 c10::DataPtr host_adopt(c10::DataPtr&& data, size_t nbytes, c10::DeviceIndex index) {
   void* raw = data.get();
-  auto& c = host_counters[index];
+  auto& c = counters(index);
   auto now = (c.allocated += static_cast<int64_t>(nbytes));
   int64_t peak = c.peak.load();
   while (now > peak && !c.peak.compare_exchange_weak(peak, now)) {
@@ -140,14 +166,13 @@ void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {
 }
 
 HostMemStats host_memory_stats(c10::DeviceIndex index) {
-  check_device_index(index);
-  auto& c = host_counters[index];
-  return {c.allocated.load(), c.peak.load(), c.allocations.load(), c.frees.load()};
+  auto& c = counters(index);
+  return {c.allocated.load(), c.peak.load(), c.allocations.load(), c.frees.load(), c.ooms.load()};
 }
 
 void host_reset_peak(c10::DeviceIndex index) {
-  check_device_index(index);
-  host_counters[index].peak = host_counters[index].allocated.load();
+  auto& c = counters(index);
+  c.peak = c.allocated.load();
 }
 
 void register_allocator() {

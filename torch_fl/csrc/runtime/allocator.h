@@ -27,7 +27,7 @@ void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes);
 
 // Host memory statistics (host backing only; CUDA backing uses CUDA's).
 struct HostMemStats {
-  int64_t allocated = 0, peak = 0, allocations = 0, frees = 0;
+  int64_t allocated = 0, peak = 0, allocations = 0, frees = 0, ooms = 0;
 };
 HostMemStats host_memory_stats(c10::DeviceIndex index);
 void host_reset_peak(c10::DeviceIndex index);

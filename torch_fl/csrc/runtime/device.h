@@ -11,6 +11,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/DispatchKeySet.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/macros/Macros.h>
 
 #include <cstdint>
 #include <string>
@@ -60,7 +61,21 @@ void init(const std::string& backing_type, int64_t host_devices);
 
 // Current flagos device index (thread local, as for CUDA).
 c10::DeviceIndex current_device();
-void check_device_index(c10::DeviceIndex index);
+
+// The one check of a flagos device index: every way a device reaches the core
+// passes it (the device guard's set/exchange, so empty/empty_strided and
+// every DeviceGuard; a routed call's device argument, so factories, `_to_copy`
+// and `.to()`; host memory's per-device counters; generators and streams).
+// Out of range raises c10::AcceleratorError (torch.AcceleratorError), as
+// CUDA does for an invalid ordinal. Inline: one compare on the routed path.
+[[noreturn]] void invalid_device_index(c10::DeviceIndex index);
+inline void check_device_index(c10::DeviceIndex index) {
+  if (C10_UNLIKELY(index < 0 || index >= g_backing.count)) {
+    invalid_device_index(index);
+  }
+}
+// `index`, or the current device for -1 (CUDA's convention), checked.
+c10::DeviceIndex index_or_current(c10::DeviceIndex index);
 
 }  // namespace runtime
 }  // namespace torch_fl

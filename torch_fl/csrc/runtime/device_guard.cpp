@@ -70,33 +70,35 @@ struct FlagosGuardImpl final : c10::impl::DeviceGuardImplInterface {
       g_backing.guard->uncheckedSetDevice(native_device(d));
     }
   }
+  // A stream call without an index (-1: torch.Stream(device="flagos"),
+  // torch.Event) means the current device, as on CUDA.
   c10::Stream getStream(c10::Device d) const override {
-    check_device_index(d.index());
+    const c10::Device dev(kFlagos, index_or_current(d.index()));
     if (g_backing.host) {
-      return c10::Stream(c10::Stream::UNSAFE, d, tls_host_stream[d.index()]);
+      return c10::Stream(c10::Stream::UNSAFE, dev, tls_host_stream[dev.index()]);
     }
-    return to_flagos_stream(g_backing.guard->getStream(native_device(d)));
+    return to_flagos_stream(g_backing.guard->getStream(native_device(dev)));
   }
   c10::Stream getDefaultStream(c10::Device d) const override {
-    check_device_index(d.index());
+    const c10::Device dev(kFlagos, index_or_current(d.index()));
     if (g_backing.host) {
-      return c10::Stream(c10::Stream::UNSAFE, d, 0);
+      return c10::Stream(c10::Stream::UNSAFE, dev, 0);
     }
-    return to_flagos_stream(g_backing.guard->getDefaultStream(native_device(d)));
+    return to_flagos_stream(g_backing.guard->getDefaultStream(native_device(dev)));
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool high_priority) const override {
-    check_device_index(d.index());
+    const c10::Device dev(kFlagos, index_or_current(d.index()));
     if (g_backing.host) {
-      return c10::Stream(c10::Stream::UNSAFE, d, next_host_stream++);
+      return c10::Stream(c10::Stream::UNSAFE, dev, next_host_stream++);
     }
-    return to_flagos_stream(g_backing.guard->getStreamFromGlobalPool(native_device(d), high_priority));
+    return to_flagos_stream(g_backing.guard->getStreamFromGlobalPool(native_device(dev), high_priority));
   }
   c10::Stream getNewStream(c10::Device d, int priority) const override {
-    check_device_index(d.index());
+    const c10::Device dev(kFlagos, index_or_current(d.index()));
     if (g_backing.host) {
-      return c10::Stream(c10::Stream::UNSAFE, d, next_host_stream++);
+      return c10::Stream(c10::Stream::UNSAFE, dev, next_host_stream++);
     }
-    return to_flagos_stream(g_backing.guard->getNewStream(native_device(d), priority));
+    return to_flagos_stream(g_backing.guard->getNewStream(native_device(dev), priority));
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
     check_device_index(s.device_index());
@@ -189,13 +191,23 @@ c10::DeviceIndex current_device() {
   return g_backing.guard->getDevice().index();
 }
 
-void check_device_index(c10::DeviceIndex index) {
+void invalid_device_index(c10::DeviceIndex index) {
+  // CUDA raises AcceleratorError (torch.AcceleratorError) with
+  // cudaErrorInvalidDevice for an invalid ordinal; flagos raises the same.
   // Numbers are formatted with std::to_string: streaming an integer from this
   // library crashed inside libstdc++ on the GPU machine's toolchain.
-  TORCH_CHECK_INDEX(index >= 0 && index < g_backing.count, "flagos device index ", std::to_string(index),
-                    " is out of range: this process has ", std::to_string(g_backing.count), " flagos device(s) (",
-                    g_backing.host ? "host memory; set FLAGOS_HOST_DEVICES=N for more" : "one per CUDA device",
-                    "); use an index from 0 to ", std::to_string(g_backing.count - 1));
+  constexpr int32_t kInvalidDevice = 101;  // cudaErrorInvalidDevice
+  std::string msg = "flagos device index " + std::to_string(index) + " is out of range: this process has " +
+                    std::to_string(g_backing.count) + " flagos device(s) (" +
+                    (g_backing.host ? "host memory; set FLAGOS_HOST_DEVICES=N for more" : "one per CUDA device") +
+                    "); use an index from 0 to " + std::to_string(g_backing.count - 1);
+  throw c10::AcceleratorError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, kInvalidDevice, std::move(msg));
+}
+
+c10::DeviceIndex index_or_current(c10::DeviceIndex index) {
+  const c10::DeviceIndex i = index < 0 ? current_device() : index;
+  check_device_index(i);
+  return i;
 }
 
 }  // namespace runtime

@@ -1,12 +1,12 @@
-// flagos's PrivateUse1 hooks: generators, pinned memory, device count and
-// storage resizes, answered from the backing device.
+// flagos's PrivateUse1 hooks: generators (runtime/generator.cpp), pinned
+// memory, device count and storage resizes, answered from the backing device.
 #include "runtime/hooks.h"
 
 #include "runtime/allocator.h"
 #include "runtime/device.h"
 #include "runtime/device_guard.h"
+#include "runtime/generator.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
@@ -17,12 +17,6 @@ namespace runtime {
 
 namespace {
 
-c10::DeviceIndex index_or_current(c10::DeviceIndex i) {
-  c10::DeviceIndex index = i < 0 ? current_device() : i;
-  check_device_index(index);  // CUDA indexes its per-device tables unchecked
-  return index;
-}
-
 struct FlagosHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override {
     return true;
@@ -31,18 +25,10 @@ struct FlagosHooks final : at::PrivateUse1HooksInterface {
     return g_backing.initialized && g_backing.count > 0;
   }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex i) const override {
-    // flagos:i draws from its backing device's generator, so a seeded model
-    // built on flagos equals one built natively.
-    if (g_backing.host) {
-      return at::detail::getDefaultCPUGenerator();
-    }
-    return at::detail::getCUDAHooks().getDefaultGenerator(index_or_current(i));
+    return default_generator(i);
   }
   at::Generator getNewGenerator(c10::DeviceIndex i) const override {
-    if (g_backing.host) {
-      return at::detail::createCPUGenerator();
-    }
-    return at::detail::getCUDAHooks().getNewGenerator(index_or_current(i));
+    return new_generator(i);
   }
   c10::Device getDeviceFromPtr(void* data) const override {
     if (g_backing.host) {
