@@ -33,7 +33,7 @@ def _apply_op(op: str, route: OpRoute | None) -> None:
         registry.remove(op)
         autograd_guard.set_routed(op, None)
         return
-    plan = rules.plan_for(op, route, STATE.failed.get(op, ()), STATE.log_dispatch, STATE.strict)
+    plan = rules.plan_for(op, route, STATE.failed.get(op, ()), STATE.strict)
     if not plan.needs_kernel:
         registry.remove(op)  # the C++ native route takes over again
         autograd_guard.set_routed(op, None)

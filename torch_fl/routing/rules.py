@@ -119,7 +119,7 @@ def target_for(op: str, rule: Rule | None, dtype: torch.dtype | None, failed: Fa
     return Target("native" if b.native else "kernel", rule.backend)
 
 
-def plan_for(op: str, route: OpRoute, failed: Failures, log_dispatch: bool, strict: bool) -> Plan:
+def plan_for(op: str, route: OpRoute, failed: Failures, strict: bool) -> Plan:
     """The plan of `op`'s kernel: its targets per dtype, with the flags the kernel is built for."""
     failures = tuple(sorted((b, str(d)) for b, d in failed))
     default = target_for(op, route.default, None, failed)
@@ -128,4 +128,4 @@ def plan_for(op: str, route: OpRoute, failed: Failures, log_dispatch: bool, stri
     known = {d for d, _ in by}
     failed_dtypes = sorted({d for _, d in failed if d is not None and d not in known}, key=str)
     by += tuple((d, target_for(op, route.default, d, failed)) for d in failed_dtypes)
-    return Plan(default, by, failures, log_dispatch, strict)
+    return Plan(default, by, failures, strict)

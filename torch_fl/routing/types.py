@@ -42,7 +42,6 @@ class Plan:
     default: Target
     by_dtype: tuple[tuple[torch.dtype, Target], ...]
     failures: tuple[tuple[str, str], ...]  # (backend, dtype name) whose kernel raised in this process
-    log_dispatch: bool
     strict: bool
 
     @property
