@@ -28,6 +28,7 @@ from torch.testing import make_tensor
 from torch.utils._pytree import tree_flatten, tree_map
 
 import torch_fl
+from torch_fl import backends
 from torch_fl.conformance.runner import tensor_to_flagos
 
 # ------------------------------------------------------------------ platform
@@ -274,9 +275,10 @@ class OpSpec:
         """The dispatch-log lines `call` prints when the overload is routed to `backend`.
 
         Composite operators run whole on the native route too, so every
-        backend logs the overload that was called.
+        backend logs the overload that was called, by FEP 0025's name of the
+        backend (`flagos_python` for `flaggems_python`).
         """
-        return [f"[flagos dispatch] {self.overload} -> {backend}"]
+        return [f"[flagos dispatch] {self.overload} -> {backends.log_name(backend)}"]
 
     # -- correctness --------------------------------------------------------
     def build(self, case: Case):
