@@ -10,6 +10,7 @@
 #include "route/native_route.h"
 
 #include "route/counters.h"
+#include "route/profiling.h"
 #include "route/routed_args.h"
 #include "route/typed_native.h"
 #include "runtime/device.h"
@@ -44,6 +45,7 @@ void native_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
     if (f.count) {
       count(op, false);
     }
+    RouteScope scope(op);
     run_native(op, stack);
     return;
   }
@@ -58,6 +60,7 @@ void native_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
     log_fallback(op);
   }
   count(op, true);
+  RouteScope scope(op, "cpu_fallback");
   at::native::cpu_fallback(op, stack);
 }
 }  // namespace
@@ -66,6 +69,7 @@ void call_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (g_route_flags.count) {
     count(op, false);
   }
+  RouteScope scope(op);
   run_native(op, stack);
 }
 
@@ -74,6 +78,7 @@ void call_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
     log_fallback(op);
   }
   count(op, true);
+  RouteScope scope(op, "cpu_fallback");
   at::native::cpu_fallback(op, stack);
 }
 
