@@ -1,11 +1,11 @@
 // The PrivateUse1 profiler stubs (runtime/profiler_stubs.h).
 //
 // As PyTorch's CUDA stubs do, an operator's device time is the time between
-// two events recorded on the current stream at its start and end. The events
-// are the flagos device guard's: on a CUDA backing the backing guard's timed
-// CUDA events (recorded on the current CUDA stream, so device time is kernel
-// time), on host memory the host clock at record time (host work is
-// synchronous, so that is the operator's own time). No CUDA header is needed.
+// two events recorded on the current stream at its start and end. On a CUDA
+// backing they are the backing guard's timed CUDA events, reached through the
+// flagos device guard (recorded on the current CUDA stream, so device time is
+// kernel time; no CUDA header needed); on host memory the host clock at
+// record time (host work is synchronous, so that is the operator's own time).
 #include "runtime/profiler_stubs.h"
 
 #include "runtime/device.h"
@@ -14,6 +14,7 @@
 #include <c10/util/ApproximateClock.h>
 #include <torch/csrc/profiler/stubs/base.h>
 
+#include <chrono>
 #include <memory>
 
 namespace torch_fl {
@@ -27,10 +28,12 @@ const c10::impl::DeviceGuardImplInterface* flagos_guard() {
   return c10::impl::getDeviceGuardImpl(kFlagos);
 }
 
-// One recorded event and the device it belongs to (elapsed time is read on it).
+// One recorded event and the device it belongs to (elapsed time is read on
+// it); on host memory only the moment it was recorded.
 struct Recorded {
   void* event = nullptr;
   c10::DeviceIndex index = 0;
+  std::chrono::steady_clock::time_point when;
   Recorded() = default;
   Recorded(const Recorded&) = delete;
   Recorded& operator=(const Recorded&) = delete;
@@ -52,11 +55,15 @@ struct FlagosProfilerStubs final : torch::profiler::impl::ProfilerStubs {
     if (cpu_ns != nullptr) {
       *cpu_ns = c10::getTime();
     }
-    const auto* guard = flagos_guard();
-    // BACKEND_DEFAULT: a timed event (CUDA's default flags), where
-    // PYTORCH_DEFAULT would disable timing.
-    guard->record(&recorded->event, guard->getStream(c10::Device(kFlagos, index)), index,
-                  c10::EventFlag::BACKEND_DEFAULT);
+    if (g_backing.host) {
+      recorded->when = std::chrono::steady_clock::now();  // host work is synchronous
+    } else {
+      const auto* guard = flagos_guard();
+      // BACKEND_DEFAULT: a timed event (CUDA's default flags), where
+      // PYTORCH_DEFAULT would disable timing.
+      guard->record(&recorded->event, guard->getStream(c10::Device(kFlagos, index)), index,
+                    c10::EventFlag::BACKEND_DEFAULT);
+    }
     *event = std::move(recorded);
   }
 
@@ -64,7 +71,11 @@ struct FlagosProfilerStubs final : torch::profiler::impl::ProfilerStubs {
   float elapsed(const ProfilerVoidEventStub* start, const ProfilerVoidEventStub* end) const override {
     const auto* a = static_cast<const Recorded*>(start->get());
     const auto* b = static_cast<const Recorded*>(end->get());
-    TORCH_CHECK(a != nullptr && b != nullptr && a->event != nullptr && b->event != nullptr,
+    TORCH_CHECK(a != nullptr && b != nullptr, "flagos profiler: an operator's start or end event was not recorded");
+    if (g_backing.host) {
+      return static_cast<float>(std::chrono::duration<double, std::micro>(b->when - a->when).count());
+    }
+    TORCH_CHECK(a->event != nullptr && b->event != nullptr,
                 "flagos profiler: an operator's start or end event was not recorded");
     const auto* guard = flagos_guard();
     guard->synchronizeEvent(b->event);
