@@ -7,13 +7,17 @@ error that names its cause and fix instead of a crash.
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
 
 import torch
 
 DEVICE_NAME = "flagos"
 _DEFAULT_PRIVATEUSE1_NAME = "privateuseone"
 _ACCELERATORS = ("auto", "cuda", "cpu")
+# How long exit waits for an autograd device thread to finish the task it was running.
+_AUTOGRAD_EXIT_WAIT_S = 10.0
 _REBUILD = "pip install --no-build-isolation -e .  (from the torch_fl source folder)"
 
 
@@ -89,6 +93,32 @@ def _host_devices() -> int:
     return n
 
 
+# A forked child has its parent's autograd queues but none of the threads behind them: nothing to wait for (one
+# that runs a backward itself gets new threads from torch, which exit does not drain).
+_forked_child = False
+
+
+def _note_fork() -> None:
+    global _forked_child
+    _forked_child = True
+
+
+def _drain_autograd_threads(core) -> None:
+    """At exit, while the interpreter is whole: let each autograd device thread release the backward task it
+    ran (it may hold Python objects, and dropping one during finalization aborts the process; see
+    csrc/runtime/autograd_threads.h)."""
+    if _forked_child:
+        return
+    busy = core._drain_autograd_threads(_AUTOGRAD_EXIT_WAIT_S)
+    if busy:
+        print(
+            f"torch_fl: {busy} autograd device thread(s) still running a backward {_AUTOGRAD_EXIT_WAIT_S:.0f} s "
+            "into interpreter exit (a backward on a daemon thread?); the process may abort if one releases a "
+            "Python object now. Join threads that run backward before exiting.",
+            file=sys.stderr,
+        )
+
+
 def initialize():
     """Register the flagos device once per process; return the core module."""
     _check_privateuse1_is_free()
@@ -102,6 +132,9 @@ def initialize():
         core._init(accelerator, host_devices)
     except RuntimeError as e:
         raise FlagosInitError(str(e)) from e
+    # Registered after torch's own atexit handlers, so it runs before them and after any registered later.
+    atexit.register(_drain_autograd_threads, core)
+    os.register_at_fork(after_in_child=_note_fork)
     # The dispatch log names the native route after the platform, as in FEP 0025.
     core._set_default_native_label(accelerator)
     # FLAGOS_LOG_DISPATCH, FLAGOS_LOG_FALLBACK and FLAGOS_STRICT are read by torch_fl.routing at import.

@@ -4,10 +4,12 @@
 // Few units are the quicker build: ATen's headers are parsed once per unit
 // instead of once per file. unity_route.cpp holds the per-call path.
 #include "runtime/allocator.cpp"
+#include "runtime/autograd_threads.cpp"
 #include "runtime/backing.cpp"
 #include "runtime/device_guard.cpp"
 #include "runtime/generator.cpp"
 #include "runtime/hooks.cpp"
+#include "runtime/profiler_stubs.cpp"
 
 #include "tensor/alias.cpp"
 

@@ -10,6 +10,7 @@
 #include "route/counters.h"
 #include "route/native_route.h"
 #include "runtime/allocator.h"
+#include "runtime/autograd_threads.h"
 #include "runtime/device.h"
 #include "runtime/generator.h"
 #include "tensor/alias.h"
@@ -177,6 +178,10 @@ void bind_module(py::module& m) {
   m.def("_core_ops", &ops::core_ops,
         "The operators the core implements itself at PrivateUse1 ('empty.memory_format', 'view', ...: "
         "metadata operations, scaled_dot_product_attention), which no route may take.");
+  m.def("_drain_autograd_threads", &runtime::drain_autograd_device_threads, py::arg("timeout_s"),
+        py::call_guard<py::gil_scoped_release>(),
+        "Wait (without the GIL) until each autograd device thread has released the task it ran; the number "
+        "still busy after timeout_s. Called at exit (runtime/autograd_threads.h).");
   m.def("_host_reset_peak", [](int64_t i) { runtime::host_reset_peak(static_cast<c10::DeviceIndex>(i)); });
 }
 

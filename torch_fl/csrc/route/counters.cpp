@@ -1,5 +1,6 @@
 // The native route's per-operator counts and its dispatch log.
 #include "route/counters.h"
+#include "route/profiling.h"
 
 #include <iostream>
 #include <memory>
@@ -68,15 +69,15 @@ std::string overload_name(const c10::OperatorName& name) {
   return s;
 }
 
+std::string native_label(const c10::OperatorHandle& op) {
+  const std::string name = overload_name(op.operator_name());
+  std::lock_guard<std::mutex> lock(label_mutex);
+  auto it = labels.find(name);
+  return it == labels.end() ? default_label : it->second;
+}
+
 void log_dispatch(const c10::OperatorHandle& op) {
-  std::string name = overload_name(op.operator_name());
-  std::string label;
-  {
-    std::lock_guard<std::mutex> lock(label_mutex);
-    auto it = labels.find(name);
-    label = it == labels.end() ? default_label : it->second;
-  }
-  std::cerr << "[flagos dispatch] " << name << " -> " << label << std::endl;
+  std::cerr << "[flagos dispatch] " << overload_name(op.operator_name()) << " -> " << native_label(op) << std::endl;
 }
 
 void log_fallback(const c10::OperatorHandle& op) {

@@ -10,6 +10,7 @@
 #include "route/native_route.h"
 
 #include "route/counters.h"
+#include "route/profiling.h"
 #include "route/routed_args.h"
 #include "route/typed_native.h"
 #include "runtime/device.h"
@@ -47,6 +48,7 @@ void native_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
     if (f.count) {
       count(op, false);
     }
+    RouteScope scope(op);
     run_native(op, stack);
     return;
   }
@@ -61,6 +63,7 @@ void native_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
     log_fallback(op);
   }
   count(op, true);
+  RouteScope scope(op, "cpu_fallback");
   at::native::cpu_fallback(op, stack);
 }
 
@@ -157,6 +160,7 @@ void call_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
     }
   }
   count(op, true);
+  RouteScope scope(op, "cpu_fallback");
   at::native::cpu_fallback(op, stack);
 }
 

@@ -16,6 +16,7 @@
 
 #include "route/counters.h"
 #include "route/native_route.h"
+#include "route/profiling.h"
 #include "route/routed_args.h"
 #include "route/typed_call.h"
 #include "route/typed_ops.h"
@@ -193,6 +194,7 @@ struct Typed<Op, Ret(Args...)> {
 
   static Ret call(Args... args) {
     record_native_call(*handle, counts);
+    RouteScope scope(*handle);
     RoutedArgs a;
     if constexpr (std::is_void_v<Ret>) {
       run(a, args...);

@@ -5,6 +5,7 @@
 #include "runtime/allocator.h"
 #include "runtime/device_guard.h"
 #include "runtime/hooks.h"
+#include "runtime/profiler_stubs.h"
 
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/InferenceMode.h>
@@ -64,6 +65,7 @@ void init(const std::string& backing_type, int64_t host_devices) {
   g_backing = b;
   register_guard();
   register_allocator();
+  register_profiler_stubs();  // after the guard, whose events it records
 }
 
 }  // namespace runtime
