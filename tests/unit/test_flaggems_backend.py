@@ -479,3 +479,13 @@ def test_a_result_that_is_a_backing_device_argument_stays_that_tensor(routed_to_
     x, y = torch.ones(2, device="flagos"), torch.full((2,), 5.0, device=native)
     r = call(x, y)
     assert r.device.type == native.type and r.data_ptr() == y.data_ptr()
+
+
+@pytest.mark.parametrize("op,call", [("add.Tensor", lambda x: x + x), ("cat", lambda x: torch.cat([x, x]))])
+def test_the_profiler_trace_names_the_backend_of_a_routed_call(fake_gems, op, call):
+    # add.Tensor runs through its typed front, cat through the boxed kernel
+    routing.set_route(op, "flagos_python")
+    x = torch.ones(2, device="flagos")
+    with torch.autograd.profiler.profile() as prof:
+        call(x)
+    assert f"flagos::{op} -> flagos_python" in {e.name for e in prof.function_events}

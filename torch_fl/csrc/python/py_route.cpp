@@ -50,6 +50,7 @@ std::unique_ptr<Target> make_target(const std::string& op, const py::handle& spe
   auto t = std::make_unique<Target>();
   const auto kind = spec.attr("kind").cast<std::string>();
   const auto label = spec.attr("label").cast<std::string>();
+  t->label = label;
   t->line = "[flagos dispatch] " + op + " -> " + label + "\n";
   auto callable = [&](const char* name, bool required) {
     py::object o = spec.attr(name);

@@ -19,6 +19,7 @@
 #include "python/python_args.h"
 #include "route/counters.h"
 #include "route/native_route.h"
+#include "route/profiling.h"
 #include "route/routed_args.h"
 #include "runtime/device.h"
 #include "tensor/alias_pool.h"
@@ -57,7 +58,8 @@ struct Target {
   py::object counters;  // kKernel: array('q', [calls, fallbacks, failures]); calls counted through its buffer
   int64_t* calls = nullptr;
   Py_buffer counters_view{};
-  std::string line;  // kKernel, kCpuFallback: the dispatch-log line, naming what runs
+  std::string label;  // the backend's name in the dispatch log and the profiler's trace
+  std::string line;   // kKernel, kCpuFallback: the dispatch-log line, naming what runs
 
   Target() = default;
   Target(const Target&) = delete;
@@ -174,7 +176,7 @@ class PyRouteKernel final : public c10::OperatorKernel {
           call_notice(t.notice, dtype);
           return Then::kNative;
         }
-        run_kernel(t, dtype, schema, stack);
+        run_kernel(op, t, dtype, stack);
         return Then::kDone;
     }
     return Then::kNative;
@@ -182,8 +184,8 @@ class PyRouteKernel final : public c10::OperatorKernel {
 
   // The backend function on native aliases; its error to the routing layer's
   // policy, with the caller's own arguments. GIL held.
-  void run_kernel(const Target& t, c10::ScalarType dtype, const c10::FunctionSchema& schema,
-                  torch::jit::Stack* stack) {
+  void run_kernel(const c10::OperatorHandle& op, const Target& t, c10::ScalarType dtype, torch::jit::Stack* stack) {
+    const auto& schema = op.schema();
     const size_t nargs = schema.arguments().size();
     if (C10_UNLIKELY(route::g_route_flags.log_dispatch)) {
       std::cerr << t.line << std::flush;
@@ -202,6 +204,7 @@ class PyRouteKernel final : public c10::OperatorKernel {
         if (routed.index() >= 0 && routed.index() != runtime::current_device()) {
           guard.reset_device(c10::Device(kFlagos, routed.index()));
         }
+        route::RouteScope scope(op, t.label.c_str());
         result = py_args.call(t.fn);
       } catch (py::error_already_set& e) {
         stack->insert(stack->end(), original.begin(), original.end());

@@ -239,6 +239,7 @@ struct PyFront<Op, Ret(Args...)> {
     if (index >= 0 && index != runtime::current_device()) {
       guard.reset_device(c10::Device(kFlagos, index));
     }
+    route::RouteScope scope(*handle, t.label.c_str());
     return vectorcall(t.fn, objects, npos, kwnames);
   }
 
