@@ -32,6 +32,9 @@ KernelFailed = Callable[[str, str, "torch.dtype | None"], None]
 
 # Text of errors that mean the device itself is in trouble: re-running elsewhere would hide them.
 _DEVICE_FAULTS = ("CUDA error", "illegal memory access", "device-side assert", "CUBLAS_STATUS", "cudaError")
+# PyTorch's error for a call whose tensors are on two devices (the route's own check raises it too): the caller's
+# mistake, which every backend would refuse, not the kernel's failure.
+_DEVICE_MISMATCH = "Expected all tensors to be on the same device"
 
 
 @dataclass(frozen=True)
@@ -123,8 +126,10 @@ def error_policy(fb: Fallback, mutable: bool, kernel_failed: KernelFailed) -> Ca
     op, backend, run_native, counters, strict = fb.op, fb.backend, fb.run_native, fb.counters, fb.strict
 
     def on_error(e, args, kwargs):
-        counters[2] += 1
         text = str(e)
+        if _DEVICE_MISMATCH in text:
+            raise e  # the route stays: the same call fails natively too
+        counters[2] += 1
         if any(s in text for s in _DEVICE_FAULTS):
             raise e  # a device fault: the device state is suspect, running it again elsewhere would hide it
         dt = call_dtype(args, kwargs)
