@@ -14,6 +14,7 @@
 #include "tensor/alias_pool.cpp"
 
 #include "route/counters.cpp"
+#include "route/device_check.cpp"
 #include "route/profiling.cpp"
 #include "route/routed_args.cpp"
 #include "route/typed_native.cpp"

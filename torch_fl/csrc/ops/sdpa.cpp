@@ -146,6 +146,7 @@ at::Tensor sdpa_shortcut(const at::Tensor& q, const at::Tensor& k, const at::Ten
     if (mask.has_value() && mask->defined()) {
       m = a.arg_value(*mask);
     }
+    a.check_devices(*sdpa_handle);
     out = a.result(at::scaled_dot_product_attention(*qa, *ka, *va, m, dropout_p, is_causal, scale, enable_gqa));
   }
   a.release();  // after the aliases above are gone: only then are they recycled

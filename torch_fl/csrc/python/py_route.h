@@ -196,6 +196,7 @@ class PyRouteKernel final : public c10::OperatorKernel {
       // The caller's arguments, for the error path.
       c10::SmallVector<c10::IValue, 8> original(stack->end() - nargs, stack->end());
       routed.unwrap(stack, nargs);
+      routed.check_devices(op);
       const PyArgs py_args = pop_python_args(schema, stack, kwarg_names_);
       py::object result;
       try {

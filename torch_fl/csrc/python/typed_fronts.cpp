@@ -173,6 +173,7 @@ struct PyFront<Op, Ret(Args...)> {
     routed.reserve((route::typed::tensors_in(args) + ... + size_t{0}));
     c10::SmallVector<py::object, 8> objects;
     (objects.push_back(py_arg(routed, args)), ...);  // left to right: the first flagos tensor names the device
+    routed.check_devices(*handle);
     py::object result = call_fn(t, objects, routed.index());
     if (C10_UNLIKELY(!result)) {
       py::error_already_set error;

@@ -10,6 +10,7 @@
 #include "route/native_route.h"
 
 #include "route/counters.h"
+#include "route/device_check.h"
 #include "route/profiling.h"
 #include "route/routed_args.h"
 #include "route/typed_native.h"
@@ -35,6 +36,7 @@ void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   RoutedArgs args;
   args.unwrap(stack, schema.arguments().size());
+  args.check_devices(op);
   op.redispatchBoxed(g_backing.keyset, stack);
   args.finish(schema, stack);
 }
@@ -59,6 +61,7 @@ void native_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
                               "the host, or route it to a backend that has it.");
   TORCH_CHECK_NOT_IMPLEMENTED(!g_backing.host, "flagos: aten::", name,
                               " has no CPU kernel, so the host-backed flagos device cannot run it either.");
+  check_devices(op, *stack, op.schema().arguments().size());
   if (f.log_fallback) {
     log_fallback(op);
   }
@@ -148,6 +151,8 @@ void run_native_route(const c10::OperatorHandle& op, c10::DispatchKeySet ks, tor
 }
 
 void call_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // cpu_fallback copies every tensor to the host, where nothing would see their devices any more.
+  check_devices(op, *stack, op.schema().arguments().size());
   if (g_route_flags.log_fallback) {
     log_fallback(op);
   }

@@ -156,9 +156,7 @@ const at::Tensor& RoutedArgs::borrow_held(const at::Tensor& t, bool keep) {
   if (C10_UNLIKELY(python_)) {
     tensor::g_python_object_hooks.unpark(alias.unsafeGetTensorImpl());
   }
-  if (index_ < 0) {
-    index_ = index;
-  }
+  note_index(index);
   return hold(t, keep, std::move(alias), home);
 }
 
@@ -168,9 +166,7 @@ const at::Tensor& RoutedArgs::borrow_held(const at::Tensor& t, bool keep) {
 const at::Tensor& RoutedArgs::borrow_new(const at::Tensor& t, bool keep, size_t home) {
   (void)tensor::storage_of(t);
   at::Tensor alias = tensor::native_alias(t, /*owning=*/false);
-  if (index_ < 0) {
-    index_ = t.device().index();
-  }
+  note_index(t.device().index());
   return hold(t, keep, std::move(alias), home);
 }
 
@@ -230,6 +226,7 @@ void RoutedArgs::reserve_exceeded() {
 }
 
 void RoutedArgs::note_foreign(const at::Tensor& t) {
+  devices_.other(t, index_ >= 0);
   // Tensors of the backing device type that the caller passed in themselves
   // (a CPU tensor on host backing, a CUDA tensor on a GPU): results that are,
   // or view, one of them stay as they are.
@@ -267,6 +264,9 @@ void RoutedArgs::unwrap(torch::jit::Stack* stack, size_t nargs) {
         if (t.has_value() && is_flagos(*t)) {
           out.push_back(borrow_held(*t, /*keep=*/true));
         } else {
+          if (t.has_value()) {
+            devices_.other(*t, index_ >= 0);
+          }
           out.push_back(std::move(t));
         }
       }

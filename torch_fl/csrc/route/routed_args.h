@@ -11,6 +11,7 @@
 // benchmarks/route_instructions.py counts what it adds per call.
 #pragma once
 
+#include "route/device_check.h"
 #include "runtime/device.h"
 #include "tensor/alias_pool.h"
 
@@ -43,6 +44,13 @@ class RoutedArgs {
   explicit RoutedArgs(tensor::AliasPool& pool);
   // Boxed calls: every argument and result on the stack.
   void unwrap(std::vector<c10::IValue>* stack, size_t nargs);
+  // After the arguments are unwrapped (boxed or typed), before the kernel
+  // runs: raises PyTorch's device-mismatch error where they are on two
+  // devices and `op` may not mix them (route/device_check.h). Every route
+  // calls it.
+  C10_ALWAYS_INLINE void check_devices(const c10::OperatorHandle& op) const {
+    devices_.check(op, index_);
+  }
   void finish(const c10::FunctionSchema& schema, std::vector<c10::IValue>* stack);
   c10::DeviceIndex index() const {
     return index_;
@@ -118,11 +126,20 @@ class RoutedArgs {
   }
   [[noreturn]] C10_NOINLINE static void reserve_exceeded();
   void note_foreign(const at::Tensor& t);
+  // The index of a flagos argument, the first one's (index_) or compared with it.
+  C10_ALWAYS_INLINE void note_index(c10::DeviceIndex index) {
+    if (index_ < 0) {
+      index_ = index;
+    } else {
+      devices_.flagos(index_, index);
+    }
+  }
   at::Tensor unwrap_result(at::Tensor&& r) const;
 
   c10::SmallVector<Borrowed, 6> borrowed_;
   tensor::AliasPool* pool_ = nullptr;  // this thread's, looked up at the first borrow
   c10::SmallVector<const c10::StorageImpl*, 4> foreign_;
+  DeviceCheck devices_;
   c10::DeviceIndex index_ = -1;
   bool to_native_device_ = false;  // a device argument names a non-flagos device
   bool python_ = false;            // aliases from a Python pool (park / unpark their objects)

@@ -211,6 +211,7 @@ struct Typed<Op, Ret(Args...)> {
     // route does (the first flagos argument names the result's device).
     a.reserve((tensors_in(args) + ... + size_t{0}));
     Held held{Param<Args>::map(a, args)...};
+    a.check_devices(*handle);
     constexpr auto indices = std::index_sequence_for<Args...>{};
     if constexpr (std::is_void_v<Ret>) {
       redispatch(held, indices);

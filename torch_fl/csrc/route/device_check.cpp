@@ -1,0 +1,162 @@
+// DeviceCheck's decision and message (route/device_check.h), out of line:
+// only calls whose arguments noted a second device come here.
+#include "route/device_check.h"
+
+#include "runtime/device.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstring>
+
+namespace torch_fl {
+namespace route {
+
+namespace {
+
+// What an operator may mix that other operators may not.
+enum class Mixes {
+  kNothing,  // the rule: one device, CPU scalars aside
+  kCpu,      // CPU tensors of any shape beside flagos ones (still one flagos device)
+  kAny,      // any devices: a copy between them
+};
+
+struct Exemption {
+  const char* name;      // without "aten::"
+  const char* overload;  // nullptr: every overload
+  Mixes mixes;
+};
+
+// The operators CUDA runs on tensors of several devices. PyTorch checks a
+// CUDA operator's devices in its generated wrapper unless native_functions.yaml
+// says `device_check: NoCheck`; of those, these are the ones whose kernels then
+// accept another device (the rest use TensorIterator, whose CPU-scalar rule
+// DeviceCheck applies to every operator). Composite operators get no wrapper
+// check on CUDA: their inner operators check, which on flagos run inside the
+// backing kernel, so the few composites that take a CPU tensor by design are
+// listed too. Keep this list to what PyTorch's kernels document.
+constexpr Exemption kExemptions[] = {
+    // Copies between devices: copy_ copies across devices (copy_impl),
+    // _to_copy / to are the copy with a device argument, _copy_from and
+    // _copy_from_and_resize are the backend half of copy_, _foreach_copy_
+    // falls back to copy_ per tensor across devices.
+    {"copy_", nullptr, Mixes::kAny},
+    {"_to_copy", nullptr, Mixes::kAny},
+    {"to", nullptr, Mixes::kAny},
+    {"_copy_from", nullptr, Mixes::kAny},
+    {"_copy_from_and_resize", nullptr, Mixes::kAny},
+    {"_foreach_copy_", nullptr, Mixes::kAny},
+    {"_foreach_copy", nullptr, Mixes::kAny},
+    // Queries that compare metadata, never data (NoCheck, no device guard).
+    {"is_same_size", nullptr, Mixes::kAny},
+    {"is_set_to", nullptr, Mixes::kAny},
+    // Advanced indexing takes CPU indices on any device: index's meta function
+    // allows indices "either on cpu or on the same device as the indexed
+    // tensor" (check_indices_on_cpu_or_selfdevice), and make_info moves them
+    // to the indexed tensor's device for index_put_ too.
+    {"index", "Tensor", Mixes::kCpu},
+    {"index", "Tensor_out", Mixes::kCpu},
+    {"index_put_", nullptr, Mixes::kCpu},
+    {"index_put", nullptr, Mixes::kCpu},
+    {"_index_put_impl_", nullptr, Mixes::kCpu},
+    {"_unsafe_index_put", nullptr, Mixes::kCpu},
+    // pack_padded_sequence's lengths must be a CPU tensor (its own check says
+    // so), with the input on the device.
+    {"_pack_padded_sequence", nullptr, Mixes::kCpu},
+};
+
+Mixes mixes_of(const c10::OperatorName& op) {
+  const char* name = op.name.c_str();
+  if (std::strncmp(name, "aten::", 6) != 0) {
+    return Mixes::kNothing;
+  }
+  name += 6;
+  for (const Exemption& e : kExemptions) {
+    if (std::strcmp(name, e.name) == 0 && (e.overload == nullptr || op.overload_name == e.overload)) {
+      return e.mixes;
+    }
+  }
+  return Mixes::kNothing;
+}
+
+[[noreturn]] void raise(const c10::OperatorHandle& op, c10::Device first, c10::Device second) {
+  const auto& name = op.operator_name();
+  // PyTorch's wording (TensorIterator), the same on every backing, and the operator it came from.
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ", first, " and ",
+              second, "! (in ", name.name, name.overload_name.empty() ? "" : ".", name.overload_name,
+              " on flagos: move the tensors to one device, e.g. with .to(\"", first, "\"))");
+}
+
+}  // namespace
+
+void DeviceCheck::note_split(c10::DeviceIndex first, c10::DeviceIndex index) {
+  if (split_other_ < 0) {
+    split_first_ = first;
+    split_other_ = index;
+  }
+  noted_ = true;
+}
+
+void DeviceCheck::note_other(c10::Device device, bool flagos_before) {
+  if (!has_other_) {
+    other_ = device;
+    other_first_ = !flagos_before;
+    has_other_ = true;
+  }
+  noted_ = true;
+}
+
+void DeviceCheck::decide(const c10::OperatorHandle& op, c10::DeviceIndex first) const {
+  if (first < 0) {
+    return;  // no flagos tensor: the call is another device's (a device argument made it flagos's)
+  }
+  const Mixes mixes = mixes_of(op.operator_name());
+  if (mixes == Mixes::kAny) {
+    return;
+  }
+  if (split_other_ >= 0) {
+    raise(op, c10::Device(kFlagos, split_first_), c10::Device(kFlagos, split_other_));
+  }
+  if (has_other_ && !(mixes == Mixes::kCpu && other_.is_cpu())) {
+    const c10::Device flagos(kFlagos, first);
+    if (other_first_) {
+      raise(op, other_, flagos);
+    }
+    raise(op, flagos, other_);
+  }
+}
+
+void check_devices(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t nargs) {
+  DeviceCheck check;
+  c10::DeviceIndex first = -1;
+  auto see = [&](const at::Tensor& t) {
+    if (t.defined() && t.device().type() == kFlagos) {
+      if (first < 0) {
+        first = t.device().index();
+      } else {
+        check.flagos(first, t.device().index());
+      }
+    } else {
+      check.other(t, first >= 0);
+    }
+  };
+  for (size_t i = stack.size() - nargs; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      see(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorVector()) {
+        see(t);
+      }
+    } else if (v.isOptionalTensorList()) {
+      for (const std::optional<at::Tensor>& t : v.toOptionalTensorVector()) {
+        if (t.has_value()) {
+          see(*t);
+        }
+      }
+    }
+  }
+  check.check(op, first);
+}
+
+}  // namespace route
+}  // namespace torch_fl

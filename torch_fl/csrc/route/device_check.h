@@ -1,0 +1,71 @@
+// DeviceCheck: one routed call's tensors on one device, as CUDA requires.
+//
+// A CUDA kernel raises "Expected all tensors to be on the same device, but
+// found at least two devices, cuda:0 and cpu!" (TensorIterator) where a call
+// mixes devices; the host backing's CPU kernels run flagos:0 + flagos:1 or
+// flagos + cpu without a word, on aliases that are all CPU tensors. So every
+// route checks here, with PyTorch's rule: every tensor on one device, except
+// CPU tensors of no dimensions (TensorIterator's CPU scalars: wrapped numbers,
+// torch.tensor(2.)), and except the operators that CUDA lets mix devices
+// (device_check.cpp lists them, with PyTorch's reason for each).
+//
+// The per-call part only notes: RoutedArgs compares each flagos argument's
+// index with the first one's and notes a tensor of another device while it
+// unwraps the arguments (no pass of its own, no allocation); check() is one
+// test of a flag, and the decision, the operator's exemptions and the message
+// are out of line, for calls that noted something.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/core/Device.h>
+#include <c10/macros/Macros.h>
+
+namespace torch_fl {
+namespace route {
+
+class DeviceCheck {
+ public:
+  // A flagos argument on `index` where the call's first was on `first`.
+  C10_ALWAYS_INLINE void flagos(c10::DeviceIndex first, c10::DeviceIndex index) {
+    if (C10_UNLIKELY(index != first)) {
+      note_split(first, index);
+    }
+  }
+  // An argument that is not a flagos tensor (undefined, a wrapped number, a
+  // CPU or CUDA tensor); `flagos_before`: a flagos argument came before it.
+  C10_ALWAYS_INLINE void other(const at::Tensor& t, bool flagos_before) {
+    if (t.defined() && !(t.is_cpu() && t.dim() == 0)) {
+      note_other(t.device(), flagos_before);
+    }
+  }
+  // Raises PyTorch's device-mismatch error (a RuntimeError) where the call's
+  // tensors are on two devices and `op` may not mix them. `first`: the
+  // call's first flagos index (-1: no flagos tensor, nothing to check).
+  C10_ALWAYS_INLINE void check(const c10::OperatorHandle& op, c10::DeviceIndex first) const {
+    if (C10_UNLIKELY(noted_)) {
+      decide(op, first);
+    }
+  }
+
+ private:
+  C10_NOINLINE void note_split(c10::DeviceIndex first, c10::DeviceIndex index);
+  C10_NOINLINE void note_other(c10::Device device, bool flagos_before);
+  C10_NOINLINE void decide(const c10::OperatorHandle& op, c10::DeviceIndex first) const;
+
+  c10::DeviceIndex split_first_ = -1;  // two flagos indices: the first and the first other one
+  c10::DeviceIndex split_other_ = -1;
+  c10::Device other_{c10::kCPU};  // the first tensor of another device type
+  bool has_other_ = false;
+  bool other_first_ = false;  // it came before every flagos argument
+  bool noted_ = false;
+};
+
+// The same check over a boxed call's arguments, for the routes that hand the
+// flagos tensors to a kernel themselves (the CPU fallback copies them to the
+// host first, where nothing would check them any more).
+void check_devices(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t nargs);
+
+}  // namespace route
+}  // namespace torch_fl
