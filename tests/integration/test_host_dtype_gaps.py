@@ -191,3 +191,49 @@ def test_the_written_out_reference_is_cudas_histc(dtype, values, bins, lo, hi):
         return
     got = torch.histc(x, bins=bins, min=lo, max=hi)
     assert got.dtype == dtype and got.cpu().tolist() == expected
+
+
+def _moe_models():
+    transformers = pytest.importorskip("transformers")
+    common = dict(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_experts_per_tok=2,
+        output_router_logits=True,  # the router's auxiliary loss calls histc too
+    )
+    return {
+        "mixtral": (transformers.MixtralForCausalLM, transformers.MixtralConfig(num_local_experts=4, **common)),
+        "qwen2_moe": (
+            transformers.Qwen2MoeForCausalLM,
+            transformers.Qwen2MoeConfig(
+                num_experts=4, moe_intermediate_size=64, shared_expert_intermediate_size=64, **common
+            ),
+        ),
+    }
+
+
+@pytest.mark.anyplatform
+@pytest.mark.parametrize("name", ["mixtral", "qwen2_moe"])
+def test_moe_model_on_flagos_matches_the_native_model(name):
+    """transformers' MoE layers call integer histc on any device but cpu/mps: on flagos the experts' token
+    counts and the router loss take the GPU's path, the native model its own; logits and loss agree."""
+    cls, cfg = _moe_models()[name]
+    torch.manual_seed(0)
+    model = cls(cfg).eval()
+    native = copy.deepcopy(model).to(NATIVE)
+    flagos = copy.deepcopy(model).to(DEV)
+    ids = torch.randint(0, cfg.vocab_size, (2, 8))
+    with torch.no_grad():
+        want = native(ids.to(NATIVE))
+        got = flagos(ids.to(DEV))
+    torch.testing.assert_close(got.logits.cpu(), want.logits.cpu(), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got.aux_loss.cpu(), want.aux_loss.cpu(), rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        want_tokens = native.generate(ids.to(NATIVE), max_new_tokens=4, do_sample=False)
+        got_tokens = flagos.generate(ids.to(DEV), max_new_tokens=4, do_sample=False)
+    assert got_tokens.device.type == DEV and got_tokens.shape == (2, 12)
+    assert got_tokens.cpu().tolist() == want_tokens.cpu().tolist()
