@@ -19,3 +19,4 @@
 #include "route/routed_args.cpp"
 #include "route/typed_native.cpp"
 #include "route/native_route.cpp"
+#include "route/dtype_gaps.cpp"

@@ -8,6 +8,7 @@
 #include "python/py_route.h"
 #include "route/autograd_shortcut.h"
 #include "route/counters.h"
+#include "route/dtype_gaps.h"
 #include "route/native_route.h"
 #include "runtime/allocator.h"
 #include "runtime/autograd_threads.h"
@@ -132,6 +133,9 @@ void bind_module(py::module& m) {
   m.def("_set_log_fallback", [](bool on) { route::g_route_flags.log_fallback = on; });
   m.def("_set_strict", [](bool on) { route::g_route_flags.strict = on; });
   m.def("_set_count", [](bool on) { route::g_route_flags.count = on; });
+  m.def("_host_dtype_gaps", &route::registered_dtype_gaps,
+        "The operator/dtype pairs the host backing runs widened because the CPU lacks CUDA's kernel "
+        "(\"op.overload: dtypes -> wide dtype\"); empty on a CUDA backing.");
   m.def("_set_native_label", &route::set_native_label, py::arg("op"), py::arg("label"));
   m.def("_set_default_native_label", &route::set_default_native_label, py::arg("label"));
   m.def(

@@ -11,6 +11,7 @@
 
 #include "route/counters.h"
 #include "route/device_check.h"
+#include "route/dtype_gaps.h"
 #include "route/profiling.h"
 #include "route/routed_args.h"
 #include "route/typed_native.h"
@@ -204,6 +205,10 @@ void register_native_route() {
   // The hottest operators get typed kernels first: the loop below skips
   // operators that already have a PrivateUse1 kernel.
   register_typed_native_route(direct_library);
+  // On host backing, operator/dtype pairs CUDA has and the CPU lacks run
+  // widened (route/dtype_gaps.cpp); registered here so that the dispatch
+  // dump names this file, as for the native route's other registrations.
+  register_dtype_gaps(direct_library);
   auto& dispatcher = c10::Dispatcher::singleton();
   // Operators any overload of which takes a Generator: randn draws as
   // randn.generator does.
