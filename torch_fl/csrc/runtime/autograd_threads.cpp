@@ -43,11 +43,31 @@ struct ExitMarker final : torch::autograd::Node {
   }
 };
 
+// A new node as the installed torch holds graph nodes: std::shared_ptr up to
+// torch 2.11, c10::intrusive_ptr later (Edge::function's type says which).
+template <class Ptr>
+struct NewNode;
+template <class T>
+struct NewNode<std::shared_ptr<T>> {
+  template <class N>
+  static std::shared_ptr<T> make() {
+    return std::make_shared<N>();
+  }
+};
+template <class T>
+struct NewNode<c10::intrusive_ptr<T>> {
+  template <class N>
+  static c10::intrusive_ptr<T> make() {
+    return c10::make_intrusive<N>();
+  }
+};
+using NodePtr = decltype(torch::autograd::Edge::function);
+
 // Runs a marker graph on device `index`'s autograd thread and returns once
 // that thread has run it (the engine's own wait, on this thread).
 void run_marker(c10::DeviceIndex index) {
   at::Tensor grad = at::empty({0}, at::TensorOptions().device(kFlagos, index));  // no memory
-  auto marker = c10::make_intrusive<ExitMarker>();
+  NodePtr marker = NewNode<NodePtr>::make<ExitMarker>();
   marker->add_input_metadata(grad);
   Engine::get_default_engine().execute({torch::autograd::Edge(marker, 0)}, {grad}, /*keep_graph=*/false,
                                        /*create_graph=*/false, /*accumulate_grad=*/true);
