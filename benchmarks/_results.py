@@ -69,9 +69,13 @@ MEASURED = ("torch_fl", "benchmarks/*.py", "setup.py", "pyproject.toml")
 
 
 def git_commit() -> tuple[str | None, bool | None]:
-    """(short commit of this checkout, whether the code it measures differs from it). Outside git (a copy of the
-    tree on a GPU machine) the commit is $TORCH_FL_COMMIT as the copy's sender named it, else None, and
-    whether it differs is unknown (None)."""
+    """(short commit of this checkout, whether the code it measures differs from it). $TORCH_FL_COMMIT, when set,
+    names the commit instead: a copy of the tree on a GPU machine may carry a stale git state, so its sender
+    names the commit it sent (whether it differs is then unknown, None, unless $TORCH_FL_DIRTY is 0 or 1)."""
+    named = os.environ.get("TORCH_FL_COMMIT")
+    if named:
+        dirty = os.environ.get("TORCH_FL_DIRTY")
+        return named, None if dirty not in ("0", "1") else dirty == "1"
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
         if rev.returncode != 0:

@@ -14,7 +14,8 @@
 # routes, then the FlagGems profile). Each benchmark writes its canonical file
 # into $OUT (overhead-h200.json, route-breakdown-h200.json, alias-pool-h200.json,
 # e2e-h200.json, with their PNGs); copy them to benchmarks/results/ and run
-# `python benchmarks/report.py` to regenerate docs/benchmarks.md and the README table.
+# `python benchmarks/report.py` to regenerate docs/benchmarks.md and the README table. The copy's git
+# state may be stale: name the commit sent with TORCH_FL_COMMIT=<hash> TORCH_FL_DIRTY=0|1 (the meta block).
 # Correctness checks: scripts/gpu_check.sh.
 set -uo pipefail
 STEP=${STEP:-all}

@@ -145,19 +145,18 @@ def test_the_cpu_fallback_route_checks_too(two):
         assert stat.failures == 0 and stat.fallbacks == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="python/py_route.h does not call RoutedArgs::check_devices(op) after unwrap() yet (the lead's rewrite)",
-)
 @pytest.mark.usefixtures("fake_gems")
-def test_a_python_route_checks_too(two):
+@pytest.mark.parametrize("op,call", [("add.Tensor", lambda a, b: a + b), ("cat", lambda a, b: torch.cat([a, b]))])
+def test_a_python_route_checks_too(two, op, call):
+    # add.Tensor runs through PyRoute's typed front, cat through its boxed kernel
     f0, f1 = two
-    routing.set_route("add.Tensor", "flaggems")
-    assert isinstance(registry.REGISTERED["add.Tensor"].handle, torch_fl._C.PyRoute)
+    routing.set_route(op, "flaggems")
+    assert isinstance(registry.REGISTERED[op].handle, torch_fl._C.PyRoute)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        warnings.simplefilter("error")  # no fallback, no demotion: the call never reaches the backend
         with mismatch("flagos:0", "flagos:1"):
-            f0 + f1
+            call(f0, f1)
+    assert op not in routing.state.STATE.failed
 
 
 # ------------------------------------------------------------- CUDA backing

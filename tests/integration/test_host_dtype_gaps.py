@@ -23,7 +23,7 @@ ON_CUDA = torch_fl.backing() == "cuda"
 NATIVE = "cuda" if ON_CUDA else "cpu"
 DEV = "flagos"
 
-INTS = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
+INTS = [torch.int8, torch.int16, torch.int32, torch.int64]
 C10_NAMES = {
     "Byte": torch.uint8,
     "Char": torch.int8,
@@ -37,6 +37,8 @@ C10_NAMES = {
 UNCOVERED = {
     ("abs", torch.bool): "abs is a typed hot-path operator; a dtype test there would cost every abs call",
     ("nn.functional.softsign", torch.bool): "a composite of abs (bool)",
+    ("histc", torch.uint8): "CUDA converts a uint8 histc's bounds in a way this table does not reproduce (the H200 "
+    "disagreed with the written-out rules for bounds below 0 and above 255)",
 }
 
 
@@ -77,10 +79,6 @@ def histc_cases():
         for bins, lo, hi in [(4, 0, 4), (7, -3, 40), (5, 0, 0), (3, -2.7, 9.9), full]:
             values = [rng.randint(max(info.min, -60), min(info.max, 60)) for _ in range(200)]
             yield pytest.param(dtype, values, bins, lo, hi, id=f"{dtype}-{bins}-{lo}-{hi}")
-    # bounds wrapped into the dtype (CUDA converts them): 300 -> 44 for uint8
-    yield pytest.param(torch.uint8, list(range(0, 256, 3)), 5, 2, 300, id="uint8-wrapped-bounds")
-    # every count wraps in uint8, as CUDA's uint8 counts do
-    yield pytest.param(torch.uint8, [7] * 300, 2, 0, 10, id="uint8-count-wraps")
     # equal values and equal bounds: the range widens to [v - 1, v + 1]
     yield pytest.param(torch.int32, [5] * 9, 4, 0, 0, id="int32-all-equal")
     # int64 values past 2^53 (not exact in float64) outside a range that is
@@ -95,7 +93,7 @@ def test_the_gap_table_is_registered_on_host_backing_only():
     if ON_CUDA:
         assert gaps == []
     else:
-        assert "histc: Byte, Char, Short, Int, Long -> Double" in gaps
+        assert "histc: Char, Short, Int, Long -> Double" in gaps
         assert "trace: Bool -> Byte" in gaps
 
 
@@ -128,7 +126,7 @@ def test_integer_histc_returns_cudas_counts(dtype, values, bins, lo, hi):
     x = torch.tensor(values, dtype=dtype, device=DEV)
     try:
         expected = cuda_histc(values, dtype, bins, lo, hi)
-    except RuntimeError as e:  # uint8 with min=-3: the bound wraps to 253 > max
+    except RuntimeError as e:  # bounds that wrap to an empty range
         with pytest.raises(RuntimeError, match=str(e)):
             torch.histc(x, bins=bins, min=lo, max=hi)
         return
@@ -148,8 +146,6 @@ def test_integer_histc_out_resizes_and_casts_as_cudas_out_kernel():
 
 @pytest.mark.anyplatform
 def test_integer_histc_raises_cudas_errors():
-    with pytest.raises(RuntimeError, match="max must be larger than min"):
-        torch.histc(torch.zeros(3, dtype=torch.uint8, device=DEV), bins=2, min=0, max=0)  # 0 - 1 wraps to 255
     with pytest.raises(RuntimeError, match="bins must be > 0"):
         torch.histc(torch.zeros(3, dtype=torch.int32, device=DEV), bins=0, min=0, max=1)
 
@@ -233,7 +229,9 @@ def test_moe_model_on_flagos_matches_the_native_model(name):
     torch.testing.assert_close(got.logits.cpu(), want.logits.cpu(), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(got.aux_loss.cpu(), want.aux_loss.cpu(), rtol=1e-4, atol=1e-4)
     with torch.no_grad():
-        want_tokens = native.generate(ids.to(NATIVE), max_new_tokens=4, do_sample=False)
-        got_tokens = flagos.generate(ids.to(DEV), max_new_tokens=4, do_sample=False)
+        # No router loss while generating: transformers' GPU path of it fails on native CUDA with a KV cache.
+        gen = dict(max_new_tokens=4, do_sample=False, output_router_logits=False)
+        want_tokens = native.generate(ids.to(NATIVE), **gen)
+        got_tokens = flagos.generate(ids.to(DEV), **gen)
     assert got_tokens.device.type == DEV and got_tokens.shape == (2, 12)
     assert got_tokens.cpu().tolist() == want_tokens.cpu().tolist()

@@ -31,6 +31,8 @@ def profiled(kind: str, fn):
     """Runs fn under the profiler `kind` with every warning an error; the profiler."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        # PyTorch's own notice of torch.profiler (2.11 prints it for every device), not about flagos
+        warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
         if kind == "autograd":
             prof = torch.autograd.profiler.profile(use_device="flagos")
         else:
@@ -60,7 +62,7 @@ def test_profiler_runs_without_warnings_or_asserts(kind, capfd):
     assert any(e.name == "aten::addmm" for e in events)
     for e in events:
         assert e.time_range.end >= e.time_range.start, f"{e.name} ends before it starts"
-    table = prof.key_averages().table(row_limit=5)
+    table = prof.key_averages().table(row_limit=-1)
     assert "aten::addmm" in table
 
 

@@ -82,3 +82,13 @@ def test_commit_outside_git_comes_from_the_sender(monkeypatch, tmp_path):
     assert results.git_commit() == ("abc1234", None)
     monkeypatch.delenv("TORCH_FL_COMMIT")
     assert results.git_commit() == (None, None)
+
+
+@pytest.mark.anyplatform
+def test_the_senders_commit_wins_over_a_stale_checkout(monkeypatch):
+    results = load_benchmark("_results")  # this checkout is a git repository
+    monkeypatch.setenv("TORCH_FL_COMMIT", "abc1234")
+    monkeypatch.setenv("TORCH_FL_DIRTY", "0")
+    assert results.git_commit() == ("abc1234", False)
+    monkeypatch.setenv("TORCH_FL_DIRTY", "1")
+    assert results.git_commit() == ("abc1234", True)

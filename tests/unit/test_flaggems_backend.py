@@ -470,15 +470,16 @@ def test_a_failing_kernel_with_a_scalar_operand_falls_back_natively(fake_gems):
 
 
 @pytest.mark.parametrize("op,call", [("add.Tensor", lambda x, y: x + y), ("atan2", torch.atan2)])
-def test_a_result_that_is_a_backing_device_argument_stays_that_tensor(routed_to_kernel, op, call):
-    """A kernel that returns a tensor of the backing device the caller passed
-    in returns the caller's own tensor (not a flagos tensor over its memory),
-    through the typed front (add) as through the boxed kernel (atan2)."""
+def test_a_result_that_is_a_foreign_argument_stays_that_tensor(routed_to_kernel, op, call):
+    """A kernel that returns a non-flagos tensor the caller passed in (a CPU scalar: the only foreign tensor a
+    call may mix in, as on CUDA) returns the caller's own tensor, not a flagos tensor over its memory, through
+    the typed front (add) as through the boxed kernel (atan2)."""
     routed_to_kernel(op, lambda x, y, **kwargs: y)
-    native = torch.device(torch_fl.backing())
-    x, y = torch.ones(2, device="flagos"), torch.full((2,), 5.0, device=native)
+    x, y = torch.ones(2, device="flagos"), torch.tensor(5.0)
     r = call(x, y)
-    assert r.device.type == native.type and r.data_ptr() == y.data_ptr()
+    assert r.device.type == "cpu" and r.data_ptr() == y.data_ptr()
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        call(x, torch.full((2,), 5.0))  # a non-scalar CPU tensor: the device mismatch CUDA raises
 
 
 @pytest.mark.parametrize("op,call", [("add.Tensor", lambda x: x + x), ("cat", lambda x: torch.cat([x, x]))])

@@ -35,8 +35,11 @@ constexpr uint64_t bit(c10::ScalarType t) {
   return uint64_t{1} << static_cast<int>(t);
 }
 
-constexpr uint64_t kIntegers = bit(c10::ScalarType::Byte) | bit(c10::ScalarType::Char) |
-                               bit(c10::ScalarType::Short) | bit(c10::ScalarType::Int) | bit(c10::ScalarType::Long);
+// Signed integers only: CUDA converts a uint8 histc's bounds in a way the
+// rules below do not reproduce (bounds below 0 and above 255 disagreed on
+// the H200), so uint8 stays a gap (docs/architecture.md).
+constexpr uint64_t kIntegers =
+    bit(c10::ScalarType::Char) | bit(c10::ScalarType::Short) | bit(c10::ScalarType::Int) | bit(c10::ScalarType::Long);
 
 // histc on integers. CUDA's kernel (_histc_cuda) converts min and max to
 // int64 (truncating) and then to the input dtype (wrapping), takes the
