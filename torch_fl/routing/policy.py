@@ -63,47 +63,48 @@ def warn_once(op: str, backend: str, dtype, message: Callable[[], str]) -> None:
     warnings.warn(message(), FallbackWarning, stacklevel=4)
 
 
-def fallback_notice(fb: Fallback, reason: str) -> Callable:
-    """notice(dtype) for a call whose target falls back (`reason`: why): counted, warned once per dtype."""
+def _notice(fb: Fallback, why: str, per_dtype: bool, message: Callable) -> Callable:
+    """notice(dtype) before a call runs natively instead of on `fb.backend` (`why`): the strict error, or a
+    counted fallback warned once per dtype (`per_dtype`) or once per (op, backend); `message(dtype)` is built
+    only for that first warning."""
     op, backend, counters, strict = fb.op, fb.backend, fb.counters, fb.strict
-
-    def notice(dt):
-        if strict:
-            raise strict_error(op, backend, reason)
-        counters[1] += 1
-        warn_once(
-            op,
-            backend,
-            dt,
-            lambda: (
-                f"flagos: {op} ({dtype_name(dt)}) routed to '{backend}' ran "
-                f"natively instead: {reason}. Explain: python -m torch_fl explain {op}"
-            ),
-        )
-
-    return notice
-
-
-def empty_input_notice(fb: Fallback, unsafe: str) -> Callable:
-    """notice(dtype) for a call with an empty input, for a backend that is not given those (`unsafe`: why)."""
-    op, backend, counters, strict = fb.op, fb.backend, fb.counters, fb.strict
-    why = f"an input tensor is empty and '{backend}' kernels are not given empty tensors"
 
     def notice(dt):
         if strict:
             raise strict_error(op, backend, why)
         counters[1] += 1
-        warn_once(
-            op,
-            backend,
-            "empty input",
-            lambda: (
-                f"flagos: {op} routed to '{backend}' ran natively for a call with an empty input: {why} "
-                f"({unsafe}). Counted as a fallback; other calls use '{backend}'."
-            ),
-        )
+        warn_once(op, backend, dt if per_dtype else "empty input", lambda: message(dt))
 
     return notice
+
+
+def fallback_notice(fb: Fallback, reason: str) -> Callable:
+    """notice(dtype) for a call whose target falls back (`reason`: why): counted, warned once per dtype."""
+    op, backend = fb.op, fb.backend
+    return _notice(
+        fb,
+        reason,
+        True,
+        lambda dt: (
+            f"flagos: {op} ({dtype_name(dt)}) routed to '{backend}' ran natively instead: {reason}. "
+            f"Explain: python -m torch_fl explain {op}"
+        ),
+    )
+
+
+def empty_input_notice(fb: Fallback, unsafe: str) -> Callable:
+    """notice(dtype) for a call with an empty input, for a backend that is not given those (`unsafe`: why)."""
+    op, backend = fb.op, fb.backend
+    why = f"an input tensor is empty and '{backend}' kernels are not given empty tensors"
+    return _notice(
+        fb,
+        why,
+        False,
+        lambda dt: (
+            f"flagos: {op} routed to '{backend}' ran natively for a call with an empty input: {why} "
+            f"({unsafe}). Counted as a fallback; other calls use '{backend}'."
+        ),
+    )
 
 
 def _signal_handler_codes() -> set:
