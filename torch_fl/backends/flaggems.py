@@ -15,9 +15,11 @@ hands back its results as flagos tensors.
 
 flag_gems cannot be imported without a GPU: on host backing this backend
 reports itself unavailable and routes to it fall back (see docs/routing.md).
-In flag-gems 5.0.2 from PyPI (pure Python wheel) `flaggems` and
-`flaggems_python` run the same Python table; the names are kept apart for
-FEP 0025 compatibility, in logs and in stats.
+`flaggems` and `flaggems_python` run the same table two ways (FEP 0025's
+names): `flaggems_python` calls FlagGems' Python function on every call;
+`flaggems` (the low-overhead path) calls it once per input signature under a
+recorder and replays what it launched from C++ afterwards
+(backends/flaggems_fast.py).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import sys
 import torch
 
 import torch_fl
+from torch_fl.backends import flaggems_fast
 from torch_fl.backends.base import Backend, BackendKernel
 from torch_fl.vocab.errors import RoutingError
 from torch_fl.vocab.ops import normalize
@@ -156,8 +159,11 @@ class FlagGemsBackend(Backend):
     # raises ZeroDivisionError and bmm a math domain error (docs/routing.md).
     empty_inputs_unsafe = "FlagGems 5.0.2 faults or raises on some; see docs/routing.md, Fallback rules"
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, fast_path: bool):
         self.name = name
+        self.fast_path = fast_path
+        if fast_path:
+            flaggems_fast.install()
 
     def unavailable_reason(self) -> str | None:
         LOADER.load()

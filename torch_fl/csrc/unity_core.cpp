@@ -6,6 +6,7 @@
 #include "runtime/allocator.cpp"
 #include "runtime/autograd_threads.cpp"
 #include "runtime/backing.cpp"
+#include "runtime/cuda_driver.cpp"
 #include "runtime/device_guard.cpp"
 #include "runtime/generator.cpp"
 #include "runtime/hooks.cpp"

@@ -16,6 +16,7 @@
 #include "route/counters.cpp"
 #include "route/device_check.cpp"
 #include "route/profiling.cpp"
+#include "route/replay.cpp"
 #include "route/routed_args.cpp"
 #include "route/typed_native.cpp"
 #include "route/native_route.cpp"

@@ -47,7 +47,7 @@ def _core_target(op: str, target: Target, strict: bool, kernel_failed: KernelFai
         return CoreTarget("cpu_fallback", label)
     on_empty = empty_input_notice(fb, b.empty_inputs_unsafe) if b.empty_inputs_unsafe else None
     on_error = error_policy(fb, ops.is_mutable(op), native_runner(op), kernel_failed)
-    return CoreTarget("kernel", label, b.kernel(op).fn, on_error, on_empty, fb.counters)
+    return CoreTarget("kernel", label, b.kernel(op).fn, on_error, on_empty, fb.counters, fast=b.fast_path)
 
 
 def core_targets(

@@ -5,6 +5,7 @@
 #include "ops/metadata_ops.h"
 #include "ops/sdpa.h"
 #include "python/alias_objects.h"
+#include "python/fast_path.h"
 #include "python/py_route.h"
 #include "route/autograd_shortcut.h"
 #include "route/counters.h"
@@ -12,6 +13,7 @@
 #include "route/native_route.h"
 #include "runtime/allocator.h"
 #include "runtime/autograd_threads.h"
+#include "runtime/cuda_driver.h"
 #include "runtime/device.h"
 #include "runtime/generator.h"
 #include "tensor/alias.h"
@@ -23,6 +25,8 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <ATen/ScalarOps.h>
+
+#include <algorithm>
 #include <ATen/core/dispatch/Dispatcher.h>
 
 namespace torch_fl {
@@ -186,6 +190,21 @@ void bind_module(py::module& m) {
         py::call_guard<py::gil_scoped_release>(),
         "Wait (without the GIL) until each autograd device thread has released the task it ran; the number "
         "still busy after timeout_s. Called at exit (runtime/autograd_threads.h).");
+  m.def("_set_fast_recorder", &set_fast_recorder, py::arg("recorder"),
+        "The FlagGems fast path's recorder: recorder(fn, args, kwargs, returns) -> (result, recording).");
+  m.def(
+      "_is_capturing",
+      [](int64_t index) {
+        if (backing().host) {
+          return false;
+        }
+        const c10::DeviceIndex i = runtime::index_or_current(
+            static_cast<c10::DeviceIndex>(std::clamp<int64_t>(index, -1, runtime::kMaxDevices)));
+        return runtime::cuda_driver::is_capturing(runtime::cuda_driver::current_stream(i));
+      },
+      py::arg("index") = -1,
+      "Whether flagos device `index`'s (-1: the current device's) current stream is being captured into a CUDA "
+      "graph; False on host memory.");
   m.def("_host_reset_peak", [](int64_t i) { runtime::host_reset_peak(static_cast<c10::DeviceIndex>(i)); });
 }
 

@@ -72,6 +72,7 @@ std::unique_ptr<Target> make_target(const std::string& op, const py::handle& spe
   } else if (kind == "kernel") {
     t->kind = TargetKind::kKernel;
     t->fn = callable("fn", true);
+    t->fast = py::hasattr(spec, "fast") && spec.attr("fast").cast<bool>();
     t->on_error = callable("on_error", true);
     t->notice = callable("notice", false);
     // The call counter: counters[0] of an array('q'), written through its buffer.
@@ -134,6 +135,7 @@ struct PyRoute {
       return;
     }
     // The GIL is held: calls read the state with it.
+    update_fast(*st);
     reg->slot->state = std::move(st);
     reg->slot->native.store(false, std::memory_order_relaxed);
     if (reg->library == nullptr) {
@@ -150,8 +152,41 @@ struct PyRoute {
     }
   }
 
+  // Which dtypes take the fast path (read without the GIL by every call).
+  void update_fast(const PyRouteState& st) {
+    FastPlan& f = reg->slot->fast;
+    const Target* fast = nullptr;
+    auto mark = [&](size_t i, const Target& t) {
+      const bool on = t.kind == TargetKind::kKernel && t.fast;
+      f.on_dtype[i].store(on, std::memory_order_relaxed);
+      fast = on ? &t : fast;
+    };
+    for (size_t d = 0; d < static_cast<size_t>(c10::ScalarType::NumOptions); ++d) {
+      mark(d, st.target(static_cast<c10::ScalarType>(d)));
+    }
+    mark(f.on_dtype.size() - 1, st.target(c10::ScalarType::Undefined));
+    if (fast == nullptr) {
+      f.any.store(false, std::memory_order_relaxed);
+      return;
+    }
+    // Recordings of another function (a test's FlagGems stand-in) are dropped.
+    if (!fast->fn.is(f.fn)) {
+      f.cache.clear();
+      f.fn = fast->fn;
+    }
+    if (f.line != fast->line) {  // the same for every fast target of an operator
+      f.any.store(false, std::memory_order_seq_cst);
+      f.line = fast->line;
+      f.label = fast->label;
+    }
+    f.counters = fast->counters;
+    f.calls.store(fast->calls, std::memory_order_relaxed);
+    f.any.store(true, std::memory_order_release);
+  }
+
   // Every call runs the native route again; the kernel stays registered.
   void set_native() {
+    reg->slot->fast.any.store(false, std::memory_order_relaxed);
     reg->slot->native.store(true, std::memory_order_relaxed);
     reg->slot->state = nullptr;
   }
@@ -169,7 +204,16 @@ void bind_py_route(py::module& m) {
       .def("update", &PyRoute::update, py::arg("default"), py::arg("by_dtype") = std::vector<int>{})
       .def("set_native", &PyRoute::set_native)
       .def_property_readonly("registered", [](const PyRoute& r) { return r.reg->library != nullptr; })
-      .def_property_readonly("native", [](const PyRoute& r) { return r.reg->slot->native.load(); });
+      .def_property_readonly("native", [](const PyRoute& r) { return r.reg->slot->native.load(); })
+      .def("fast_stats", [](const PyRoute& r) { return fast_stats(r.reg->slot->fast); },
+           "The FlagGems fast path's counts for this operator: hits (replayed calls), recorded, python (calls "
+           "left on the Python function), evicted, signatures, programs, capacity, reasons {why: calls}.")
+      .def("fast_clear", [](const PyRoute& r) { r.reg->slot->fast.cache.clear(); },
+           "Drops the recorded signatures: the next call of each records again.")
+      .def_property(
+          "fast_capacity", [](const PyRoute& r) { return r.reg->slot->fast.cache.capacity(); },
+          [](const PyRoute& r, size_t n) { r.reg->slot->fast.cache.set_capacity(n); },
+          "The most signatures this operator's fast path keeps (the oldest goes first).");
 }
 
 }  // namespace python

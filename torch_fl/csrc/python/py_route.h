@@ -15,6 +15,7 @@
 // native route without touching Python (`RouteSlot::native`).
 #pragma once
 
+#include "python/fast_path.h"
 #include "python/gil.h"
 #include "python/python_args.h"
 #include "route/counters.h"
@@ -58,6 +59,7 @@ struct Target {
   py::object counters;  // kKernel: array('q', [calls, fallbacks, failures]); calls counted through its buffer
   int64_t* calls = nullptr;
   Py_buffer counters_view{};
+  bool fast = false;  // kKernel: FlagGems' fast path (python/fast_path.h) runs fn's recordings
   std::string label;  // the backend's name in the dispatch log and the profiler's trace
   std::string line;   // kKernel, kCpuFallback: the dispatch-log line, naming what runs
 
@@ -103,6 +105,9 @@ struct RouteSlot {
   // Every dtype runs the native route: read without the GIL, so an operator
   // routed back to native costs a relaxed load over the native route.
   std::atomic<bool> native{false};
+  // The fast path's state and recordings: kept across route changes (the
+  // recordings depend only on the backend's function).
+  FastPlan fast;
 };
 using Slot = std::shared_ptr<RouteSlot>;
 
@@ -125,7 +130,15 @@ class PyRouteKernel final : public c10::OperatorKernel {
   }
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
-    const Then then = slot_->native.load(std::memory_order_relaxed) ? Then::kNative : run_python_side(op, stack);
+    if (slot_->native.load(std::memory_order_relaxed)) {
+      route::run_native_route(op, ks, stack);
+      return;
+    }
+    // A signature recorded before replays here, without the GIL.
+    if (slot_->fast.any.load(std::memory_order_relaxed) && try_fast(slot_->fast, op, stack)) {
+      return;
+    }
+    const Then then = run_python_side(op, stack);
     // Native work runs without the GIL, as it does off the native route.
     if (then == Then::kNative) {
       route::run_native_route(op, ks, stack);
@@ -191,6 +204,9 @@ class PyRouteKernel final : public c10::OperatorKernel {
       std::cerr << t.line << std::flush;
     }
     ++*t.calls;  // a store through the array's buffer: no Python int per call
+    // A fast target keys the call on its flagos arguments, before they are unwrapped.
+    route::replay::Signature sig;
+    const bool keyed = t.fast && route::replay::signature_of(*stack, nargs, &sig);
     route::RoutedArgs routed(tensor::python_alias_pool());
     {
       // The caller's arguments, for the error path.
@@ -206,7 +222,9 @@ class PyRouteKernel final : public c10::OperatorKernel {
           guard.reset_device(c10::Device(kFlagos, routed.index()));
         }
         route::RouteScope scope(op, t.label.c_str());
-        result = py_args.call(t.fn);
+        result = t.fast ? call_fast_target(slot_->fast, op, t.fn, sig, keyed, py_args.args_tuple(),
+                                           py_args.kwargs_dict())
+                        : py_args.call(t.fn);
       } catch (py::error_already_set& e) {
         stack->insert(stack->end(), original.begin(), original.end());
         const PyArgs caller = pop_python_args(schema, stack, kwarg_names_);

@@ -1,0 +1,162 @@
+// Replay of a recorded backend call: the FlagGems fast path's C++ half.
+//
+// FlagGems' Python function for an operator spends its time on the host
+// (shapes, strides, grids, allocation), and for one input signature (what its
+// kernels specialize on: dtypes, shapes, strides, alignment, scalar
+// arguments) it does the same thing on every call. The routing layer records
+// one call (torch_fl/backends/flaggems_fast.py): the ATen operators it ran
+// (allocations, copies) and the Triton kernels it launched, with every tensor
+// it touched expressed as a slot (an input of the call, or a result of a
+// recorded operator, or a view of one). A Program is that recording; run()
+// plays it again with the new call's tensors, launching the same compiled
+// kernels through the driver with the new pointers, and no Python.
+//
+// Signature: the key under which a Program is stored. It holds everything of
+// a call that the recording may have depended on besides tensor contents;
+// a call whose arguments cannot be keyed (a CPU tensor, a generator) is
+// never replayed.
+#pragma once
+
+#include "runtime/cuda_driver.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/SmallVector.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace torch_fl {
+namespace route {
+namespace replay {
+
+// A call's signature: a flat list of integers (tags and values).
+struct Signature {
+  c10::SmallVector<int64_t, 48> words;
+  uint64_t hash = 0;
+  bool operator==(const Signature& o) const {
+    return hash == o.hash && words.size() == o.words.size() &&
+           std::equal(words.begin(), words.end(), o.words.begin());
+  }
+};
+
+// The signature of the `nargs` arguments on top of `stack` (flagos tensors,
+// before they are unwrapped); false where a call cannot be keyed.
+bool signature_of(const torch::jit::Stack& stack, size_t nargs, Signature* out);
+
+// One argument of a recorded operator: a constant, a slot, or a list of slots.
+struct ArgTemplate {
+  enum class Kind : uint8_t { kConstant, kSlot, kTensorList, kOptionalTensorList };
+  Kind kind = Kind::kConstant;
+  c10::IValue constant;
+  int32_t slot = -1;
+  std::vector<int32_t> slots;  // lists; -1 for a None element of an optional list
+};
+
+// A recorded ATen operator (an allocation, a copy, a fill), run again through
+// the dispatcher on the backing device's tensors.
+struct OpStep {
+  c10::OperatorHandle op;
+  std::vector<ArgTemplate> args;
+  // Per return: the slot(s) its tensor(s) fill; -1 for a return that is an
+  // argument (in-place, out=) or not a tensor.
+  std::vector<std::vector<int32_t>> outs;
+  explicit OpStep(c10::OperatorHandle h) : op(std::move(h)) {}
+};
+
+// A recorded kernel launch: the argument bytes as recorded, with each pointer
+// argument recomputed from its slot (the slot's data pointer plus the
+// recorded offset).
+struct LaunchStep {
+  runtime::cuda_driver::Launch launch;
+  std::vector<uint8_t> bytes;          // 8 bytes per parameter, little-endian values
+  std::vector<uint32_t> ptr_params;    // parameters that are pointers
+  std::vector<int32_t> ptr_slots;      // their slots (roots: inputs or operator results)
+  std::vector<int64_t> ptr_offsets;    // their byte offsets from the slot's data pointer
+  std::string name;                    // the kernel's, for errors
+};
+
+// A slot that views another slot's storage with its own metadata.
+struct ViewSlot {
+  int32_t root = -1;  // a root slot (an input or an operator's result)
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  int64_t storage_offset = 0;
+};
+
+// What a return of the operator is.
+struct ResultTemplate {
+  enum class Kind : uint8_t { kTensor, kNone, kTensorList };
+  Kind kind = Kind::kTensor;
+  std::vector<int32_t> slots;  // one for kTensor
+};
+
+struct Step {
+  bool is_launch = false;
+  size_t index = 0;  // into Program::ops or Program::launches
+};
+
+struct Program {
+  int32_t inputs = 0;  // slots 0..inputs-1: the call's tensors, in argument order
+  int32_t slots = 0;
+  std::vector<std::optional<ViewSlot>> views;  // per slot
+  std::vector<OpStep> ops;
+  std::vector<LaunchStep> launches;
+  std::vector<Step> steps;
+  std::vector<ResultTemplate> results;  // per return of the operator
+};
+
+// Runs `p` for the call whose `nargs` arguments (native aliases, unwrapped)
+// are on top of `stack`: pops them and pushes the results, as a kernel does.
+// `index`: the call's device (launches go to its current stream).
+void run(const Program& p, torch::jit::Stack* stack, size_t nargs, c10::DeviceIndex index);
+
+// The tensors of a call's arguments in slot order, as run() and the recorder
+// enumerate them: each defined tensor that is not a wrapped number, list
+// elements in order.
+void input_tensors(const torch::jit::Stack& stack, size_t nargs, c10::SmallVector<at::Tensor, 8>* out);
+
+// What a cache holds for a signature: a Program, or the reason the call stays
+// on the Python function (an index into the owner's reasons).
+struct Entry {
+  std::shared_ptr<const Program> program;
+  int32_t reason = -1;    // stays on the Python function, for this reason
+  int32_t attempts = 0;   // recordings voided so far (autotuning ran during them)
+};
+
+// Programs by signature, bounded: the oldest signature goes first when full.
+class Cache {
+ public:
+  // The entry of `sig`, if any (copied under the lock: another thread may evict it).
+  std::optional<Entry> find(const Signature& sig) const;
+  // Stores `e` under `sig`; returns the number of signatures evicted.
+  int64_t store(const Signature& sig, Entry e);
+  void clear();
+  size_t size() const;
+  size_t programs() const;
+  void set_capacity(size_t n);
+  size_t capacity() const;
+
+ private:
+  struct Bucket {
+    std::vector<std::pair<Signature, Entry>> items;
+  };
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, Bucket> buckets_;
+  std::deque<Signature> order_;  // insertion order, for eviction
+  size_t size_ = 0;
+  size_t programs_ = 0;
+  size_t capacity_ = 1024;
+};
+
+}  // namespace replay
+}  // namespace route
+}  // namespace torch_fl
