@@ -105,7 +105,7 @@ def flaggems_gaps(table: dict, a, b, fa, fb, native, pairs: int) -> dict[str, fl
                     lambda d=direct, k=kwargs: d(a, b, **k),
                 )
             )
-        with torch_fl.routing.route({f"{op}.Tensor": "flaggems"}):
+        with torch_fl.routing.route({f"{op}.Tensor": "flaggems_python"}):
             for _ in range(200):
                 routed()
             for name, first, second in steps:
@@ -251,8 +251,10 @@ def main(argv=None) -> int:
     else:
         row("flag_gems mul, direct, persistent CUDA tensors", lambda: gems_mul(a, b))
         row("flag_gems mul, direct, fresh alias tensors per call", lambda: gems_mul(torch_fl.as_native(fa), b))
+        with torch_fl.routing.route({"mul.Tensor": "flaggems_python"}):
+            row("flag_gems mul, routed from flagos (flaggems_python)", lambda: fa * fb)
         with torch_fl.routing.route({"mul.Tensor": "flaggems"}):
-            row("flag_gems mul, routed from flagos", lambda: fa * fb)
+            row("flag_gems mul, routed from flagos (flaggems fast path)", lambda: fa * fb)
         gaps = flaggems_gaps(LOADER.table, a, b, fa, fb, native, args.calls * 5)
         gaps.update(inside_and_outside(LOADER.table, a, b, fa, fb, native, args.calls * 5))
         for name, us in gaps.items():

@@ -54,6 +54,9 @@ _INTS = {
     "u64": (8, "Q"),
 }
 _TAGS_READING_VALUES = (torch.Tag.data_dependent_output, torch.Tag.dynamic_output_shape)
+# Operators with a non-tensor result that depends on the signature alone (dtypes, shapes): not
+# recorded, since they change nothing. Every other non-tensor result is a value read on the host.
+_METADATA_QUERIES = frozenset({"aten::result_type", "aten::is_same_size"})
 
 
 def _pack_float(ty: str, v: float) -> tuple[int, bytes]:
@@ -146,6 +149,8 @@ class Recording:
         if any(tag in func.tags for tag in _TAGS_READING_VALUES):
             raise _Refused(f"it reads tensor values ({func})")
         schema = func._schema
+        if schema.name in _METADATA_QUERIES:
+            return
         positional = [a for a in schema.arguments if not a.kwarg_only]
         full = []
         for i, a in enumerate(schema.arguments):

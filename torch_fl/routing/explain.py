@@ -33,6 +33,7 @@ class Explanation:
     backend_notes: list[str] = field(default_factory=list)
     kernel: str = ""  # "python kernel" or "C++ native route"
     default_taken: bool = True  # no rule applies: the platform's native route
+    fast_path: dict | None = None  # the FlagGems fast path's counts (route flaggems), csrc/python/fast_path.h
 
     def __str__(self) -> str:
         lines = [f"aten::{self.op}  (dtype: {dtype_name(self.dtype)})"]
@@ -48,6 +49,14 @@ class Explanation:
             lines.append(f"       {c.status}: {c.why}")
         lines.append(f"    {len(self.candidates) + 1}. default: native route ({torch_fl.backing()})")
         lines.append("       taken: no rule applies" if self.default_taken else "       not used: a rule applies")
+        if self.fast_path is not None:
+            f = self.fast_path
+            lines.append(
+                f"  fast path: {f['hits']} calls replayed, {f['recorded']} recorded, {f['python']} on the Python "
+                f"function; {f['programs']} of {f['signatures']} signatures replayable (keeps {f['capacity']})"
+            )
+            for why, calls in f["reasons"].items():
+                lines.append(f"    stays on Python ({calls} calls): {why}")
         for note in self.backend_notes:
             lines.append(f"  note: {note}")
         return "\n".join(lines)
@@ -65,6 +74,7 @@ class Explanation:
                 for c in self.candidates
             ],
             "notes": self.backend_notes,
+            "fast_path": self.fast_path,
         }
 
 
@@ -124,4 +134,9 @@ def explain(op: str, dtype=None) -> Explanation:
     if target.kind not in ("native", "fallback") and backends.get(routed).empty_inputs_unsafe:
         notes.append(f"calls with an empty input tensor run natively (counted as a fallback of '{routed}')")
     kernel = "C++ routed kernel (PyRoute, PrivateUse1)" if registered else "C++ native route"
-    return Explanation(norm, dtype, routed, runs, target.reason, cands, sorted(set(notes)), kernel, winner is None)
+    fast = None
+    if registered and target.kind == "kernel" and backends.get(routed).fast_path:
+        fast = torch_fl._C.PyRoute(norm).fast_stats()
+    return Explanation(
+        norm, dtype, routed, runs, target.reason, cands, sorted(set(notes)), kernel, winner is None, fast
+    )

@@ -311,8 +311,9 @@ void run_launch(const LaunchStep& step, Slots& slots, void* stream) {
 
 bool signature_of(const torch::jit::Stack& stack, size_t nargs, Signature* out) {
   out->words.clear();
-  // Factories without a dtype take the default one.
+  // Factories without a dtype take the default one, without a device the current one.
   out->words.push_back(static_cast<int64_t>(c10::get_default_dtype_as_scalartype()));
+  out->words.push_back(runtime::current_device());
   Keyer k{out, {}};
   for (size_t i = stack.size() - nargs; i < stack.size(); ++i) {
     if (!k.value(stack[i])) {
