@@ -54,9 +54,17 @@ _INTS = {
     "u64": (8, "Q"),
 }
 _TAGS_READING_VALUES = (torch.Tag.data_dependent_output, torch.Tag.dynamic_output_shape)
-# Operators with a non-tensor result that depends on the signature alone (dtypes, shapes): not
-# recorded, since they change nothing. Every other non-tensor result is a value read on the host.
-_METADATA_QUERIES = frozenset({"aten::result_type", "aten::is_same_size"})
+# Operators with a non-tensor result that depends on the signature alone (dtypes, shapes, strides,
+# aliasing): not recorded, since they change nothing. Every other non-tensor result is a value read
+# on the host. (Below autograd, where a route runs, composite operators arrive undecomposed.)
+_METADATA_QUERIES = frozenset(
+    "aten::" + name
+    for name in (
+        "result_type promote_types can_cast is_same_size size stride numel dim sym_size sym_stride sym_numel "
+        "sym_storage_offset storage_offset is_floating_point is_complex is_signed is_contiguous "
+        "is_non_overlapping_and_dense _has_compatible_shallow_copy_type is_set_to"
+    ).split()
+)
 
 
 def _pack_float(ty: str, v: float) -> tuple[int, bytes]:
@@ -127,12 +135,12 @@ class Recording:
                 return self._view(t, k)
         raise _Refused("it uses a tensor from outside the call (a cached buffer, a generator's state)")
 
-    def locate(self, addr: int) -> tuple[int, int]:
+    def locate(self, addr: int, kernel: str, arg: str) -> tuple[int, int]:
         """(root slot, byte offset from its data pointer) of a kernel's pointer argument."""
         for lo, hi, k in self.ranges:
             if lo <= addr < hi or addr == lo:
                 return k, addr - self.slots[k].data_ptr()
-        raise _Refused("it hands a kernel memory from outside the call (a cached buffer)")
+        raise _Refused(f"it hands kernel {kernel} memory from outside the call (argument {arg})")
 
     # -- operators ----------------------------------------------------------------------------------------
 
@@ -144,6 +152,18 @@ class Recording:
             slots = [-1 if v is None else self.slot(v) for v in value]
             return ("o" if optional else "l", slots)
         return ("c", value)
+
+    @staticmethod
+    def _views_of_argument(args, outs) -> bool:
+        """Whether every result shares the first tensor argument's storage. An operator that may alias
+        (contiguous, reshape: below autograd they arrive undecomposed) copies when the strides ask for
+        it; then it is recorded and run again, like any other."""
+        base = next((v for v in args if isinstance(v, torch.Tensor)), None)
+        if base is None:
+            return False
+        storage = base.untyped_storage()._cdata
+        tensors = [t for o in outs for t in (o if isinstance(o, (list, tuple)) else (o,))]
+        return all(isinstance(t, torch.Tensor) and t.untyped_storage()._cdata == storage for t in tensors)
 
     def op(self, func, args, kwargs, out) -> None:
         if any(tag in func.tags for tag in _TAGS_READING_VALUES):
@@ -169,7 +189,7 @@ class Recording:
         given = {id(v) for v in args if isinstance(v, torch.Tensor)} | {
             id(v) for v in kwargs.values() if isinstance(v, torch.Tensor)
         }
-        if func.is_view:
+        if func.is_view and self._views_of_argument(args, outs):
             # Metadata only: the result views the aliased argument's root.
             base = next(v for v in args if isinstance(v, torch.Tensor))
             root = self.root_of.get(self.slot(base), self.slot(base))
@@ -209,7 +229,7 @@ class Recording:
         if not isinstance(signature, dict) or len(signature) != len(args):
             raise _Refused(f"kernel {name}'s arguments do not match its signature")
         data, sizes, pointers = bytearray(), [], []
-        for ty, v in zip(signature.values(), args, strict=True):
+        for (arg, ty), v in zip(signature.items(), args, strict=True):
             if ty == "constexpr":
                 continue
             if not isinstance(ty, str):
@@ -217,7 +237,7 @@ class Recording:
             if ty.startswith("*"):
                 addr = 0 if v is None else v if isinstance(v, int) else v.data_ptr()
                 if addr:
-                    k, offset = self.locate(addr)
+                    k, offset = self.locate(addr, name, arg)
                     pointers.append((len(sizes), k, offset))
                 size, packed = 8, bytes(8)
             elif ty in _INTS:
