@@ -82,7 +82,8 @@ def test_doc_lists_every_name_with_its_status():
     text = DOC.read_text()
     for name in _coverage.cuda_public_names():
         assert f"`{name}`" in text, name
-    assert "| `CUDAGraph` | CUDA graphs issue |" in text
+    assert "| `CUDAGraph` | a torch.cuda.CUDAGraph capturing flagos work" in text
+    assert "| `MemPool` | user memory pools (torch.cuda.MemPool) are not wrapped yet" in text
     assert "| `current_blas_handle` | raw cuBLAS handle" in text
 
 
