@@ -151,6 +151,37 @@ def token_pairs(models: dict, native, flagos, sz: dict, args) -> dict:
     }
 
 
+def graph_decode_task(model, sz: dict, seed: int, device, timed, routing) -> dict:
+    """Greedy decode with one CUDA graph per shape (graph_decode.GraphDecoder): the timed decodes replay
+    the decode step captured on the first; the same steps run eagerly once, for the token check."""
+    import graph_decode
+    import qwen3
+
+    ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["prompt"], seed=seed + 1).to(device)
+    max_len = sz["prompt"] + sz["new_tokens"]
+    dec = graph_decode.GraphDecoder(model, sz["batch"], max_len, device)
+    t = time.perf_counter()
+    dec.decode(ids, sz["new_tokens"])  # captures the step, then decodes
+    capture_s = time.perf_counter() - t
+    eager = graph_decode.GraphDecoder(model, sz["batch"], max_len, device, graphs=False).decode(ids, sz["new_tokens"])
+    sec, out = timed(lambda: dec.decode(ids, sz["new_tokens"]), sz["warmup"], sz["iters"])
+    res = {
+        "seconds": sec,
+        "tokens": out[:, sz["prompt"] :].cpu().tolist(),
+        "tokens_per_s": sz["batch"] * sz["new_tokens"] / sec,
+        "tokens_match_eager": bool((out == eager).all()),
+        "first_decode_s": round(capture_s, 3),
+        "captures": dec.captures,
+    }
+    if routing is not None:  # flagos: what the graph captured, counted once at capture
+        captured: dict = {}
+        for (_, backend), n in dec.graph.captured_calls().items():
+            captured[backend] = captured.get(backend, 0) + n
+        res["captured_calls"] = captured
+        res["replays"] = dec.graph.replays
+    return res
+
+
 def infer_dtype(args, on_gpu: bool):
     import torch
 
@@ -222,6 +253,9 @@ def worker(args) -> dict:
             if task == "decode":
                 res["tokens"] = out[:, sz["prompt"] :].cpu().tolist()
             res["tokens_per_s"] = tokens / sec
+        elif task == "graphs":
+            res.update(graph_decode_task(model, sz, args.seed, device, timed, routing))
+            sec = res.pop("seconds")
         elif task == "train":
             ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["length"], seed=args.seed + 3).to(device)
             model.train()

@@ -33,11 +33,11 @@ def concurrent_ratios(raw: list[dict], tasks: list[str]) -> dict:
 
 def summarise(raw: list[dict], variants: list[str], tasks: list[str]) -> dict:
     summary: dict = {}
-    native_tokens = None
+    native_tokens: dict = {}  # per decoding task (decode, graphs): native's first round's tokens
     for r in raw:
-        if r["variant"] == "native" and "tokens" in r["tasks"].get("decode", {}):
-            native_tokens = r["tasks"]["decode"]["tokens"]
-            break
+        for t in ("decode", "graphs"):
+            if r["variant"] == "native" and t not in native_tokens and "tokens" in r["tasks"].get(t, {}):
+                native_tokens[t] = r["tasks"][t]["tokens"]
     for v in variants:
         for t in tasks:
             runs = [r["tasks"].get(t, {"error": r.get("error", "no result")}) for r in raw if r["variant"] == v]
@@ -51,8 +51,10 @@ def summarise(raw: list[dict], variants: list[str], tasks: list[str]) -> dict:
                 entry["tokens_per_s_all"] = [round(x["tokens_per_s"], 2) for x in ok]
                 peaks = [x["peak_bytes"] for x in ok if x.get("peak_bytes") is not None]
                 entry["peak_bytes"] = max(peaks) if peaks else None
-                if t == "decode" and native_tokens is not None:
-                    entry["tokens_match_native"] = all(x["tokens"] == native_tokens for x in ok)
+                if t in native_tokens:
+                    entry["tokens_match_native"] = all(x["tokens"] == native_tokens[t] for x in ok)
+                if t == "graphs":
+                    entry["tokens_match_eager"] = all(x.get("tokens_match_eager") for x in ok)
                 fb = sorted({op for x in ok for op in x.get("fallback_ops", [])})
                 if v.startswith("flagos"):
                     entry["fallback_ops"] = fb
@@ -63,6 +65,9 @@ def summarise(raw: list[dict], variants: list[str], tasks: list[str]) -> dict:
             base = summary.get("native", {}).get(t, {})
             if "tokens_per_s" in e and base.get("tokens_per_s"):
                 e["ratio_to_native"] = e["tokens_per_s"] / base["tokens_per_s"]
+            eager = summary.get("native", {}).get("decode", {})
+            if t == "graphs" and "tokens_per_s" in e and eager.get("tokens_per_s"):
+                e["ratio_to_native_eager_decode"] = e["tokens_per_s"] / eager["tokens_per_s"]
             if e.get("peak_bytes") and base.get("peak_bytes"):
                 e["peak_memory_ratio"] = e["peak_bytes"] / base["peak_bytes"]
     return summary

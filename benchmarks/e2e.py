@@ -6,11 +6,17 @@
     python benchmarks/e2e.py --variants native,flagos --paired 6   # + in-process pairs
     python benchmarks/e2e.py --variants native,flagos --concurrent  # two GPUs: native and flagos at once
     python benchmarks/e2e.py --tasks decode --variants native,flagos --step-pairs 12  # token by token
+    python benchmarks/e2e.py --tasks decode,graphs --variants native,flagos,flagos_flaggems --rounds 5  # graphs
     python benchmarks/e2e.py --replot benchmarks/results/e2e-h200.json   # the chart again
 
 Tasks (full sizes): decode (batch 1, 32-token prompt, 64 new tokens, greedy),
 prefill (8 x 512 tokens, one forward pass, logits of the last position as
-generate() computes them), train (4 x 512, AdamW, bf16 autocast, fp32 weights).
+generate() computes them), train (4 x 512, AdamW, bf16 autocast, fp32 weights),
+graphs (decode's sizes with CUDA graphs: transformers' static KV cache, one
+decode step captured per shape and replayed per token, torch.cuda's graphs on
+native and torch.flagos's on flagos; torch_fl/models/graph_decode.py; needs a
+GPU). The graphs task's ratio_to_native is to native graph decode, its
+ratio_to_native_eager_decode to native's decode task.
 Decode and prefill run the model in bf16 on a GPU (fp32 on host memory).
 
 Variants:
@@ -69,17 +75,20 @@ REPO = _results.REPO
 MODELS_DIR = _e2e_child.MODELS_DIR
 RESULT_TAG = _e2e_child.RESULT_TAG
 VARIANTS = ("native", "flagos", "flagos_flaggems", "cuda_flaggems")
-TASKS = ("decode", "prefill", "train")
+TASKS = ("decode", "prefill", "train", "graphs")
+HOST_TASKS = ("decode", "prefill", "train")  # graphs needs CUDA
 SIZES = {
     "full": {
         "decode": {"batch": 1, "prompt": 32, "new_tokens": 64, "warmup": 1, "iters": 2},
         "prefill": {"batch": 8, "length": 512, "warmup": 2, "iters": 5},
         "train": {"batch": 4, "length": 512, "warmup": 2, "iters": 5, "lr": 1e-5},
+        "graphs": {"batch": 1, "prompt": 32, "new_tokens": 64, "warmup": 1, "iters": 5},
     },
     "quick": {
         "decode": {"batch": 1, "prompt": 8, "new_tokens": 8, "warmup": 1, "iters": 1},
         "prefill": {"batch": 2, "length": 32, "warmup": 1, "iters": 2},
         "train": {"batch": 2, "length": 32, "warmup": 1, "iters": 2, "lr": 1e-5},
+        "graphs": {"batch": 1, "prompt": 8, "new_tokens": 8, "warmup": 1, "iters": 1},
     },
 }
 
@@ -156,7 +165,11 @@ def _parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="auto", help="tiny, 0.6b or a local HF checkpoint (default: 0.6b on a GPU)")
     p.add_argument("--rounds", type=int, default=3, help="rounds; each runs every variant once (default 3)")
-    p.add_argument("--tasks", default=",".join(TASKS), help="comma list of decode,prefill,train")
+    p.add_argument(
+        "--tasks",
+        default=None,
+        help="comma list of decode,prefill,train,graphs (default: all on a GPU; graphs needs CUDA)",
+    )
     p.add_argument("--variants", default=None, help=f"comma list of {','.join(VARIANTS)} (default: all available)")
     p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     p.add_argument("--dtype", default="auto", help="weights for decode/prefill: auto (bf16 on GPU) | float32 | ...")
@@ -209,11 +222,11 @@ def main(argv=None) -> int:
     import qwen3
     import torch
 
-    args.tasks = [t for t in args.tasks.split(",") if t]
+    on_gpu = torch.cuda.is_available()
+    args.tasks = [t for t in (args.tasks or ",".join(TASKS if on_gpu else HOST_TASKS)).split(",") if t]
     if bad := [t for t in args.tasks if t not in TASKS]:
         print(f"unknown task(s) {bad}; choose from {TASKS}", file=sys.stderr)
         return 2
-    on_gpu = torch.cuda.is_available()
     backing = "cuda" if on_gpu else "cpu"
     variants, skipped = _available_variants(on_gpu)
     if args.variants:

@@ -155,3 +155,58 @@ def test_e2e_benchmark_concurrent(tmp_path):
         entry = report["concurrent"][task]
         assert entry["pairs"] == 2 and entry["ratio_median"] > 0
     assert report["summary"]["flagos"]["decode"]["tokens_match_native"] is True
+
+
+@pytest.mark.anyplatform
+def test_graphs_task_summary_compares_with_native_graphs_and_native_eager_decode():
+    e2e = _load_e2e()
+
+    def child(variant, decode, graphs, tokens):
+        return {
+            "variant": variant,
+            "round": 0,
+            "tasks": {
+                "decode": {"tokens_per_s": decode, "tokens": [[1, 2]]},
+                "graphs": {"tokens_per_s": graphs, "tokens": tokens, "tokens_match_eager": True},
+            },
+        }
+
+    raw = [child("native", 40.0, 200.0, [[1, 2]]), child("flagos", 38.0, 199.0, [[1, 3]])]
+    summary = e2e.summarise(raw, ["native", "flagos"], ["decode", "graphs"])
+    graphs = summary["flagos"]["graphs"]
+    assert graphs["ratio_to_native"] == pytest.approx(0.995)
+    assert graphs["ratio_to_native_eager_decode"] == pytest.approx(199.0 / 40.0)
+    assert graphs["tokens_match_native"] is False and graphs["tokens_match_eager"] is True
+    assert summary["flagos"]["decode"]["tokens_match_native"] is True  # decode compares with native's decode
+
+
+@pytest.mark.cuda
+def test_e2e_graphs_task_quick(tmp_path):
+    cmd = [sys.executable, str(REPO / "benchmarks" / "e2e.py"), "--model", "tiny", "--quick", "--rounds", "1"]
+    cmd += ["--variants", "native,flagos", "--tasks", "decode,graphs", "--out", str(tmp_path / "g.json")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "g.json").read_text())
+    for variant in ("native", "flagos"):
+        entry = report["summary"][variant]["graphs"]
+        assert "errors" not in entry and entry["tokens_match_eager"] is True, entry
+    flagos = report["summary"]["flagos"]["graphs"]
+    assert flagos["tokens_match_native"] is True and flagos["ratio_to_native_eager_decode"] > 0
+    raw = next(r for r in report["raw"] if r["variant"] == "flagos")["tasks"]["graphs"]
+    assert raw["captures"] == 1 and raw["captured_calls"] == {"native": raw["captured_calls"]["native"]}
+
+
+@pytest.mark.anyplatform
+def test_graph_decode_targets_in_the_readme_table():
+    report = load_benchmark("report")
+    summary = {
+        "flagos": {"graphs": {"ratio_to_native": 0.995, "ratio_to_native_eager_decode": 4.8}},
+        "flagos_flaggems": {"graphs": {"ratio_to_native": 0.97}},
+    }
+    rows = {t: (m, ok) for t, m, ok, _ in report.graph_targets(summary)}
+    assert rows == {
+        "Qwen3-0.6B graph decode >= 0.99x native graph decode": ("0.995x", True),
+        "Qwen3-0.6B graph decode >= 2x native eager decode": ("4.80x", True),
+        "FlagGems profile graph decode >= 1.0x native graph decode": ("0.970x", False),
+    }
+    assert report.graph_targets({"flagos": {"decode": {}}}) == []

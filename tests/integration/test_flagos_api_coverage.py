@@ -82,7 +82,8 @@ def test_doc_lists_every_name_with_its_status():
     text = DOC.read_text()
     for name in _coverage.cuda_public_names():
         assert f"`{name}`" in text, name
-    assert "| `CUDAGraph` | CUDA graphs issue |" in text
+    assert "| `CUDAGraph` | a torch.cuda.CUDAGraph capturing flagos work" in text
+    assert "| `MemPool` | user memory pools (torch.cuda.MemPool) are not wrapped yet" in text
     assert "| `current_blas_handle` | raw cuBLAS handle" in text
 
 
@@ -351,7 +352,7 @@ def test_external_streams():
 
 def test_capture_queries_and_external_events():
     assert flagos.is_current_stream_capturing() is False
-    with pytest.raises(NotImplementedError, match="CUDA graphs issue"):
+    with pytest.raises(NotImplementedError, match="torch.Event objects, which have no external flag"):
         flagos.Event(external=True)
 
 

@@ -4,7 +4,7 @@ Builds the model (the tiny Qwen3 on host backing, the Qwen3-0.6B architecture
 on a GPU, or a local checkpoint with --model PATH), generates greedily on
 flagos with the active routes and on the native backing device, and prints
 tokens/s for both, whether the tokens agree, and which backend ran each
-operator.
+operator. --graphs decodes with CUDA graphs instead (cli/demo_graphs.py).
 """
 
 from __future__ import annotations
@@ -41,6 +41,12 @@ def add_arguments(parser) -> None:
         type=int,
         default=3,
         help="timed generations on each device, alternating flagos and native (default 3; medians reported)",
+    )
+    parser.add_argument(
+        "--graphs",
+        action="store_true",
+        help="decode with CUDA graphs (static KV cache, one decode step captured and replayed per token) on flagos "
+        "and native cuda; needs a CUDA backing",
     )
 
 
@@ -175,6 +181,11 @@ def _step(i: int, n: int, text: str) -> None:
 
 
 def run(args) -> int:
+    if getattr(args, "graphs", False) and torch_fl.backing() != "cuda":
+        from torch_fl.cli.demo_graphs import needs_cuda_message
+
+        print(needs_cuda_message(), file=sys.stderr)
+        return 2
     try:
         import transformers  # noqa: F401
     except ImportError:
@@ -206,6 +217,13 @@ def run(args) -> int:
     new_tokens = args.tokens or (64 if on_gpu else 32)
     prompt_len = args.prompt_len or (32 if on_gpu else 16)
 
+    if args.rounds < 1:
+        print(f"--rounds must be at least 1, not {args.rounds}", file=sys.stderr)
+        return 2
+    if args.graphs:
+        from torch_fl.cli import demo_graphs
+
+        return demo_graphs.run(args, spec, dtype, new_tokens, prompt_len, index)
     print(f"torch_fl {torch_fl.__version__} demo  (torch {torch.__version__}, transformers {transformers.__version__})")
     name = torch.flagos.get_device_name(index)
     print(f"  device : {device}  backed by {native} ({name}); backing = {backing}")
@@ -214,9 +232,6 @@ def run(args) -> int:
     print(f"  routes : {profile}" + (f", file {cfg}" if cfg else ""))
 
     rounds = args.rounds
-    if rounds < 1:
-        print(f"--rounds must be at least 1, not {rounds}", file=sys.stderr)
-        return 2
     steps = 4
     _step(1, steps, f"building Qwen3 '{spec}' (seed {args.seed}, {str(dtype).replace('torch.', '')}) on the CPU")
     t0 = time.perf_counter()

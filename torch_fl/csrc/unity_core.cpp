@@ -9,6 +9,7 @@
 #include "runtime/cuda_driver.cpp"
 #include "runtime/device_guard.cpp"
 #include "runtime/generator.cpp"
+#include "runtime/graph_impl.cpp"
 #include "runtime/hooks.cpp"
 #include "runtime/profiler_stubs.cpp"
 

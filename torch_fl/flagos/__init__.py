@@ -2,8 +2,9 @@
 
 On a CUDA backing, flagos:i *is* cuda:i underneath: streams are CUDA streams,
 memory comes from the CUDA caching allocator (one pool, one set of
-statistics) and RNG state is CUDA's. On host backing the same API works over
-host memory and virtual devices. docs/torch-flagos-api.md lists every
+statistics), RNG state is CUDA's and CUDA graphs capture flagos work
+(graphs.py). On host backing the same API works over host memory and
+virtual devices (no graphs). docs/torch-flagos-api.md lists every
 torch.cuda name and what it is on flagos (torch_fl/flagos/_coverage.py).
 """
 
@@ -95,6 +96,7 @@ from torch_fl.flagos._streams import (
     stream,
 )
 from torch_fl.flagos._sync_debug import get_sync_debug_mode, set_sync_debug_mode
+from torch_fl.flagos.graphs import CUDAGraph, graph, graph_pool_handle, make_graphed_callables
 
 # Every flagos dtype has half-precision kernels (routed like any other op).
 has_half = True
@@ -135,6 +137,7 @@ def __getattr__(name):
 
 __all__ = [
     "AcceleratorError",
+    "CUDAGraph",
     "Device",
     "Event",
     "ExternalStream",
@@ -167,6 +170,8 @@ __all__ = [
     "get_rng_state_all",
     "get_stream_from_external",
     "get_sync_debug_mode",
+    "graph",
+    "graph_pool_handle",
     "has_half",
     "host_memory_stats",
     "host_memory_stats_as_nested_dict",
@@ -179,6 +184,7 @@ __all__ = [
     "is_initialized",
     "is_tf32_supported",
     "list_gpu_processes",
+    "make_graphed_callables",
     "manual_seed",
     "manual_seed_all",
     "max_memory_allocated",

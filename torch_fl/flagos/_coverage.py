@@ -46,9 +46,20 @@ FLAGOS_SPECIFIC: dict[str, str] = {
         "attribute: on a CUDA backing its stream_id is the CUDA stream's"
     ),
     "Event": (
-        "returns a torch.Event on the flagos device; external=True (CUDA graph capture) raises NotImplementedError "
-        "until the CUDA graphs issue"
+        "returns a torch.Event on the flagos device; external=True raises NotImplementedError: torch.Event has no "
+        "external flag (on a CUDA backing use torch.cuda.Event(external=True) on the capturing stream)"
     ),
+    "CUDAGraph": (
+        "a torch.cuda.CUDAGraph capturing flagos work (CUDA backing), plus captured_calls() (routed calls per "
+        "operator and backend, counted once at capture) and replays; host backing raises RuntimeError"
+    ),
+    "graph": "torch.cuda.graph taking flagos streams (CUDA backing); host backing raises RuntimeError",
+    "graph_pool_handle": "torch.cuda.graph_pool_handle (CUDA backing); host backing raises RuntimeError",
+    "make_graphed_callables": (
+        "torch.cuda.make_graphed_callables over flagos modules and tensors (CUDA backing); host backing raises "
+        "RuntimeError"
+    ),
+    "graphs": "the module holding the graph API (CUDA backing only)",
     "ExternalStream": "CUDA backing: a flagos stream over the cudaStream_t; host backing raises RuntimeError",
     "get_stream_from_external": "CUDA backing: a flagos stream over the cudaStream_t; host backing raises RuntimeError",
     "is_current_stream_capturing": "CUDA backing: CUDA's answer for the current stream; host backing: False",
@@ -127,16 +138,14 @@ FLAGOS_ONLY: dict[str, str] = {
     "get_amp_supported_dtype": "the dtypes torch.autocast('flagos') accepts (PyTorch asks a device module for them)",
 }
 
-_GRAPHS = "CUDA graphs issue"
-# torch.cuda names another issue is building for flagos.
+_MEMPOOL = (
+    "user memory pools (torch.cuda.MemPool) are not wrapped yet; graphs get private pools "
+    "(torch.flagos.graph_pool_handle, CUDAGraph.pool)"
+)
+# torch.cuda names flagos does not have yet, and what to use meanwhile.
 PLANNED_BY: dict[str, str] = {
-    "CUDAGraph": _GRAPHS,
-    "graph": _GRAPHS,
-    "graph_pool_handle": _GRAPHS,
-    "make_graphed_callables": _GRAPHS,
-    "graphs": _GRAPHS + " (the module)",
-    "MemPool": _GRAPHS + ": memory pools, which graph capture allocates from",
-    "use_mem_pool": _GRAPHS + ": memory pools, which graph capture allocates from",
+    "MemPool": _MEMPOOL,
+    "use_mem_pool": _MEMPOOL,
 }
 
 _LEGACY_TYPE = "legacy per-dtype CUDA type; flagos has none: use torch.empty(..., dtype=..., device='flagos')"

@@ -73,8 +73,8 @@ class Event(metaclass=_OnFlagos):
     ):
         if external:
             raise NotImplementedError(
-                "torch.flagos.Event(external=True) is an event recorded into a CUDA graph capture, "
-                "and flagos has no CUDA graph capture yet (planned by the CUDA graphs issue)"
+                "torch.flagos.Event(external=True): flagos events are torch.Event objects, which have no "
+                "external flag; on a CUDA backing record a torch.cuda.Event(external=True) on the capturing stream"
             )
         return torch.Event(device=_device(), enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
 

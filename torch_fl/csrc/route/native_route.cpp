@@ -15,6 +15,7 @@
 #include "route/profiling.h"
 #include "route/routed_args.h"
 #include "route/typed_native.h"
+#include "runtime/cuda_driver.h"
 #include "runtime/device.h"
 #include "runtime/generator.h"
 #include "runtime/library.h"
@@ -32,6 +33,8 @@ namespace route {
 using runtime::g_backing;
 
 namespace {
+
+void check_not_capturing(const c10::OperatorHandle& op, const torch::jit::Stack& stack, bool routed);
 
 void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
@@ -63,6 +66,7 @@ void native_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
   TORCH_CHECK_NOT_IMPLEMENTED(!g_backing.host, "flagos: aten::", name,
                               " has no CPU kernel, so the host-backed flagos device cannot run it either.");
   check_devices(op, *stack, op.schema().arguments().size());
+  check_not_capturing(op, *stack, false);
   if (f.log_fallback) {
     log_fallback(op);
   }
@@ -111,6 +115,32 @@ c10::DeviceIndex call_device(const torch::jit::Stack& stack, size_t first, c10::
   return -1;
 }
 
+// The CPU fallback copies its inputs to the host and its results back: a
+// device-to-host copy waits for the stream, which CUDA forbids on a stream
+// being captured into a graph (the capture would be invalidated, and the
+// host kernel could not be replayed anyway). It raises before copying
+// anything, naming the operator, so the capture itself stays valid. Only the
+// CPU fallback pays for the driver query; the other routes ask nothing.
+void check_not_capturing(const c10::OperatorHandle& op, const torch::jit::Stack& stack, bool routed) {
+  if (g_backing.host) {
+    return;  // host memory has no streams to capture
+  }
+  c10::DeviceType other = c10::DeviceType::CPU;
+  c10::DeviceIndex index = call_device(stack, stack.size() - op.schema().arguments().size(), other);
+  index = index < 0 ? runtime::current_device() : index;
+  if (!runtime::cuda_driver::is_capturing(runtime::cuda_driver::current_stream(index))) {
+    return;
+  }
+  const std::string name = overload_name(op.operator_name());
+  const std::string fix = routed ? "Route it to native or flaggems before capturing (torch_fl.routing.set_route(\"" +
+                                       name + "\", \"native\")), or run it outside the capture."
+                                 : "Run it outside the capture, or route it to flaggems if FlagGems has it.";
+  TORCH_CHECK(false, "flagos: aten::", name, " runs on the cpu_fallback route (",
+              routed ? "routed there" : "the backing device has no kernel for it", "), and the current stream of ",
+              "flagos:", std::to_string(index), " is being captured into a CUDA graph: a graph cannot capture the ",
+              "route's copies to the host and back. ", fix);
+}
+
 // Operators with a Generator argument. A flagos generator makes the
 // dispatcher pick flagos (a generator's dispatch key counts), so a CPU
 // operator given one lands here: it raises, as a CPU kernel does for a CUDA
@@ -154,6 +184,7 @@ void run_native_route(const c10::OperatorHandle& op, c10::DispatchKeySet ks, tor
 void call_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // cpu_fallback copies every tensor to the host, where nothing would see their devices any more.
   check_devices(op, *stack, op.schema().arguments().size());
+  check_not_capturing(op, *stack, true);
   if (g_route_flags.log_fallback) {
     log_fallback(op);
   }

@@ -4,6 +4,7 @@
 
 #include "runtime/allocator.h"
 #include "runtime/device_guard.h"
+#include "runtime/graph_impl.h"
 #include "runtime/hooks.h"
 #include "runtime/profiler_stubs.h"
 
@@ -66,6 +67,7 @@ void init(const std::string& backing_type, int64_t host_devices) {
   register_guard();
   register_allocator();
   register_profiler_stubs();  // after the guard, whose events it records
+  register_graph_impl();      // under the backend's name: after the rename
 }
 
 }  // namespace runtime
