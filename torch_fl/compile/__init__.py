@@ -1,0 +1,52 @@
+"""torch.compile on flagos: Dynamo's device interface and inductor's backend for the flagos device.
+
+`import torch_fl` installs both lazily: each registers itself when torch.compile first imports the Dynamo or
+inductor module it belongs to (importing those at `import torch_fl` would cost more than a second), so
+`torch.compile(model)` works on flagos tensors with nothing else to call.
+
+- device_interface: streams, events, devices, synchronisation and properties (torch.flagos's) for Dynamo;
+- backend: inductor's Triton codegen on a CUDA backing, its C++/OpenMP codegen on host backing;
+- wrapper: the generated Python wrapper's flagos rules and device lines;
+- triton_target: on a CUDA backing, inductor's GPU paths and Triton's CUDA target for flagos;
+- keep_calls: keep chosen (routed) operators as calls instead of fused kernels.
+docs/compile.md says what maps to what.
+"""
+
+from __future__ import annotations
+
+from torch_fl._loader import DEVICE_NAME
+from torch_fl.compile._import_hook import when_imported
+from torch_fl.compile.keep_calls import keep_as_calls, keeping_calls, kept_calls, stop_keeping
+
+_DYNAMO_MODULE = "torch._dynamo.device_interface"
+# Imported by torch.compile's inductor backend; it imports the rest of inductor that registration touches.
+_INDUCTOR_MODULE = "torch._inductor.compile_fx"
+
+
+def _register_device_interface(module) -> None:
+    from torch_fl.compile.device_interface import FlagosInterface
+
+    module.register_interface_for_device(DEVICE_NAME, FlagosInterface)
+
+
+def _register_inductor(_module) -> None:
+    from torch_fl.compile import backend
+
+    backend.register()
+
+
+def install() -> None:
+    """Register flagos with Dynamo and inductor as soon as each is imported (now, if it already is)."""
+    when_imported(_DYNAMO_MODULE, _register_device_interface)
+    when_imported(_INDUCTOR_MODULE, _register_inductor)
+
+
+def register() -> None:
+    """Register flagos with Dynamo and inductor now (importing both); torch.compile does not need this."""
+    import importlib
+
+    _register_device_interface(importlib.import_module(_DYNAMO_MODULE))
+    _register_inductor(importlib.import_module(_INDUCTOR_MODULE))
+
+
+__all__ = ["install", "keep_as_calls", "keeping_calls", "kept_calls", "register", "stop_keeping"]
