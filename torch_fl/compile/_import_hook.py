@@ -7,8 +7,6 @@ Registering flagos with Dynamo and inductor needs their modules, and importing t
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import sys
 import threading
 from collections.abc import Callable
@@ -17,10 +15,10 @@ _LOCK = threading.RLock()
 _PENDING: dict[str, list[Callable[[object], None]]] = {}
 
 
-class _Loader(importlib.abc.Loader):
+class _Loader:
     """Wraps the module's own loader: executes the module, then runs the callbacks waiting for it."""
 
-    def __init__(self, inner: importlib.abc.Loader, name: str):
+    def __init__(self, inner, name: str):
         self._inner = inner
         self._name = name
 
@@ -38,7 +36,7 @@ class _Loader(importlib.abc.Loader):
         return getattr(self._inner, name)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder:  # a meta path finder (importlib.abc would cost an import here)
     def find_spec(self, fullname, path, target=None):
         if fullname not in _PENDING:
             return None

@@ -61,6 +61,10 @@ def register() -> None:
         from torch_fl.compile import triton_target
 
         triton_target.install()
+    else:
+        from torch_fl.compile import host_target
+
+        host_target.install()
     common.register_device_op_overrides(DEVICE_NAME, FlagosDeviceOpOverrides())
     kwargs = {}
     if "device_custom_pass" in inspect.signature(common.register_backend_for_device).parameters:
