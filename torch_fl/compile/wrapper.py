@@ -5,13 +5,14 @@ The wrapper is PyTorch's own Python wrapper with three flagos rules:
   on a device guard for the index only on GPU device types, and host backing is not one;
 - on host backing the kernels are inductor's C++ kernels, called as on the CPU (they take the tensors' data
   pointers, which are host memory);
-- `mode="reduce-overhead"` says that flagos graphs run without CUDA graphs (see cudagraph_note).
+- `mode="reduce-overhead"` says that flagos graphs run without CUDA graphs (see install_cudagraph_note).
 On a CUDA backing the kernels are Triton kernels launched on the current flagos stream, which is the current
 CUDA stream of the same index (flagos streams are CUDA streams).
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 from textwrap import dedent
 
@@ -62,10 +63,30 @@ class FlagosDeviceOpOverrides(DeviceOpOverrides):
         return "void*"
 
 
-def cudagraph_note() -> None:
-    """Warn when a flagos graph is compiled with CUDA graphs asked for (mode='reduce-overhead')."""
-    if inductor_config.triton.cudagraphs:
-        warnings.warn(CUDAGRAPHS_UNSUPPORTED, UserWarning, stacklevel=2)
+def _has_flagos_input(example_inputs) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.device.type == DEVICE_NAME for t in example_inputs)
+
+
+def install_cudagraph_note(compile_fx_module) -> None:
+    """Warn when a graph with flagos inputs is compiled with CUDA graphs asked for (mode='reduce-overhead').
+
+    Wraps inductor's entry point, which torch.compile's inductor backend calls for every graph (also when the
+    compiled code comes from inductor's cache, where no wrapper is generated).
+    """
+    compile_fx = compile_fx_module.compile_fx
+    if getattr(compile_fx, "_flagos", False):
+        return
+
+    @functools.wraps(compile_fx)
+    def flagos_compile_fx(model_, example_inputs_, *args, **kwargs):
+        patches = kwargs.get("config_patches") or {}
+        cudagraphs = patches.get("triton.cudagraphs", inductor_config.triton.cudagraphs)
+        if cudagraphs and _has_flagos_input(example_inputs_):
+            warnings.warn(CUDAGRAPHS_UNSUPPORTED, UserWarning, stacklevel=2)
+        return compile_fx(model_, example_inputs_, *args, **kwargs)
+
+    flagos_compile_fx._flagos = True
+    compile_fx_module.compile_fx = flagos_compile_fx
 
 
 class _FlagosRules:
@@ -117,5 +138,4 @@ class FlagosWrapperCodegen(_FlagosRules, PythonWrapperCodegen):
     def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
         if is_subgraph:
             return FlagosSubgraphWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
-        cudagraph_note()
         return FlagosWrapperCodegen()
