@@ -31,10 +31,27 @@ def _register_device_interface(module) -> None:
 
 
 def _compile_window(module) -> None:
+    import warnings
+
     from torch_fl.compile import attention
 
+    handler = getattr(module, "callback_handler", None)
+    if handler is None or not hasattr(handler, "install_callbacks"):
+        warnings.warn(
+            f"torch {torch_version()} has no per-compilation callback context in torch._dynamo.callback: "
+            "scaled_dot_product_attention on flagos cannot be traced by torch.compile here (other operators can)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return
     attention.install_traced_sdpa()
-    attention.install_compile_window(module.callback_handler)
+    attention.install_compile_window(handler)
+
+
+def torch_version() -> str:
+    import torch
+
+    return torch.__version__
 
 
 def _register_inductor(_module) -> None:

@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-import threading
 
 import torch
 
 from torch_fl._loader import DEVICE_NAME
 from torch_fl.flagos._device import on_cuda
 
-_LOCK = threading.Lock()
-_depth = [0]
 _SDPA = torch.ops.aten.scaled_dot_product_attention.default
 _CHOICE = torch.ops.aten._fused_sdp_choice.default
 

@@ -27,9 +27,9 @@ def _patch_current_backend() -> None:
     from torch._inductor import utils
     from torch._inductor.virtualized import V
 
-    original = utils.get_current_backend
-    if getattr(original, "_flagos", False):
-        return
+    original = getattr(utils, "get_current_backend", None)
+    if original is None or getattr(original, "_flagos", False):
+        return  # a torch without the question has nothing to answer differently
 
     def get_current_backend(device_type: str | None = None) -> str:
         if not device_type:
@@ -48,8 +48,8 @@ def _patch_current_backend() -> None:
 def _patch_is_cpu() -> None:
     from torch._inductor.scheduler import BaseSchedulerNode
 
-    is_cpu = BaseSchedulerNode.is_cpu
-    if getattr(is_cpu, "_flagos", False):
+    is_cpu = getattr(BaseSchedulerNode, "is_cpu", None)
+    if is_cpu is None or getattr(is_cpu, "_flagos", False):
         return
 
     def flagos_is_cpu(self) -> bool:
@@ -64,7 +64,12 @@ def _patch_is_cpu() -> None:
 
 def install() -> None:
     """Make inductor answer as for the CPU for flagos (idempotent; call on host backing only)."""
-    import torch._inductor.kernel.mm_common  # noqa: F401  (so that its reference is patched too)
+    import importlib
+
+    try:
+        importlib.import_module("torch._inductor.kernel.mm_common")  # so that its reference is patched too
+    except ModuleNotFoundError:
+        pass  # a torch without that module holds no reference to patch
 
     _patch_current_backend()
     _patch_is_cpu()
