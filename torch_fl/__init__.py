@@ -36,6 +36,10 @@ from torch_fl import routing  # noqa: E402  (reads the routing config and env on
 
 routing._startup()
 
+from torch_fl import compile  # noqa: E402  (torch.compile on flagos: registers with Dynamo/inductor on their import)
+
+compile.install()
+
 
 def get_registered_ops() -> list[str]:
     """The operators whose calls run FlagGems kernels now (for some dtype at least), as the FEP 0025
@@ -59,6 +63,7 @@ __all__ = [
     "as_flagos",
     "as_native",
     "backing",
+    "compile",
     "flagos",
     "get_registered_ops",
     "is_flaggems_available",

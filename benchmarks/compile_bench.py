@@ -1,0 +1,215 @@
+"""torch.compile on flagos against torch.compile on native: Qwen3 prefill and training step, compile times.
+
+    python benchmarks/compile_bench.py                 # GPU: Qwen3-0.6B bf16, prefill 8 x 512, train 4 x 512
+    python benchmarks/compile_bench.py --quick         # host smoke: tiny Qwen3, 1 layer, small sizes (to /tmp)
+
+Prefill: native and flagos models compiled in one process (native CUDA inference works next to torch_fl),
+timed in alternation (ABBA pairs, benchmarks/_timing.py); the figure is the median of per-pair ratios
+native time / flagos time (above 1: flagos faster). Training step (forward, backward, AdamW step of the
+compiled model): native CUDA backward cannot run in a process that imported torch_fl (PyTorch issue 161129),
+so each round runs one child per variant, alternating which goes first; a child compiles, warms up and
+times its steps, and the native child never imports torch_fl. Compile time: the first call (Dynamo,
+AOTAutograd, inductor, its kernel compiles) minus a steady call, per variant and task, with inductor's on-disk
+cache empty (TORCHINDUCTOR_CACHE_DIR in a fresh folder per variant; later training rounds reuse it). Prefill's
+native model compiles first in its process, so flagos's prefill compile finds Dynamo, inductor and Triton
+already loaded; each training child compiles in a fresh process.
+
+Writes benchmarks/results/compile-<machine>.json (benchmarks/_results.py; --out redirects it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # the shared modules, also when loaded by path
+import _results  # noqa: E402
+import _timing  # noqa: E402
+
+MODELS_DIR = _results.REPO / "torch_fl" / "models"  # qwen3.py imports neither torch_fl nor workloads
+RESULT_TAG = "COMPILE_BENCH_RESULT "
+
+
+def _sizes(args) -> dict:
+    if args.quick:
+        return {"variant": "tiny", "layers": 1, "prefill": [2, 16], "train": [2, 16], "dtype": "float32"}
+    return {"variant": "0.6b", "layers": None, "prefill": [8, 512], "train": [4, 512], "dtype": "bfloat16"}
+
+
+def _model(sizes: dict, device: str):
+    import torch
+
+    sys.path.insert(0, str(MODELS_DIR))
+    import qwen3
+
+    overrides = {} if sizes["layers"] is None else {"num_hidden_layers": sizes["layers"]}
+    model = qwen3.build(sizes["variant"], seed=0, dtype=getattr(torch, sizes["dtype"]), **overrides)
+    return model.to(device), qwen3
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    elif device.startswith("flagos"):
+        torch.flagos.synchronize()
+
+
+def _first_and_steady(fn, device: str) -> tuple[float, float]:
+    """Seconds of the first call (compiles) and of the call after it."""
+    t = time.perf_counter()
+    fn()
+    _sync(device)
+    first = time.perf_counter() - t
+    t = time.perf_counter()
+    fn()
+    _sync(device)
+    return first, time.perf_counter() - t
+
+
+def prefill_child(args) -> dict:
+    """Both variants in this process: compile each, then time prefill pairs in alternation."""
+    import torch
+
+    import torch_fl
+
+    native = "cuda" if torch_fl.backing() == "cuda" else "cpu"
+    sizes = _sizes(args)
+    runs, compile_s = {}, {}
+    for variant, device in (("native", native), ("flagos", "flagos")):
+        model, qwen3 = _model(sizes, device)
+        ids = qwen3.tokens(model.config.vocab_size, *sizes["prefill"], seed=1).to(device)
+        compiled = torch.compile(model)
+
+        def run(compiled=compiled, ids=ids):
+            with torch.no_grad():
+                compiled(input_ids=ids, use_cache=False)
+
+        first, steady = _first_and_steady(run, device)
+        compile_s[variant] = round(first - steady, 3)
+        for _ in range(args.warmup):
+            run()
+        runs[variant] = run
+    devices = {"native": native, "flagos": "flagos"}
+    secs = _timing.paired_seconds(runs, args.pairs, lambda k: _sync(devices[k]))
+    ratios = [n / f for n, f in zip(secs["native"], secs["flagos"], strict=True)]
+    return {
+        "compile_s": compile_s,
+        "native_ms": [round(s * 1e3, 3) for s in secs["native"]],
+        "flagos_ms": [round(s * 1e3, 3) for s in secs["flagos"]],
+        **_timing.ratio_stats(ratios),
+    }
+
+
+def train_child(args) -> dict:
+    """One variant's compiled training step: compile time, then the median of timed steps."""
+    import torch
+
+    if args.variant == "flagos":
+        import torch_fl  # noqa: F401
+
+        device = "flagos"
+    else:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    sizes = _sizes(args)
+    model, qwen3 = _model(sizes, device)
+    model.train()
+    ids = qwen3.tokens(model.config.vocab_size, *sizes["train"], seed=1).to(device)
+    compiled = torch.compile(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        compiled(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+
+    first, steady = _first_and_steady(step, device)
+    for _ in range(args.warmup):
+        step()
+    times = []
+    for _ in range(args.steps):
+        t = time.perf_counter()
+        step()
+        _sync(device)
+        times.append(time.perf_counter() - t)
+    return {"compile_s": round(first - steady, 3), "step_ms": round(statistics.median(times) * 1e3, 3)}
+
+
+def _child(task: str, args, cache: str, variant: str | None = None) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", task, "--pairs", str(args.pairs)]
+    cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup)] + (["--quick"] if args.quick else [])
+    cmd += ["--variant", variant] if variant else []
+    # This checkout's torch_fl first, as for the parent run from the repository root.
+    path = os.pathsep.join(filter(None, [str(_results.REPO), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, PYTHONPATH=path)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=_results.REPO, timeout=args.timeout)
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT_TAG):
+            return json.loads(line[len(RESULT_TAG) :])
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
+    raise RuntimeError(
+        f"{task} child ({variant or 'both'}) exited {proc.returncode} without a result:\n" + "\n".join(tail)
+    )
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="host smoke sizes (tiny Qwen3); writes to the temp folder")
+    p.add_argument("--pairs", type=int, default=12, help="prefill pairs (default 12)")
+    p.add_argument("--rounds", type=int, default=3, help="training rounds, one child per variant each (default 3)")
+    p.add_argument("--steps", type=int, default=10, help="timed training steps per child (default 10)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed calls after compiling (default 3)")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per child process (default 1800)")
+    p.add_argument("--out", help="JSON path or folder (default results/compile-<machine>.json)")
+    p.add_argument("--child", choices=("prefill", "train"), help=argparse.SUPPRESS)
+    p.add_argument("--variant", choices=("native", "flagos"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.pairs, args.rounds, args.steps, args.warmup = min(args.pairs, 4), min(args.rounds, 2), 3, 1
+    if args.child:
+        out = prefill_child(args) if args.child == "prefill" else train_child(args)
+        print(RESULT_TAG + json.dumps(out), flush=True)
+        return 0
+
+    with tempfile.TemporaryDirectory(prefix="compile-bench-") as tmp:
+        prefill = _child("prefill", args, os.path.join(tmp, "prefill"))
+        print(
+            f"prefill: flagos {prefill['ratio_median']:.3f}x native (± {prefill['noise']:.3f}, {args.pairs} pairs); "
+            f"compile s: native {prefill['compile_s']['native']}, flagos {prefill['compile_s']['flagos']}"
+        )
+        rounds = []
+        for r in range(args.rounds):
+            row = {}
+            for variant in _timing.abba(r, "native", "flagos"):
+                # One inductor cache per variant: round 0 compiles from scratch, later rounds reuse its kernels.
+                row[variant] = _child("train", args, os.path.join(tmp, f"train-{variant}"), variant)
+            row["ratio"] = row["native"]["step_ms"] / row["flagos"]["step_ms"]
+            rounds.append(row)
+            print(f"train round {r}: native {row['native']['step_ms']} ms, flagos {row['flagos']['step_ms']} ms/step")
+    train = {
+        "rounds": rounds,
+        **_timing.ratio_stats([r["ratio"] for r in rounds]),
+        "compile_s": {v: rounds[0][v]["compile_s"] for v in ("native", "flagos")},  # the round with a cold cache
+    }
+    print(f"train: flagos {train['ratio_median']:.3f}x native (± {train['noise']:.3f}, {args.rounds} rounds)")
+    payload = {
+        "sizes": _sizes(args),
+        "args": {k: v for k, v in vars(args).items() if k not in ("out", "child", "variant")},
+        "prefill": prefill,
+        "train": train,
+    }
+    print(f"wrote {_results.write('compile', payload, args.out, smoke=args.quick)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""torch.compile (inductor) on flagos: registration, an MLP training step, dynamic shapes, a tiny Qwen3,
+generated code free of host copies, operators kept as routed calls, the reduce-overhead message.
+
+Every test runs on both backings: host memory in CI (inductor's C++ kernels), CUDA on a GPU (Triton kernels);
+GPU-only expectations are in test_compile_cuda.py. Inductor's C++ compile is slow on a small machine, so
+compiled artifacts are shared through module-scoped fixtures and the models are small.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import torch_fl
+from tests.helpers import run_python
+from torch_fl import routing
+
+pytestmark = pytest.mark.anyplatform
+
+ON_CUDA = torch_fl.backing() == "cuda"
+# What writing a host copy of a flagos tensor would look like in a generated wrapper or kernel call.
+HOST_COPY = re.compile(
+    r"device='cpu'|device\(type='cpu'|empty_strided_cpu\(|\.cpu\(\)|as_native\(|aten\._to_copy\.default\(|\.to\(device"
+)
+
+
+def _call_body(code: str) -> str:
+    """The generated wrapper's `call`: what runs per call (the header defines helpers it may not use)."""
+    body = code[code.index("def call(") :]
+    end = re.search(r"\n\S", body)
+    return body if end is None else body[: end.start()]
+
+
+def _calls(rows) -> dict[str, int]:
+    return {r.op: r.calls for r in rows if r.calls}
+
+
+def _codes(fn, *args):
+    from torch._inductor.utils import run_and_get_code
+
+    return run_and_get_code(fn, *args)
+
+
+@pytest.fixture(scope="module")
+def mlp_run():
+    """One compiled training step of a small MLP (forward and AOTAutograd backward), fullgraph, and eager's."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).to("flagos")
+    x = torch.randn(8, 16, device="flagos")
+    y = torch.randn(8, 4, device="flagos")
+
+    def loss_fn(x, y):
+        return torch.nn.functional.mse_loss(model(x), y)
+
+    eager_loss = loss_fn(x, y)
+    eager_loss.backward()
+    eager_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+
+    compiled = torch.compile(loss_fn, fullgraph=True)
+
+    def step():
+        loss = compiled(x, y)
+        loss.backward()
+        return loss
+
+    loss, codes = _codes(step)
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    routing.reset_stats()
+    step()  # steady state: no compilation, only the compiled graphs' calls
+    steady = _calls(routing.stats())
+    return {
+        "loss": loss,
+        "eager_loss": eager_loss,
+        "grads": grads,
+        "eager_grads": eager_grads,
+        "codes": codes,
+        "steady": steady,
+    }
+
+
+def test_dynamo_and_inductor_know_flagos():
+    from torch._dynamo.device_interface import get_interface_for_device
+    from torch._inductor.codegen.common import (
+        get_device_op_overrides,
+        get_scheduling_for_device,
+        init_backend_registration,
+    )
+
+    from torch_fl.compile.device_interface import FlagosInterface
+
+    torch_fl.compile.register()
+    iface = get_interface_for_device("flagos")
+    assert iface is FlagosInterface
+    assert iface.device_count() == torch.flagos.device_count()
+    assert iface.current_device() == torch.flagos.current_device()
+    assert iface.current_stream() == torch.flagos.current_stream()
+    assert isinstance(iface.Event(), torch.Event) and iface.Event().device.type == "flagos"
+    assert iface.Worker.get_device_properties("flagos:0") is not None
+    prev = iface.exchange_device(torch.flagos.device_count() - 1)
+    assert torch.flagos.current_device() == torch.flagos.device_count() - 1
+    iface.maybe_exchange_device(prev)
+    assert torch.flagos.current_device() == prev
+    init_backend_registration()
+    expected = "TritonScheduling" if ON_CUDA else "CppScheduling"
+    assert get_scheduling_for_device("flagos").__name__ == expected
+    assert get_device_op_overrides("flagos").device_guard(1) == "torch.flagos.device(1)"
+    assert iface.is_triton_capable() is ON_CUDA
+
+
+def test_import_registers_lazily():
+    """import torch_fl does not import Dynamo; importing it registers flagos."""
+    proc = run_python(
+        """
+        import sys, torch_fl
+        assert "torch._dynamo" not in sys.modules and "torch._inductor.compile_fx" not in sys.modules
+        from torch._dynamo.device_interface import get_interface_for_device
+        print(get_interface_for_device("flagos").__name__)
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "FlagosInterface"
+
+
+def test_mlp_training_step_matches_eager(mlp_run):
+    torch.testing.assert_close(mlp_run["loss"], mlp_run["eager_loss"], rtol=1e-5, atol=1e-6)
+    for got, want in zip(mlp_run["grads"], mlp_run["eager_grads"], strict=True):
+        assert got.device.type == "flagos"
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_mlp_extern_matmuls_run_on_their_routes(mlp_run):
+    """Inductor keeps the matmuls as extern calls: they reach flagos routes through the dispatcher."""
+    steady = mlp_run["steady"]
+    assert steady.get("addmm.out", 0) + steady.get("mm.out", 0) + steady.get("addmm", 0) + steady.get("mm", 0) >= 3
+    # The pointwise work (GELU, mse) is fused into inductor's kernels: those operators are not called.
+    assert "gelu" not in steady and "gelu_backward" not in steady
+
+
+def test_generated_code_has_flagos_buffers_and_no_host_copies(mlp_run):
+    codes = mlp_run["codes"]
+    assert len(codes) == 2  # the forward and the backward graph
+    for code in codes:
+        call = _call_body(code)
+        assert not HOST_COPY.search(call), HOST_COPY.search(call)
+        assert re.search(r"empty_strided\(.*device='flagos:\d+'", call)
+        if ON_CUDA:
+            assert "triton_" in code and "get_raw_stream" in code and "torch.flagos.device(" in code
+        else:
+            assert "cpp_fused" in code and "triton" not in code
+
+
+def test_dynamic_shapes_on_the_last_device():
+    torch._dynamo.reset()
+    dev = f"flagos:{torch.flagos.device_count() - 1}"
+
+    def fn(x):
+        return torch.softmax(x * 2, dim=-1).sum(0)
+
+    compiled = torch.compile(fn, dynamic=True, fullgraph=True)
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    for n in (5, 9):
+        x = torch.randn(n, 7, device=dev)
+        out = compiled(x)
+        assert out.device == torch.device(dev)
+        torch.testing.assert_close(out, fn(x))
+    assert counters["stats"]["unique_graphs"] == 1  # one graph for both sizes
+
+
+@pytest.fixture(scope="module")
+def silu_fn():
+    def fn(x):
+        return torch.nn.functional.silu(x) * 2 + 1
+
+    return fn
+
+
+def test_fused_operators_leave_their_routes(silu_fn):
+    torch._dynamo.reset()
+    x = torch.randn(4, 8, device="flagos")
+    routing.reset_stats()
+    out, (code,) = _codes(torch.compile(silu_fn, fullgraph=True), x)
+    torch.testing.assert_close(out, silu_fn(x))
+    assert "aten.silu" not in code
+    routing.reset_stats()
+    torch.compile(silu_fn, fullgraph=True)(x)
+    assert "silu" not in _calls(routing.stats())
+
+
+def test_keep_as_calls_keeps_an_operator_on_its_route(silu_fn):
+    torch._dynamo.reset()
+    x = torch.randn(4, 8, device="flagos")
+    with torch_fl.compile.keeping_calls(["silu"]):
+        assert torch_fl.compile.kept_calls() == ["silu"]
+        out, (code,) = _codes(torch.compile(silu_fn, fullgraph=True), x)
+        routing.reset_stats()
+        out = torch.compile(silu_fn, fullgraph=True)(x)
+        assert _calls(routing.stats()).get("silu") == 1
+    assert torch_fl.compile.kept_calls() == []
+    torch.testing.assert_close(out, silu_fn(x))
+    assert "torch.ops.aten.silu.default" in code
+    torch._dynamo.reset()
+
+
+def test_keep_as_calls_rejects_unknown_operators():
+    with pytest.raises(torch_fl.vocab.errors.RoutingError, match="unknown operator 'silly'"):
+        torch_fl.compile.keep_as_calls(["silly"])
+
+
+def test_reduce_overhead_says_flagos_runs_without_cuda_graphs():
+    torch._dynamo.reset()
+    x = torch.randn(4, device="flagos")
+    with pytest.warns(UserWarning, match="flagos graphs run without CUDA graphs"):
+        out = torch.compile(lambda t: t * 3 - 1, mode="reduce-overhead")(x)
+    torch.testing.assert_close(out, x * 3 - 1)
+
+
+def test_tiny_qwen3_forward_matches_eager():
+    pytest.importorskip("transformers")
+    from torch_fl.models import qwen3
+
+    torch._dynamo.reset()
+    model = qwen3.build("tiny", seed=0, num_hidden_layers=1).to("flagos")
+    ids = qwen3.tokens(model.config.vocab_size, 2, 16, seed=1).to("flagos")
+    with torch.no_grad():
+        eager = model(input_ids=ids, use_cache=False).logits
+        compiled = torch.compile(model, fullgraph=True)
+        out, codes = _codes(lambda: compiled(input_ids=ids, use_cache=False).logits)
+        routing.reset_stats()
+        compiled(input_ids=ids, use_cache=False)
+    torch.testing.assert_close(out, eager, rtol=1e-4, atol=1e-4)
+    call = "\n".join(_call_body(code) for code in codes)
+    assert not HOST_COPY.search(call), HOST_COPY.search(call)
+    steady = _calls(routing.stats())
+    attention = [op for op in steady if "attention" in op]
+    assert attention, steady  # SDPA: an extern call on its flagos route
+    assert steady.get("mm.out", 0) + steady.get("mm", 0) > 0

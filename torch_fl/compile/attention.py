@@ -1,0 +1,157 @@
+"""scaled_dot_product_attention under torch.compile on flagos.
+
+flagos's SDPA kernel (csrc/ops/sdpa.cpp) reads its inputs' memory: zero-copy aliases for the backing device's
+own SDPA and for its fused-kernel choice. Tracing runs operators on fake tensors, which have no memory, so
+while Dynamo compiles, SDPA on flagos is traced by the Python kernel below instead (registered for flagos's
+autograd key with PyTorch's Python dispatcher, which is on only inside a compilation). It makes the kernel's
+decision from metadata: the backing device's fused-kernel choice for the same shapes, asked of fake tensors
+on that device, then the same fused operator the C++ kernel calls (CUDA: flash, memory-efficient or cuDNN
+attention; CPU: its flash kernel; else the math composite). The compiled graph holds that operator as an
+extern call, which runs on its flagos route like an eager call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+
+from torch_fl._loader import DEVICE_NAME
+from torch_fl.flagos._device import on_cuda
+
+_SDPA = torch.ops.aten.scaled_dot_product_attention.default
+_CHOICE = torch.ops.aten._fused_sdp_choice.default
+
+
+@contextlib.contextmanager
+def tracing():
+    """The Python dispatcher on (so that the Python SDPA kernel below traces flagos SDPA) inside the block."""
+    from torch._dispatch.python import enable_python_dispatcher
+
+    with enable_python_dispatcher():
+        yield
+
+
+def install_compile_window(handler) -> None:
+    """Wrap Dynamo's per-compilation context (its callback handler's install_callbacks) with tracing()."""
+    inner = handler.install_callbacks
+    if getattr(inner, "_flagos", False):
+        return
+
+    @contextlib.contextmanager
+    def install_callbacks(*args, **kwargs):
+        with tracing(), inner(*args, **kwargs):
+            yield
+
+    install_callbacks._flagos = True
+    # An instance attribute: torch._dynamo.reset() clears the registered callbacks, not this.
+    handler.install_callbacks = install_callbacks
+
+
+def _backing_device(t: torch.Tensor) -> torch.device:
+    return torch.device("cuda", t.device.index or 0) if on_cuda() else torch.device("cpu")
+
+
+def _twin(t):
+    """A tensor on the backing device with t's metadata (fake under fake mode: no memory)."""
+    if not isinstance(t, torch.Tensor) or t.device.type != DEVICE_NAME:
+        return t
+    twin = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=_backing_device(t))
+    # The choice depends on which inputs need gradients (flagos's choice function passes that on too).
+    return twin.requires_grad_(t.requires_grad) if t.is_floating_point() else twin
+
+
+def _choice(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa) -> int:
+    """The backing device's fused-kernel choice (an SDPBackend value) for these inputs' metadata: its own
+    kernel of `_fused_sdp_choice`, called on tensors of that device with the same metadata."""
+    with torch.no_grad():
+        twins = [_twin(t) for t in (q, k, v, mask)]
+    key = torch._C.DispatchKey.CUDA if on_cuda() else torch._C.DispatchKey.CPU
+    return _CHOICE.redispatch(
+        torch._C.DispatchKeySet(key), *twins, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
+    )
+
+
+def _additive(mask, dtype, masked_value):
+    if mask is None or mask.dtype != torch.bool:
+        return mask
+    return torch.where(mask.logical_not(), masked_value, torch.zeros((), dtype=dtype, device=mask.device))
+
+
+def _aligned(mask, q, k):
+    """The memory-efficient kernel wants mask strides that are multiples of 8 (csrc/ops/sdpa.cpp)."""
+    aligned = mask.stride(-1) == 1 and all(mask.stride(i) % 8 == 0 for i in range(mask.dim() - 1))
+    if not aligned:
+        last = mask.size(-1)
+        mask = torch.nn.functional.pad(mask, (0, 8 - last % 8))[..., :last]
+    return mask.expand(q.size(0), q.size(1), q.size(2), k.size(2))
+
+
+def _needs_lse(q, k, v) -> bool:
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+
+
+def _pad8(t):
+    last = t.size(-1)
+    return t if last % 8 == 0 else torch.nn.functional.pad(t, (0, 8 - last % 8))
+
+
+def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
+    """flagos SDPA from metadata alone (what csrc/ops/sdpa.cpp decides, on flagos tensors)."""
+    aten = torch.ops.aten
+    if not on_cuda():  # PyTorch's composite makes a boolean mask additive first, for the choice and every kernel
+        attn_mask = _additive(attn_mask, q.dtype, -math.inf)
+    backend = _choice(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    if on_cuda() and backend == 3:  # cuDNN: mishandles -inf in masks; PyTorch uses the fp16 minimum too
+        mask = _additive(attn_mask, q.dtype, -65504.0)
+        return aten._scaled_dot_product_cudnn_attention(
+            q, k, v, mask, _needs_lse(q, k, v), dropout_p, is_causal, False, scale=scale
+        )[0]
+    if on_cuda() and backend == 1:  # flash: head size padded to a multiple of 8, the scale of the unpadded one
+        head = q.size(-1)
+        og_scale = scale if scale is not None else 1.0 / math.sqrt(head)
+        out = aten._scaled_dot_product_flash_attention(
+            _pad8(q), _pad8(k), _pad8(v), dropout_p, is_causal, False, scale=og_scale
+        )[0]
+        return out[..., :head]
+    if on_cuda() and backend == 2:  # memory-efficient
+        mask = _additive(attn_mask, q.dtype, -math.inf)
+        if mask is not None:
+            mask = _aligned(mask, q, k)
+        return aten._scaled_dot_product_efficient_attention(
+            q, k, v, mask, _needs_lse(q, k, v), dropout_p, is_causal, scale=scale
+        )[0]
+    if not on_cuda() and backend == 1:  # the CPU flash kernel, as PyTorch's composite calls it
+        return aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
+        )[0]
+    return aten._scaled_dot_product_attention_math(
+        q, k, v, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
+    )[0]
+
+
+def _on_flagos(*tensors) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.device.type == DEVICE_NAME for t in tensors)
+
+
+def _traced_sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
+    if not _on_flagos(q, k, v) or not _is_fake(q):
+        # Real tensors (an eager call while a compilation runs): flagos's own kernel.
+        with torch._C._DisablePythonDispatcher():
+            return _SDPA(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+    return _sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
+def _is_fake(t) -> bool:
+    from torch._subclasses.fake_tensor import is_fake
+
+    return is_fake(t)
+
+
+def install_traced_sdpa() -> None:
+    """Register the Python SDPA kernel for flagos's autograd key (used only under the Python dispatcher)."""
+    key = torch._C.DispatchKey.AutogradPrivateUse1
+    if key in _SDPA.py_kernels:
+        return
+    _SDPA.py_impl(key)(_traced_sdpa)

@@ -1,0 +1,42 @@
+"""What inductor's Triton path needs to treat flagos on a CUDA backing as the GPU it is.
+
+flagos:i is cuda:i underneath: Triton kernels for a flagos graph are CUDA kernels for that GPU, launched on
+the current flagos stream (a CUDA stream). Inductor decides two things by device type, so on a CUDA backing:
+- "flagos" is one of inductor's GPU device types (torch._inductor.utils.GPU_TYPES): GPU scheduling, fusion
+  and device guards apply to flagos graphs;
+- the device properties inductor compiles a Triton kernel for (DeviceProperties.create, which also names
+  Triton's target backend) are those of the CUDA device behind the flagos device, so Triton targets CUDA.
+Nothing changes for other device types. Host backing needs neither (inductor's C++ kernels).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torch_fl._loader import DEVICE_NAME
+
+
+def _as_cuda(device: torch.device) -> torch.device:
+    index = device.index if device.index is not None else torch.flagos.current_device()
+    return torch.device("cuda", index)
+
+
+def install() -> None:
+    """Make inductor treat flagos as a GPU backed by CUDA (idempotent; call on a CUDA backing only)."""
+    from torch._inductor import utils
+    from torch._inductor.runtime import hints
+
+    if DEVICE_NAME not in utils.GPU_TYPES:
+        utils.GPU_TYPES.append(DEVICE_NAME)  # the list every is_gpu() reads, shared by reference
+
+    create = hints.DeviceProperties.create
+    if getattr(create, "_flagos", False):
+        return
+
+    def flagos_create(cls, device):
+        if isinstance(device, torch.device) and device.type == DEVICE_NAME:
+            device = _as_cuda(device)
+        return create(device)
+
+    flagos_create._flagos = True
+    hints.DeviceProperties.create = classmethod(flagos_create)
