@@ -40,6 +40,10 @@ from torch_fl import compile  # noqa: E402  (torch.compile on flagos: registers 
 
 compile.install()
 
+from torch_fl import distributed  # noqa: E402
+
+distributed.register()  # the "flagos" torch.distributed backend (docs/distributed.md)
+
 
 def get_registered_ops() -> list[str]:
     """The operators whose calls run FlagGems kernels now (for some dtype at least), as the FEP 0025
@@ -64,6 +68,7 @@ __all__ = [
     "as_native",
     "backing",
     "compile",
+    "distributed",
     "flagos",
     "get_registered_ops",
     "is_flaggems_available",

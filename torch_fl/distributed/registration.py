@@ -1,0 +1,41 @@
+"""The "flagos" backend of torch.distributed, registered through Backend.register_backend.
+
+Registered for the devices "cpu" and "flagos", and made the default backend of the flagos device, so
+`init_process_group()` (no backend: PyTorch picks the accelerator's default), `init_process_group(
+"flagos")` and `init_process_group("cpu:gloo,flagos:flagos")` all give flagos tensors a
+FlagosProcessGroup. PyTorch's own "gloo" and "nccl" stay registered for cpu and cuda only, as they are.
+"""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+
+from torch_fl._loader import DEVICE_NAME
+from torch_fl.distributed.process_group import BACKEND_NAME, FlagosProcessGroup
+
+_registered = False
+
+
+def _create(backend_opts, pg_options):
+    """The creator PyTorch calls per group (extended API: DistributedBackendOptions, pg_options)."""
+    return FlagosProcessGroup(
+        backend_opts.store,
+        backend_opts.group_rank,
+        backend_opts.group_size,
+        backend_opts.timeout,
+        backend_opts.group_id,
+        list(backend_opts.global_ranks_in_group),
+        pg_options,
+    )
+
+
+def register() -> None:
+    """Register the backend once per process (torch_fl's import does it)."""
+    global _registered
+    if _registered or not dist.is_available():
+        return
+    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", DEVICE_NAME])
+    # register_backend keeps an existing default for a device; flagos has none of PyTorch's, so this
+    # only makes sure ours is the one `init_process_group()` picks for the flagos accelerator.
+    dist.Backend.default_device_backend_map[DEVICE_NAME] = BACKEND_NAME
+    _registered = True
