@@ -64,17 +64,17 @@ def collectives(dev: torch.device) -> dict:
     out = torch.empty(6, device=dev)
     dist.scatter(out, [rank_tensor(0, k).to(dev) for k in range(w)] if r == 0 else None, src=0)
     R["scatter"] = out
-    # point to point: a ring, with isend/irecv and batched
-    got = torch.empty(6, device=dev)
-    reqs = [dist.isend(t(), (r + 1) % w), dist.irecv(got, (r - 1) % w)]
-    for req in reqs:
-        req.wait()
-    R["send_recv"] = got
-    got = torch.empty(6, device=dev)
-    ops = [dist.P2POp(dist.isend, t(1), (r + 1) % w), dist.P2POp(dist.irecv, got, (r - 1) % w)]
-    for req in dist.batch_isend_irecv(ops):
-        req.wait()
-    R["batch_isend_irecv"] = got
+    if w > 1:  # a ring; at world size 1 it would be a rank sending to itself
+        got = torch.empty(6, device=dev)
+        reqs = [dist.isend(t(), (r + 1) % w), dist.irecv(got, (r - 1) % w)]
+        for req in reqs:
+            req.wait()
+        R["send_recv"] = got
+        got = torch.empty(6, device=dev)
+        ops = [dist.P2POp(dist.isend, t(1), (r + 1) % w), dist.P2POp(dist.irecv, got, (r - 1) % w)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+        R["batch_isend_irecv"] = got
     # coalesced forms
     a, b = t(), t(1)
     with dist._coalescing_manager(async_ops=True) as cm:
@@ -108,8 +108,9 @@ def collectives(dev: torch.device) -> dict:
     dist.scatter_object_list(got, [f"item{j}" for j in range(w)] if r == 0 else None, src=0)
     R["scatter_object_list"] = got[0]
     # a subgroup of ranks 0 and 1
-    sub = dist.new_group([0, 1])
-    if r in (0, 1):
+    sub_ranks = list(range(min(2, w)))
+    sub = dist.new_group(sub_ranks)
+    if r in sub_ranks:
         x = t()
         dist.all_reduce(x, group=sub)
         R["new_group_all_reduce"] = x

@@ -8,10 +8,20 @@ import socket
 import subprocess
 import sys
 
+import pytest
 import torch
+
+import torch_fl
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 WORKER = "tests.integration.distributed.worker"
+NATIVE = "cuda" if torch_fl.backing() == "cuda" else "cpu"
+
+
+def needs_devices(world: int) -> None:
+    """NCCL puts each rank on a GPU of its own; gloo on host memory runs any number of ranks."""
+    if NATIVE == "cuda" and torch.flagos.device_count() < world:
+        pytest.skip(f"{world} ranks over NCCL need {world} GPUs, this machine has {torch.flagos.device_count()}")
 
 
 def free_port() -> int:

@@ -29,8 +29,6 @@ def collectives(w: int, r: int) -> dict:
         "all_to_all_single_uneven": torch.cat([uneven_in[q][offsets[r] : offsets[r] + r + 1] for q in range(w)]),
         "all_to_all": torch.stack([torch.full((2,), 10.0 * q + r) for q in range(w)]),
         "scatter": rank_tensor(0, r),
-        "send_recv": rank_tensor((r - 1) % w),
-        "batch_isend_irecv": rank_tensor((r - 1) % w, 1),
         "coalesced_all_reduce": torch.stack([total, sum(rank_tensor(q, 1) for q in range(w))]),
         "coalesced_all_gather_into_tensor": torch.stack(
             [torch.cat([rank_tensor(q, k) for q in range(w)]) for k in (0, 1)]
@@ -44,8 +42,11 @@ def collectives(w: int, r: int) -> dict:
         ref["reduce"] = total
         ref["gather"] = torch.stack(ts)
         ref["gather_object"] = [("g", q) for q in range(w)]
-    if r in (0, 1):
-        ref["new_group_all_reduce"] = rank_tensor(0) + rank_tensor(1)
+    if w > 1:
+        ref["send_recv"] = rank_tensor((r - 1) % w)
+        ref["batch_isend_irecv"] = rank_tensor((r - 1) % w, 1)
+    if r < 2:
+        ref["new_group_all_reduce"] = sum(rank_tensor(q) for q in range(min(2, w)))
     return ref
 
 

@@ -1,8 +1,9 @@
-"""torch.distributed on flagos over gloo, 2 and 4 processes, against single-process references.
+"""torch.distributed on flagos against single-process references: 2 and 4 processes (gloo on host
+memory; on a CUDA backing NCCL, one GPU per rank), and 1 process over NCCL on one GPU (cuda).
 
 One launch per world size runs every case (collectives, DDP, FSDP2, DTensor, DCP); each test checks
-one case's results on every rank. The 2-process run makes its group with no backend named (PyTorch
-picks flagos's default), the 4-process run with "cpu:gloo,flagos:flagos" and a bound device.
+one case's results on every rank. The 1- and 2-process runs make their group with no backend named
+(PyTorch picks flagos's default), the 4-process run with "cpu:gloo,flagos:flagos" and a bound device.
 """
 
 from __future__ import annotations
@@ -10,18 +11,21 @@ from __future__ import annotations
 import pytest
 import torch
 
+import torch_fl
 from tests.integration.distributed import launch, references
 from tests.integration.distributed.cases_training import DDP_VARIANTS
 
 pytestmark = pytest.mark.anyplatform
 
 CASES = "collectives,ddp,fsdp2,dtensor,dcp"
-RUNS = {2: ("--init", "default"), 4: ("--init", "mixed", "--device-id")}
+RUNS = {1: ("--init", "default", "--device-id"), 2: ("--init", "default"), 4: ("--init", "mixed", "--device-id")}
+ENGINE = "ProcessGroupNCCL" if torch_fl.backing() == "cuda" else "ProcessGroupGloo"
 
 
-@pytest.fixture(scope="module", params=sorted(RUNS), ids=lambda w: f"world{w}")
+@pytest.fixture(scope="module", params=[pytest.param(1, marks=pytest.mark.cuda), 2, 4], ids=lambda w: f"world{w}")
 def run(request, tmp_path_factory):
     world = request.param
+    launch.needs_devices(world)
     extra = (",split",) if "--device-id" in RUNS[world] else ()
     result = launch.spawn(world, CASES + "".join(extra), tmp_path_factory.mktemp(f"world{world}"), *RUNS[world])
     assert result.returncodes == [0] * world, result.log()
@@ -51,6 +55,7 @@ def test_the_group_is_flagos(run):
     world, results = run
     for res in results:
         assert res["group_type"] == "FlagosProcessGroup" and res["world_size"] == world
+        assert res["engines"][launch.NATIVE] == ENGINE and res["engines"]["cpu"] == "ProcessGroupGloo"
 
 
 def test_every_collective_matches_the_reference(run):
@@ -110,10 +115,10 @@ def test_dcp_round_trip_restores_the_sharded_state(run):
 
 def test_split_group_all_reduces_within_each_half(run):
     world, results = run
-    if world != 4:
-        pytest.skip("the 4-process run is the one bound to a device (split_group needs that)")
+    if world == 2:
+        pytest.skip("the 1- and 4-process runs are the ones bound to a device (split_group needs that)")
     _no_errors(results, "split")
     for r, res in enumerate(results):
-        half = range(0, 2) if r < 2 else range(2, 4)
+        half = range(world) if world == 1 else range(0, 2) if r < 2 else range(2, 4)
         _same(res["split_group_all_reduce"], torch.full((2,), float(sum(q + 1 for q in half))), "split")
-        assert res["split_group_size"] == 2
+        assert res["split_group_size"] == len(half)

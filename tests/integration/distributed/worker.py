@@ -61,6 +61,7 @@ def main(argv=None) -> int:
     )
     results = {"world_size": dist.get_world_size(), "backend": str(dist.get_backend())}
     results["group_type"] = type(dist.group.WORLD).__name__
+    results["engines"] = {k: type(v).__name__ for k, v in getattr(dist.group.WORLD, "_engines", {}).items()}
     if args.die:
         dist.barrier()
         if rank == dist.get_world_size() - 1:
@@ -82,7 +83,7 @@ def main(argv=None) -> int:
         "split": lambda: cases_training.split(dev),
     }
     errors = {}
-    for case in args.cases.split(","):
+    for case in filter(None, args.cases.split(",")):
         try:
             results.update(_cpu(runners[case]()))
         except Exception:
