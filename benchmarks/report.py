@@ -32,6 +32,7 @@ TITLES = {
     "route-instructions": "Instructions per routed call, counted by callgrind (benchmarks/route_instructions.py)",
     "alias-pool": "Alias pool borrows and misses in a model's steady state (benchmarks/alias_pool.py)",
     "compile": "torch.compile: Qwen3 prefill and training step, flagos against native (benchmarks/compile_bench.py)",
+    "ddp-step": "A DDP training step at world size 1, flagos against native (benchmarks/ddp_step.py)",
 }
 
 
@@ -215,6 +216,21 @@ def compile_tables(d: dict) -> list[str]:
     return out + [""]
 
 
+def ddp_tables(d: dict) -> list[str]:
+    a, sides, r = d.get("args", {}), d["sides"], d["ratio"]
+    out = [
+        f"MLP of {a.get('layers')} x {a.get('hidden')} hidden, batch {a.get('batch')}, {a.get('steps')} timed steps "
+        f"per child, {a.get('rounds')} ABBA rounds; DDP at world size 1 (flagos: the flagos backend; native: "
+        "NCCL on cuda, gloo on the CPU). flagos throughput / native: "
+        f"{_ratio(r['ratio_median'], r['noise'])}.",
+        "",
+        "| side | backing | step (ms, median of rounds) |",
+        "| --- | --- | ---: |",
+    ]
+    out += [f"| {side} | {v['backing']} | {v['step_ms_median']:.3f} |" for side, v in sides.items()]
+    return out + [""]
+
+
 TABLES = {
     "e2e": e2e_tables,
     "overhead": overhead_tables,
@@ -222,6 +238,7 @@ TABLES = {
     "route-instructions": instructions_tables,
     "alias-pool": alias_tables,
     "compile": compile_tables,
+    "ddp-step": ddp_tables,
 }
 
 

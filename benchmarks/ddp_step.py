@@ -1,0 +1,150 @@
+"""One DDP training step on flagos against native DDP, at world size 1, alternated in one run.
+
+Each round starts a child process per side, in ABBA order (benchmarks/_timing.py): `native` runs
+DDP on cuda (NCCL), or on the CPU (gloo) without a GPU, in a process that never imports torch_fl
+(native CUDA backward fails in a process that did: README, "Known behaviour"); `flagos` runs the
+same model with DDP on flagos (the flagos backend: NCCL on a CUDA backing, gloo on host memory).
+A child builds the same seeded MLP, warms up, and times `--steps` steps (zero_grad, forward,
+cross-entropy, backward with DDP's bucketed all-reduce, SGD step), each to a device synchronisation;
+a round's figure is its median step. The ratio is native time / flagos time per round (throughput:
+above 1 is faster), reported as the median over rounds with its noise.
+
+    python benchmarks/ddp_step.py                  # the GPU run: writes results/ddp-step-<machine>.json
+    python benchmarks/ddp_step.py --smoke          # tiny sizes on any backing, to a temporary file
+
+Writes benchmarks/results/ddp-step-<machine>.json (benchmarks/_results.py; --out redirects it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared modules, also when loaded by path
+import _results  # noqa: E402
+import _timing  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child(side: str, args) -> dict:
+    """One side's timing, in this process (world size 1)."""
+    import torch
+    import torch.distributed as dist
+
+    if side == "flagos":
+        import torch_fl
+
+        device = torch.device("flagos", 0)
+        backend, backing = None, torch_fl.backing()  # None: PyTorch picks flagos's default backend
+        sync = torch.flagos.synchronize
+    else:
+        cuda = torch.cuda.is_available()
+        device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+        backend, backing = ("nccl" if cuda else "gloo"), device.type
+        sync = torch.cuda.synchronize if cuda else (lambda: None)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1")
+    dist.init_process_group(backend)
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(args.layers):
+        layers += [torch.nn.Linear(args.hidden, args.hidden), torch.nn.GELU()]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(args.hidden, 16)).to(device)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(args.batch, args.hidden, generator=g).to(device)
+    y = torch.randint(0, 16, (args.batch,), generator=g).to(device)
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+
+    for _ in range(args.warmup):
+        step()
+    sync()
+    seconds = []
+    for _ in range(args.steps):
+        t = time.perf_counter()
+        step()
+        sync()
+        seconds.append(time.perf_counter() - t)
+    loss = torch.nn.functional.cross_entropy(ddp(x), y).item()
+    dist.destroy_process_group()
+    return {"backing": backing, "step_ms": [s * 1e3 for s in seconds], "loss": loss}
+
+
+def run_child(side: str, args) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", side]
+    for name in ("layers", "hidden", "batch", "steps", "warmup"):
+        cmd += [f"--{name}", str(getattr(args, name))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the {side} child failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=8, help="child rounds per side, ABBA order (default 8)")
+    p.add_argument("--layers", type=int, default=8, help="hidden layers of the MLP (default 8)")
+    p.add_argument("--hidden", type=int, default=2048, help="hidden width (default 2048: 8 x 4M parameters)")
+    p.add_argument("--batch", type=int, default=256, help="batch (default 256)")
+    p.add_argument("--steps", type=int, default=30, help="timed steps per child (default 30)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, 2 rounds, to a temporary file")
+    p.add_argument("--child", choices=["native", "flagos"], help=argparse.SUPPRESS)
+    p.add_argument("--out", "--json", dest="out", help="JSON path or folder (default results/ddp-step-<machine>.json)")
+    args = p.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.child, args)))
+        return 0
+    if args.smoke:
+        args.rounds, args.layers, args.hidden, args.batch, args.steps, args.warmup = 2, 2, 64, 8, 3, 1
+    samples = _timing.alternating(
+        args.rounds, {side: lambda s=side: run_child(s, args) for side in ("native", "flagos")}
+    )
+    sides = {}
+    for side, runs in samples.items():
+        medians = [statistics.median(r["step_ms"]) for r in runs]
+        sides[side] = {
+            "backing": runs[0]["backing"],
+            "step_ms_median": round(statistics.median(medians), 4),
+            "round_medians_ms": [round(m, 4) for m in medians],
+            "loss": runs[0]["loss"],
+        }
+    ratios = [
+        n / f for n, f in zip(sides["native"]["round_medians_ms"], sides["flagos"]["round_medians_ms"], strict=True)
+    ]
+    ratio = _timing.ratio_stats(ratios)
+    print(
+        f"DDP step, world size 1: native ({sides['native']['backing']}) {sides['native']['step_ms_median']:.3f} ms, "
+        f"flagos ({sides['flagos']['backing']}) {sides['flagos']['step_ms_median']:.3f} ms"
+    )
+    print(f"flagos throughput / native: {ratio['ratio_median']:.3f}x ± {ratio['noise']:.3f} ({ratio['pairs']} rounds)")
+    report = {
+        "args": {k: v for k, v in vars(args).items() if k not in ("out", "child")},
+        "sides": sides,
+        "ratio": ratio,
+    }
+    print(f"wrote {_results.write('ddp-step', report, args.out, smoke=args.smoke)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
