@@ -185,14 +185,10 @@ class FlagosProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts=None):
         opts = _or(opts, c10d.BarrierOptions)
-        if opts.device is not None and opts.device.type == DEVICE_NAME:
-            opts.device = native_device(opts.device)
+        device = getattr(opts, "device", None)  # BarrierOptions.device is recent: PyTorch 2.11 may lack it
+        if device is not None and device.type == DEVICE_NAME:
+            opts.device = native_device(device)
         return FlagosWork(self._inner.barrier(opts), [])
-
-    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
-        # gloo's; the barrier carries no tensor of the caller's
-        gloo = self._engines["cpu"]
-        return gloo.monitored_barrier(timeout, wait_all_ranks) if timeout else gloo.monitored_barrier()
 
     # --- subgroups ------------------------------------------------------------------------------
 
