@@ -299,3 +299,18 @@ def test_an_operator_that_may_copy_is_run_again_when_it_copied(gems):
         c = torch.arange(6.0) + i  # contiguous: contiguous() is the input
         assert torch.equal((-c.to("flagos")).cpu(), -c)
     assert calls["neg"] == 2
+
+
+def test_a_call_that_cannot_be_keyed_runs_python_each_time_with_the_reason(gems):
+    calls = gems(add__Tensor=add_via_out)
+    x = torch.ones(3, device="flagos")
+    for i in range(3):
+        two = torch.tensor(2.0 + i)  # a host tensor (not a Python number): its values are not keyed
+        assert torch.equal((x + two).cpu(), torch.full((3,), 3.0 + i))
+    assert calls["add__Tensor"] == 3
+    assert (
+        stats("add.Tensor")["reasons"].get(
+            "an argument cannot be keyed (a host tensor, a generator, a complex or symbolic number)", 0
+        )
+        >= 3
+    )

@@ -275,15 +275,15 @@ bool try_fast(FastPlan& f, const c10::OperatorHandle& op, torch::jit::Stack* sta
 
 py::object call_fast_target(FastPlan& f, const c10::OperatorHandle& op, const py::object& fn,
                             const replay::Signature& sig, bool keyed, const py::tuple& args, const py::dict& kwargs) {
-  auto plain = [&](const char* why) {
-    if (why != nullptr) {
-      f.reason_calls[f.reason_index(why)] += 1;
+  if (!keyed) {
+    // The reason's index is found once: this runs on every such call.
+    if (f.unkeyed_reason < 0) {
+      f.unkeyed_reason =
+          f.reason_index("an argument cannot be keyed (a host tensor, a generator, a complex or symbolic number)");
     }
+    f.reason_calls[f.unkeyed_reason] += 1;
     f.python.fetch_add(1, std::memory_order_relaxed);
     return fn(*args, **kwargs);
-  };
-  if (!keyed) {
-    return plain("an argument cannot be keyed (a host tensor, a generator, a complex or symbolic number)");
   }
   const std::optional<replay::Entry> known = f.cache.find(sig);
   if (known.has_value() && known->program != nullptr) {

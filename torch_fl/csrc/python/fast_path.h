@@ -41,6 +41,7 @@ struct FastPlan {
   // With the GIL: why signatures stay on the Python function, and how many calls each reason cost.
   std::vector<std::string> reasons;
   std::vector<int64_t> reason_calls;
+  int32_t unkeyed_reason = -1;  // index of the reason for calls that cannot be keyed, once one came
   py::object counters;  // keeps `calls`' buffer alive
   py::object fn;        // the function the cached programs were recorded from
 
