@@ -144,6 +144,16 @@ def test_pin_memory_and_non_blocking_copies():
     assert not torch.randn(4).is_pinned()
 
 
+def test_host_tensors_made_pinned_report_it():
+    # PyTorch answers is_pinned() for the accelerator (flagos) only after its C++ lazy init: on a CUDA
+    # backing pinned memory comes from CUDA's host allocator, and DDP's reducer asserts on the answer.
+    torch.ones(1, device="flagos")
+    pinned = torch.empty(16, pin_memory=True)
+    assert pinned.is_pinned()
+    assert torch.empty(16).pin_memory().is_pinned()
+    assert not torch.empty(16).is_pinned()
+
+
 def test_cpu_results_stay_on_cpu():
     x = torch.tensor([1.5, 2.5], device="flagos")
     assert x.tolist() == [1.5, 2.5]

@@ -71,9 +71,10 @@ def is_initialized() -> bool:
 
 
 def init() -> None:
-    """Initialise the backing device (CUDA's lazy init on a GPU backing)."""
+    """Initialise the backing device (CUDA's lazy init on a GPU backing), then flagos's C++ lazy init."""
     if on_cuda():
         torch.cuda.init()
+    _C._lazy_init_device()
 
 
 def device_count() -> int:

@@ -24,6 +24,7 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <ATen/Context.h>
 #include <ATen/ScalarOps.h>
 
 #include <algorithm>
@@ -126,6 +127,10 @@ void bind_module(py::module& m) {
   m.def("_init", &init, py::arg("backing"), py::arg("host_devices"));
   m.def("_backing", [] { return std::string(c10::DeviceTypeName(backing().type, true)); });
   m.def("_initialized", [] { return backing().initialized; });
+  // PyTorch answers is_pinned() for the current accelerator only once the
+  // accelerator's C++ lazy init has run (Context::isPinnedPtr); flagos is that
+  // accelerator, so its Python lazy init runs the C++ one too.
+  m.def("_lazy_init_device", [] { at::globalContext().lazyInitDevice(c10::DeviceType::PrivateUse1); });
   m.def("_device_count", [] { return static_cast<int64_t>(backing().count); });
   m.def("_device_type_code", [] { return static_cast<int>(kFlagos); });
   m.def("_current_device", [] { return static_cast<int64_t>(current_device()); });
