@@ -27,6 +27,10 @@ def install() -> None:
     from torch._inductor.runtime import hints
 
     if DEVICE_NAME not in utils.GPU_TYPES:
+        # get_gpu_type() names the machine's GPU type (hardware properties, benchmarking) and asserts
+        # that one type is available; with flagos listed beside the CUDA it runs on, it would see two.
+        # The hardware is CUDA's: let it answer (it caches the answer) before flagos joins the list.
+        utils.get_gpu_type()
         utils.GPU_TYPES.append(DEVICE_NAME)  # the list every is_gpu() reads, shared by reference
 
     create = hints.DeviceProperties.create
