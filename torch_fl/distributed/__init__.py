@@ -8,6 +8,7 @@ NCCL (CUDA backing) or gloo (host memory).
 - `inner.py`: the gloo / NCCL engines of a group
 - `process_group.py`: FlagosProcessGroup, every collective mapped onto an inner ProcessGroup
 - `registration.py`: Backend.register_backend
+- `checkpoint_staging.py`: DCP's writer stages flagos tensors to the host (also over CUDA)
 """
 
 from torch_fl.distributed.process_group import BACKEND_NAME, FlagosProcessGroup

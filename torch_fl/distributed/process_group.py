@@ -26,7 +26,7 @@ from torch_fl._loader import DEVICE_NAME
 from torch_fl.distributed import inner
 from torch_fl.distributed.backend_view import BackendView
 from torch_fl.distributed.tensors import native, native_device, natives, nested
-from torch_fl.distributed.work import FlagosWork
+from torch_fl.distributed.work import flagos_work
 
 BACKEND_NAME = "flagos"
 
@@ -104,91 +104,91 @@ class FlagosProcessGroup(dist.ProcessGroup):
 
     def broadcast(self, tensors, opts=None):
         tensors = _listed(tensors)
-        return FlagosWork(self._inner.broadcast(natives(tensors), _or(opts, c10d.BroadcastOptions)), tensors)
+        return flagos_work(self._inner.broadcast(natives(tensors), _or(opts, c10d.BroadcastOptions)), tensors)
 
     def allreduce(self, tensors, opts=None):
         tensors = _listed(tensors)
         work = self._inner.allreduce(natives(tensors), _reduce_opts(opts, c10d.AllreduceOptions))
-        return FlagosWork(work, tensors)
+        return flagos_work(work, tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):
         work = self._inner.allreduce_coalesced(natives(tensors), _reduce_opts(opts, c10d.AllreduceCoalescedOptions))
-        return FlagosWork(work, list(tensors))
+        return flagos_work(work, list(tensors))
 
     def reduce(self, tensors, opts=None):
         tensors = _listed(tensors)
-        return FlagosWork(self._inner.reduce(natives(tensors), _or(opts, c10d.ReduceOptions)), tensors)
+        return flagos_work(self._inner.reduce(natives(tensors), _or(opts, c10d.ReduceOptions)), tensors)
 
     def allgather(self, output_lists, inputs, opts=None):
         work = self._inner.allgather(nested(output_lists), natives(inputs), _or(opts, c10d.AllgatherOptions))
-        return FlagosWork(work, _flat(output_lists))
+        return flagos_work(work, _flat(output_lists))
 
     def all_gather_single(self, output, input, opts=None):
         work = self._all_gather_single(native(output), native(input), _or(opts, c10d.AllgatherOptions))
-        return FlagosWork(work, [output])
+        return flagos_work(work, [output])
 
     _allgather_base = all_gather_single
 
     def allgather_coalesced(self, output_lists, inputs, opts=None):
         work = self._inner.allgather_coalesced(nested(output_lists), natives(inputs), _or(opts, c10d.AllgatherOptions))
-        return FlagosWork(work, _flat(output_lists))
+        return flagos_work(work, _flat(output_lists))
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         work = self._all_gather_single_coalesced(natives(outputs), natives(inputs), _or(opts, c10d.AllgatherOptions))
-        return FlagosWork(work, list(outputs))
+        return flagos_work(work, list(outputs))
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     def gather(self, output_lists, inputs, opts=None):
         work = self._inner.gather(nested(output_lists), natives(inputs), _or(opts, c10d.GatherOptions))
-        return FlagosWork(work, _flat(output_lists))
+        return flagos_work(work, _flat(output_lists))
 
     def scatter(self, outputs, input_lists, opts=None):
         work = self._inner.scatter(natives(outputs), nested(input_lists), _or(opts, c10d.ScatterOptions))
-        return FlagosWork(work, list(outputs))
+        return flagos_work(work, list(outputs))
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
         work = self._inner.reduce_scatter(natives(outputs), nested(input_lists), _or(opts, c10d.ReduceScatterOptions))
-        return FlagosWork(work, list(outputs))
+        return flagos_work(work, list(outputs))
 
     def reduce_scatter_single(self, output, input, opts=None):
         work = self._reduce_scatter_single(native(output), native(input), _or(opts, c10d.ReduceScatterOptions))
-        return FlagosWork(work, [output])
+        return flagos_work(work, [output])
 
     _reduce_scatter_base = reduce_scatter_single
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         opts = _or(opts, c10d.ReduceScatterOptions)
-        return FlagosWork(self._reduce_scatter_single_coalesced(natives(outputs), natives(inputs), opts), list(outputs))
+        return flagos_work(self._reduce_scatter_single_coalesced(natives(outputs), natives(inputs), opts), list(outputs))
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         opts = _or(opts, c10d.AllToAllOptions)
         work = self._all_to_all_single(native(output), native(input), output_split_sizes, input_split_sizes, opts)
-        return FlagosWork(work, [output])
+        return flagos_work(work, [output])
 
     alltoall_base = all_to_all_single
 
     def alltoall(self, outputs, inputs, opts=None):
         work = self._inner.alltoall(natives(outputs), natives(inputs), _or(opts, c10d.AllToAllOptions))
-        return FlagosWork(work, list(outputs))
+        return flagos_work(work, list(outputs))
 
     def send(self, tensors, dst, tag=0):
-        return FlagosWork(self._inner.send(natives(tensors), dst, tag), list(tensors))
+        return flagos_work(self._inner.send(natives(tensors), dst, tag), list(tensors))
 
     def recv(self, tensors, src, tag=0):
-        return FlagosWork(self._inner.recv(natives(tensors), src, tag), list(tensors))
+        return flagos_work(self._inner.recv(natives(tensors), src, tag), list(tensors))
 
     def recv_anysource(self, tensors, tag=0):
-        return FlagosWork(self._inner.recv_anysource(natives(tensors), tag), list(tensors))
+        return flagos_work(self._inner.recv_anysource(natives(tensors), tag), list(tensors))
 
     def barrier(self, opts=None):
         opts = _or(opts, c10d.BarrierOptions)
         device = getattr(opts, "device", None)  # BarrierOptions.device is recent: PyTorch 2.11 may lack it
         if device is not None and device.type == DEVICE_NAME:
             opts.device = native_device(device)
-        return FlagosWork(self._inner.barrier(opts), [])
+        return flagos_work(self._inner.barrier(opts), [])
 
     # --- subgroups ------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch.distributed as dist
 
 from torch_fl._loader import DEVICE_NAME
+from torch_fl.distributed import checkpoint_staging
 from torch_fl.distributed.process_group import BACKEND_NAME, FlagosProcessGroup
 
 _registered = False
@@ -38,4 +39,5 @@ def register() -> None:
     # register_backend keeps an existing default for a device; flagos has none of PyTorch's, so this
     # only makes sure ours is the one `init_process_group()` picks for the flagos accelerator.
     dist.Backend.default_device_backend_map[DEVICE_NAME] = BACKEND_NAME
+    checkpoint_staging.install()
     _registered = True

@@ -17,6 +17,15 @@ import torch.distributed as dist
 from torch_fl._loader import DEVICE_NAME
 
 
+def flagos_work(work, result: list):
+    """The inner Work as a FlagosWork; None where the engine returned none.
+
+    NCCL returns no Work for some calls it completes on the stream (PyTorch 2.11's scatter in a
+    group of one); PyTorch's callers check for None, so the absence is handed on as it is.
+    """
+    return None if work is None else FlagosWork(work, result)
+
+
 class FlagosWork(dist.Work):
     def __init__(self, work, result: list):
         super().__init__()

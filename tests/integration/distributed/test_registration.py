@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 import torch.distributed as dist
 
 import torch_fl
@@ -24,3 +25,16 @@ def test_registering_again_changes_nothing():
     before = dict(dist.Backend.default_device_backend_map), list(dist.Backend.backend_list)
     torch_fl.distributed.register()
     assert (dict(dist.Backend.default_device_backend_map), list(dist.Backend.backend_list)) == before
+
+
+def test_dcp_stages_flagos_tensors_even_where_cuda_is_available(monkeypatch):
+    # DCP's writer copies to the host the tensors of one device type, asked from a lookup that puts
+    # CUDA first; with flagos over CUDA that skipped flagos tensors. Here CUDA is made to look available.
+    import torch.distributed.checkpoint.filesystem as filesystem
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert filesystem._get_available_device_type() == "flagos"
+    loader = filesystem._OverlappingCpuLoader(lambda t: t, inflight_threshhold=1 << 20)
+    loader.add(16, torch.arange(4.0, device="flagos"))
+    (staged, _), = list(loader.values())
+    assert staged.is_cpu and staged.tolist() == [0.0, 1.0, 2.0, 3.0]
