@@ -348,9 +348,15 @@ def test_graph_decoding_matches_eager_and_native_and_does_not_grow():
         for _ in range(5):
             assert torch.equal(dec.decode(ids.to(dev), 24).cpu(), got.cpu())
         assert graph_decode.graph_api(dev).memory_allocated() == allocated and dec.captures == 1
+        # the prefill is captured once per prompt length; another length gets a graph of its own
+        assert len(dec.prefill_graphs) == 1
+        short = ids[:, :5].to(dev)
+        short_eager = graph_decode.GraphDecoder(model, 1, 40, dev, graphs=False).decode(short, 10)
+        assert torch.equal(dec.decode(short, 10).cpu(), short_eager.cpu()), dev
+        assert len(dec.prefill_graphs) == 2 and dec.captures == 1
         out[dev] = got.cpu()
         if dev == "flagos":
             captured = dec.graph.captured_calls()
             assert captured and {b for _, b in captured} == {"native"}, captured
-            assert dec.graph.replays == 6 * 23
+            assert dec.graph.replays == 6 * 23 + 9
     assert torch.equal(out["flagos"], out["cuda"])

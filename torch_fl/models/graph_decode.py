@@ -4,8 +4,9 @@ and replayed per token, on native cuda (torch.cuda's graphs) or on flagos (torch
 A decode step on a static cache has fixed shapes and addresses: the token fed in, its position, the
 attention mask (computed inside the step from the position), the cache written in place. So one
 capture per (batch, cache length) serves every prompt that fits, and each token costs one replay.
-The same step also runs eagerly (graphs=False): same kernels, same order, so the greedy tokens are
-identical; the prefill always runs eagerly.
+The prefill is captured too, once per prompt length (its shapes are fixed by that length): a prompt
+costs one copy into the graph's input and one replay. The same steps also run eagerly (graphs=False):
+same kernels, same order, so the greedy tokens are identical.
 
 Imports only torch and transformers (never torch_fl), like workloads.py; on flagos, torch_fl must
 already be imported (it provides torch.flagos.CUDAGraph).
@@ -31,7 +32,8 @@ class GraphDecoder:
     """Greedy decoding of `model` for `batch` sequences of up to `max_len` tokens (prompt + new).
 
     decode(input_ids, new_tokens) returns prompt + new tokens, as workloads.greedy() does. With
-    graphs=True the decode step is captured on the first decode and replayed for every token after.
+    graphs=True the decode step is captured on the first decode and replayed for every token after,
+    and the prefill is captured on the first decode of each prompt length (`prefill_graphs`).
     """
 
     def __init__(self, model, batch: int, max_len: int, device, graphs: bool = True, warmup: int = 2):
@@ -53,7 +55,8 @@ class GraphDecoder:
         self.step_index = torch.zeros(1, **long)  # where the step writes its token in self.tokens
         self.tokens = torch.zeros(batch, max_len, **long)
         self.graph = None
-        self.captures = 0  # graphs captured (one per decoder)
+        self.captures = 0  # decode-step graphs captured (one per decoder)
+        self.prefill_graphs: dict[int, tuple] = {}  # prompt length -> (its input buffer, its graph)
 
     def _forward(self, ids, positions, mask):
         kwargs = {self._cache_arg: self.cache}
@@ -80,6 +83,10 @@ class GraphDecoder:
 
     def _prefill(self, input_ids: torch.Tensor) -> None:
         self.cache.reset()
+        self._prefill_step(input_ids)
+
+    def _prefill_step(self, input_ids: torch.Tensor) -> None:
+        """The prefill on a reset cache: everything on the device, nothing read back (capturable)."""
         prompt = input_ids.shape[1]
         positions = torch.arange(prompt, device=self.device).expand(self.batch, prompt)
         mask = (self.kv_index[None, :] <= torch.arange(prompt, device=self.device)[:, None])[None, None]
@@ -105,6 +112,23 @@ class GraphDecoder:
             self._step()
         self.captures += 1
 
+    def _prefill_graph(self, input_ids: torch.Tensor):
+        """This prompt length's prefill graph and its input buffer, captured on first use."""
+        prompt = input_ids.shape[1]
+        if prompt not in self.prefill_graphs:
+            api = graph_api(self.device)
+            ids = input_ids.clone()
+            side = api.Stream()
+            side.wait_stream(api.current_stream())
+            with api.stream(side):  # a first run of this shape off the capture (library handles, workspaces)
+                self._prefill(ids)
+            api.current_stream().wait_stream(side)
+            graph = api.CUDAGraph()
+            with api.graph(graph):
+                self._prefill_step(ids)
+            self.prefill_graphs[prompt] = (ids, graph)
+        return self.prefill_graphs[prompt]
+
     @torch.no_grad()
     def decode(self, input_ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
         batch, prompt = input_ids.shape
@@ -113,9 +137,15 @@ class GraphDecoder:
                 f"this decoder holds {self.batch} sequences of up to {self.max_len} tokens; got {batch} x "
                 f"({prompt} + {new_tokens})"
             )
-        if self.graphs and self.graph is None:
-            self._capture(input_ids)
-        self._prefill(input_ids)
+        if self.graphs:
+            if self.graph is None:
+                self._capture(input_ids)
+            ids, prefill = self._prefill_graph(input_ids)
+            self.cache.reset()
+            ids.copy_(input_ids)
+            prefill.replay()
+        else:
+            self._prefill(input_ids)
         for _ in range(new_tokens - 1):
             if self.graphs:
                 self.graph.replay()
