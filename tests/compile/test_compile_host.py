@@ -112,6 +112,21 @@ def test_dynamo_and_inductor_know_flagos():
     assert iface.is_triton_capable() is ON_CUDA
 
 
+def test_pytorchs_own_device_lines_stay_registered():
+    """Registering flagos's device lines first must not hide cuda's and cpu's (PyTorch 2.11 registers its own
+    on the first lookup, only while none is registered): a cuda graph compiled beside flagos needs them."""
+    proc = run_python(
+        """
+        import torch_fl
+        from torch._inductor import compile_fx  # registers flagos with inductor
+        from torch._inductor.codegen.common import get_device_op_overrides
+        print(get_device_op_overrides("cuda").device_guard(0), get_device_op_overrides("flagos").device_guard(0))
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["torch.cuda._DeviceGuard(0)", "torch.flagos.device(0)"]
+
+
 def test_import_registers_lazily():
     """import torch_fl does not import Dynamo; importing it registers flagos."""
     proc = run_python(

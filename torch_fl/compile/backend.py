@@ -68,6 +68,9 @@ def register() -> None:
         from torch_fl.compile import host_target
 
         host_target.install()
+    # PyTorch 2.11 registers its own device lines (cuda, cpu, ...) on the first lookup, and only while none
+    # is registered yet: look one up first, or a cuda graph compiled in this process gets no device guard.
+    common.get_device_op_overrides("cpu")
     common.register_device_op_overrides(DEVICE_NAME, FlagosDeviceOpOverrides())
     kwargs = {}
     if "device_custom_pass" in inspect.signature(common.register_backend_for_device).parameters:
