@@ -376,3 +376,24 @@ def test_bad_arguments_are_errors(routing_state, tmp_path, capsys):  # noqa: F81
         torch_fl.calibrate(workload, candidate="native")
     with pytest.raises(RoutingError, match="unknown backend 'flagem'"):
         torch_fl.calibrate(workload, candidate="flagem")
+
+
+def test_the_real_timer_runs_end_to_end_on_host(routing_state, tmp_path):  # noqa: F811
+    out = tmp_path / "cal.conf"
+    result = torch_fl.calibrate(workload, str(out), candidate="cpu_fallback", rounds=1, reps=1, progress=False)
+    assert {m.call.key.op for m in result.measurements} == {"mm"}
+    assert all(m.native_s > 0 and m.candidate_s > 0 for m in result.measurements)
+    assert config.check_file(str(out))[1] == []
+
+
+def test_cli_calibrates_the_demo_model(routing_state, tmp_path, monkeypatch):  # noqa: F811
+    pytest.importorskip("transformers")
+    out = tmp_path / "cal.conf"
+    monkeypatch.setattr(calibrate_cli, "TIMER", fake_timer(4096))
+    argv = ["calibrate", "--model", "demo", "--tokens", "1", "--prompt-len", "4", "--rounds", "1", "--quiet"]
+    assert main([*argv, "--candidate", "cpu_fallback", "-o", str(out)]) == 0
+    rs = [r for r in config.load_file(str(out)) if r.file == str(out)]
+    assert any(r.pattern == "mm" for r in rs)
+    assert any(r.backend == "cpu_fallback" for r in rs)
+    # the fake timer makes calls from 4096 elements up faster on the candidate, and only those
+    assert all((r.backend == "cpu_fallback") == (r.min_numel >= 4096) for r in rs if r.min_numel is not None)
