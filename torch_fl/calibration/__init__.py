@@ -62,6 +62,8 @@ class Calibration:
             f"{len({k.op for k in r.calls})} operators {self.candidate} has"
         ]
         rejected = sum(1 for m in self.measurements if not m.ok)
+        if r.unkept:
+            lines.append(f"{r.unkept} signatures past the per-operator limit were counted, not measured")
         lines.append(
             f"measured {len(self.measurements)} signatures ({rejected} rejected: {self.candidate}'s result not "
             f"accepted); {len(self.routed)} of {len(self.classes)} classes go to {self.candidate}"

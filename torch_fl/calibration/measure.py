@@ -201,9 +201,10 @@ def measure(
                             def run(fn=fn, args=args, kwargs=kwargs):
                                 return fn(*args, **kwargs)
 
-                            if r == 0:
-                                for _ in range(warmup):  # the fast path records its first calls
-                                    run()
+                            # The fast path records a signature's first calls (again after a route change
+                            # where the operator has size rules, which drops its recordings).
+                            for _ in range(warmup if r == 0 else 1):
+                                run()
                             times.setdefault((id(c), backend), []).append(timer(run, c, backend))
             for c in group:
                 cand = times.get((id(c), candidate))

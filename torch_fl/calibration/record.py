@@ -9,6 +9,7 @@ in-place operator changes its inputs), to time and check later.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -70,12 +71,6 @@ def _first_tensor(args) -> torch.Tensor | None:
     return None
 
 
-def _copy(a):
-    if isinstance(a, torch.Tensor):
-        return a.detach().clone(memory_format=torch.preserve_format)
-    return a
-
-
 class Recorder(TorchDispatchMode):
     """Counts the flagos calls of the operators `wanted(op)` accepts; keeps up to `per_op` examples each."""
 
@@ -88,6 +83,25 @@ class Recorder(TorchDispatchMode):
         self.kept: dict[str, int] = {}
         self.total = 0  # every flagos call seen, recorded or not
         self.skipped: dict[str, int] = {}  # operator -> calls not recorded (not a candidate)
+        # One copy per tensor state: signatures of operators that write no argument share the copies of
+        # the arguments they share (a weight).
+        self._copies: dict[tuple, torch.Tensor] = {}
+
+    def _copy(self, a, shared: bool):
+        if not isinstance(a, torch.Tensor):
+            return a
+        if not shared:
+            return a.detach().clone(memory_format=torch.preserve_format)
+        key = (a.untyped_storage().data_ptr(), a.storage_offset(), a.shape, a.stride(), a.dtype, a._version)
+        copy = self._copies.get(key)
+        if copy is None:
+            copy = self._copies[key] = a.detach().clone(memory_format=torch.preserve_format)
+        return copy
+
+    @property
+    def unkept(self) -> int:
+        """Signatures past the per-operator limit: counted, not measured."""
+        return sum(not c.kept for c in self.calls.values())
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -112,7 +126,9 @@ class Recorder(TorchDispatchMode):
             rec = self.calls[key] = Recorded(key, first.numel())
             if self.kept.get(op, 0) < self.per_op:
                 self.kept[op] = self.kept.get(op, 0) + 1
-                rec.args, rec.kwargs, rec.kept = tree_map(_copy, args), tree_map(_copy, kwargs), True
+                # Timing an operator that writes its arguments changes them: those get copies of their own.
+                copy = functools.partial(self._copy, shared=not ops.is_mutable(op))
+                rec.args, rec.kwargs, rec.kept = tree_map(copy, args), tree_map(copy, kwargs), True
         rec.count += 1
 
 
