@@ -194,7 +194,7 @@ struct PyRoute {
       return a.min_numel > b.min_numel;
     });
     st.sizes.push_back(std::move(list));
-    st.any_size = true;
+    st.any_size = st.any_dtype = true;
     return static_cast<uint8_t>(st.sizes.size());
   }
 

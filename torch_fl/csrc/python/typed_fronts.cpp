@@ -154,9 +154,8 @@ struct PyFront<Op, Ret(Args...)> {
       GilHeld gil;
       // A route change may swap the state during this call: the call keeps the state it started with.
       std::shared_ptr<PyRouteState> st = route->slot()->state;
-      const Target* t = st == nullptr               ? nullptr
-                        : C10_LIKELY(!st->any_size) ? &st->target(first_dtype(args...))
-                                                    : &st->target(first_dtype(args...), first_numel(args...));
+      const Target* t =
+          st == nullptr ? nullptr : &st->target(first_dtype(args...), [&] { return first_numel(args...); });
       // Only a backend kernel on a call without an empty input runs here; the
       // boxed kernel classifies and runs every other call (native ones
       // without the GIL).
