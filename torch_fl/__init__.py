@@ -61,12 +61,22 @@ def is_flaggems_available() -> bool:
     return routing.backends.get("flaggems").available()
 
 
+def calibrate(fn, output=None, **kwargs):
+    """Measured routing: record `fn()`'s flagos calls, time each on native and on FlagGems, and write the
+    routing file `output` that picks the faster correct backend per (operator, dtype, size class).
+    See torch_fl.calibration.calibrate for the options; docs/routing.md, Measured routing."""
+    from torch_fl.calibration import calibrate as run
+
+    return run(fn, output, **kwargs)
+
+
 __all__ = [
     "DEVICE_NAME",
     "FlagosInitError",
     "as_flagos",
     "as_native",
     "backing",
+    "calibrate",
     "compile",
     "distributed",
     "flagos",

@@ -16,6 +16,7 @@ COMMANDS = {
     "routes": ("routes", "the effective routing table and where each route came from"),
     "explain": ("explain", "why an operator runs on the backend it runs on"),
     "validate": ("validate", "check a routing file (exit 1 with file:line messages)"),
+    "calibrate": ("calibrate", "measure native vs FlagGems per operator call of a workload; write a routing file"),
     "demo": ("demo", "Qwen3 generating tokens on flagos next to native PyTorch: tokens/s, routes, fallbacks"),
 }
 

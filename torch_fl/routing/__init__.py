@@ -103,6 +103,12 @@ def table() -> list[RouteEntry]:
             out.append(
                 RouteEntry(op, rule.backend, rule.source, None if dt is None else dtype_name(dt), runs, t.reason)
             )
+        for dt, classes in r.by_size:
+            for n, rule in classes:
+                t = rules.target_for(op, rule, dt, failed)
+                runs = rule.backend if t.kind != "fallback" else f"native ({torch_fl.backing()})"
+                where = f"{dtype_name(dt)}, " if dt is not None else ""
+                out.append(RouteEntry(op, rule.backend, rule.source, f"{where}numel>={n}", runs, t.reason))
     return out
 
 
@@ -110,7 +116,7 @@ def flaggems_ops() -> list[str]:
     """The operators some of whose calls run a FlagGems kernel (flaggems or flagos_python) now."""
     out = []
     for op, entry in sorted(registry.REGISTERED.items()):
-        targets = (entry.plan.default, *(t for _, t in entry.plan.by_dtype))
+        targets = entry.plan.targets()
         if any(t.kind == "kernel" and isinstance(backends.get(t.backend), FlagGemsBackend) for t in targets):
             out.append(op)
     return out

@@ -6,6 +6,7 @@
     *_backward = cuda            # glob (* and ?); the most specific rule wins
     mm[bfloat16] = flaggems      # only for that dtype (first tensor argument)
     mm[float16, bfloat16] = flaggems
+    mm[bfloat16, numel>=1048576] = flaggems   # only calls whose first tensor has that many elements or more
     include base.conf            # relative to this file; `builtin:NAME` = a shipped config
 
 Parsing collects every problem (file:line and the text) instead of stopping at
@@ -42,6 +43,35 @@ MAX_INCLUDE_DEPTH = 32
 
 _LHS = re.compile(r"^(?P<op>[A-Za-z0-9_.*?:]+)\s*(?:\[(?P<dtypes>[^\]]*)\])?$")
 _BACKEND = re.compile(r"^[A-Za-z0-9_]+$")
+#: the size condition of a rule: `numel>=N`, N the first tensor argument's element count
+SIZE_KEY = "numel"
+_SIZE = re.compile(r"^(?P<key>[A-Za-z_]\w*)\s*(?P<cmp>[<>=!]=?)\s*(?P<num>.*)$")
+
+
+def parse_condition(text: str) -> tuple[torch.dtype | None, int | None, str | None]:
+    """One item of a rule's brackets: (dtype, None, None), (None, min_numel, None) or (None, None, problem)."""
+    item = text.strip()
+    m = _SIZE.match(item)
+    if m is None:
+        try:
+            return parse_dtype(item), None, None
+        except ValueError as e:
+            return None, None, str(e)
+    key, cmp, num = m.group("key"), m.group("cmp"), m.group("num").strip()
+    if key != SIZE_KEY or cmp != ">=":
+        return (
+            None,
+            None,
+            (
+                f"unknown condition '{item}': the one size condition is {SIZE_KEY}>=N (calls whose first tensor "
+                f"argument has at least N elements), e.g. mm[bfloat16, {SIZE_KEY}>=1048576] = flaggems"
+            ),
+        )
+    if not num.isdigit():
+        return None, None, f"bad number '{num}' in '{item}': write a whole number of elements, e.g. {SIZE_KEY}>=65536"
+    if int(num) < 1:
+        return None, None, f"'{item}' holds for every call: drop the condition, or give a threshold of 1 or more"
+    return None, int(num), None
 
 
 @dataclass(frozen=True)
@@ -58,6 +88,7 @@ class Rule:
     env_var: str | None = None
     order: int = 0
     text: str = field(default="", compare=False)
+    min_numel: int | None = None  # a size rule: calls whose first tensor has at least this many elements
 
     @property
     def is_glob(self) -> bool:
@@ -73,19 +104,29 @@ class Rule:
         return f"{self.origin} {shown}:{self.line}"
 
     def specificity(self) -> tuple:
-        """Sort key: higher wins. Layer, then exact name over glob (longer literal part wins), dtype, order."""
+        """Sort key: higher wins. Layer, then exact name over glob (longer literal part wins), dtype, a size
+        condition (the larger threshold wins), order."""
         literal = 10**6 if not self.is_glob else sum(c not in ops.GLOB_CHARS for c in self.pattern)
-        return (self.layer, literal, self.dtype is not None, self.order)
+        return (self.layer, literal, self.dtype is not None, self.min_numel or 0, self.order)
 
     def matches(self, op: str) -> bool:
         if self.is_glob:
             return fnmatch.fnmatchcase(op, self.pattern)
         return op == self.pattern
 
+    def applies(self, dtype: torch.dtype | None, numel: int | None = None) -> bool:
+        """Whether the rule applies to a call of `dtype` whose first tensor has `numel` elements (None: a call
+        below every size threshold)."""
+        if self.dtype is not None and self.dtype != dtype:
+            return False
+        return self.min_numel is None or (numel is not None and numel >= self.min_numel)
+
     @property
     def written(self) -> str:
-        dt = f"[{dtype_name(self.dtype)}]" if self.dtype is not None else ""
-        return f"{self.pattern}{dt} = {self.backend}"
+        conds = [dtype_name(self.dtype)] if self.dtype is not None else []
+        if self.min_numel is not None:
+            conds.append(f"{SIZE_KEY}>={self.min_numel}")
+        return f"{self.pattern}{'[' + ', '.join(conds) + ']' if conds else ''} = {self.backend}"
 
 
 def resolve_include(target: str, including_file: str | None) -> str:
@@ -200,10 +241,11 @@ def parse_text(
             sub_origin = "default file" if target.startswith(BUILTIN_PREFIX) else origin
             rules.extend(_load(full, sub_origin, counter, problems, _stack, (path or "<text>", lineno, raw.strip())))
             continue
-        if line.count("=") != 1:
+        outside = re.sub(r"\[[^\]]*\]", "", line)  # a size condition's '>=' sits inside the brackets
+        if outside.count("=") != 1:
             bad("malformed line: expected 'op_overload = backend' (e.g. add.Tensor = cuda) or 'include PATH'")
             continue
-        lhs, rhs = (s.strip() for s in line.split("="))
+        lhs, rhs = (s.strip() for s in line.rsplit("=", 1))
         m = _LHS.match(lhs)
         if not m or not rhs:
             bad("malformed line: expected 'op_overload = backend', 'op[dtype] = backend' or 'glob = backend'")
@@ -227,22 +269,31 @@ def parse_text(
                 bad(f"{msg}.")
                 ok = False
         dtypes: list[torch.dtype | None] = [None]
+        min_numel: int | None = None
         if m.group("dtypes") is not None:
             dtypes = []
             for d in m.group("dtypes").split(","):
-                try:
-                    dtypes.append(parse_dtype(d))
-                except ValueError as e:
-                    bad(str(e))
-                    ok = False
-            if not dtypes and ok:
-                bad("empty dtype list: write op[bfloat16] = backend, or drop the brackets")
-                ok = False
-            if ok and not ops.is_glob(op):
-                msg = ops.dtype_rule_problem(op, m.group("dtypes").strip(), rhs)
+                dt, size, msg = parse_condition(d)
                 if msg:
                     bad(msg)
                     ok = False
+                elif size is not None:
+                    if min_numel is not None:
+                        bad(f"two size conditions in one rule: keep one {SIZE_KEY}>=N")
+                        ok = False
+                    min_numel = size
+                else:
+                    dtypes.append(dt)
+            if not dtypes and min_numel is None and ok:
+                bad("empty dtype list: write op[bfloat16] = backend, or drop the brackets")
+                ok = False
+            dtype_text = ", ".join(dtype_name(d) for d in dtypes) or f"{SIZE_KEY}>={min_numel}"
+            if ok and not ops.is_glob(op):
+                msg = ops.dtype_rule_problem(op, dtype_text, rhs)
+                if msg:
+                    bad(msg)
+                    ok = False
+            dtypes = dtypes or [None]
         if not ok:
             continue
         for dt in dtypes:
@@ -257,6 +308,7 @@ def parse_text(
                     line=lineno,
                     order=counter.next(),
                     text=raw.strip(),
+                    min_numel=min_numel,
                 )
             )
     if top:

@@ -14,12 +14,36 @@ from torch_fl.routing.state import STATE, all_rules
 from torch_fl.vocab.dtypes import dtype_name, parse_dtype
 from torch_fl.vocab.ops import parse_op_key
 
+#: what `python -m torch_fl calibrate` writes after a rule: the measurements behind it
+MEASURED_TAG = "calibrated:"
+
+
+def measured(rule: Rule) -> str | None:
+    """The measurements a calibrated rule carries in its trailing comment ('# calibrated: ...'), else None."""
+    _, _, comment = rule.text.partition("#")
+    comment = comment.strip()
+    return comment[len(MEASURED_TAG) :].strip() if comment.startswith(MEASURED_TAG) else None
+
 
 @dataclass
 class Candidate:
     rule: Rule
-    status: str  # "taken" | "shadowed" | "rejected" | "other dtype"
+    status: str  # "taken" | "shadowed" | "rejected" | "other dtype" | "size class"
     why: str
+
+    @property
+    def measured(self) -> str | None:
+        return measured(self.rule)
+
+
+@dataclass
+class SizeClass:
+    """Calls whose first tensor has at least `min_numel` elements take `rule` (up to the next class)."""
+
+    min_numel: int
+    rule: Rule
+    runs_on: str
+    reason: str | None
 
 
 @dataclass
@@ -34,6 +58,7 @@ class Explanation:
     kernel: str = ""  # "python kernel" or "C++ native route"
     default_taken: bool = True  # no rule applies: the platform's native route
     fast_path: dict | None = None  # the FlagGems fast path's counts (route flaggems), csrc/python/fast_path.h
+    sizes: list[SizeClass] = field(default_factory=list)  # size rules for this dtype, smallest threshold first
 
     def __str__(self) -> str:
         lines = [f"aten::{self.op}  (dtype: {dtype_name(self.dtype)})"]
@@ -47,8 +72,17 @@ class Explanation:
         for i, c in enumerate(self.candidates, start=1):
             lines.append(f"    {i}. {c.rule.written:<40} {c.rule.source}")
             lines.append(f"       {c.status}: {c.why}")
+            if c.measured:
+                lines.append(f"       measured: {c.measured}")
         lines.append(f"    {len(self.candidates) + 1}. default: native route ({torch_fl.backing()})")
         lines.append("       taken: no rule applies" if self.default_taken else "       not used: a rule applies")
+        if self.sizes:
+            lines.append("  by size (elements of the first tensor argument); smaller calls take the route above:")
+            for s in self.sizes:
+                runs = s.runs_on if s.reason is None else f"{s.runs_on}  (fallback: {s.reason})"
+                lines.append(f"    numel>={s.min_numel:<12} {s.rule.written}  ->  {runs}  ({s.rule.source})")
+                if measured(s.rule):
+                    lines.append(f"      measured: {measured(s.rule)}")
         if self.fast_path is not None:
             f = self.fast_path
             lines.append(
@@ -70,8 +104,25 @@ class Explanation:
             "reason": self.reason,
             "kernel": self.kernel,
             "candidates": [
-                {"rule": c.rule.written, "source": c.rule.source, "status": c.status, "why": c.why}
+                {
+                    "rule": c.rule.written,
+                    "source": c.rule.source,
+                    "status": c.status,
+                    "why": c.why,
+                    "measured": c.measured,
+                }
                 for c in self.candidates
+            ],
+            "sizes": [
+                {
+                    "min_numel": s.min_numel,
+                    "rule": s.rule.written,
+                    "source": s.rule.source,
+                    "runs_on": s.runs_on,
+                    "reason": s.reason,
+                    "measured": measured(s.rule),
+                }
+                for s in self.sizes
             ],
             "notes": self.backend_notes,
             "fast_path": self.fast_path,
@@ -89,16 +140,26 @@ def explain(op: str, dtype=None) -> Explanation:
     failed = STATE.failed.get(norm, ())
     route = STATE.resolved.get(norm)
     winner: Rule | None = None
+    classes: tuple = ()
     if route is not None:
         winner = route.default
         if dtype is not None:
             for d, r in route.by_dtype:
                 if d == dtype:
                     winner = r
+        classes = _classes_for(route, dtype)
+    in_class = {id(r): n for n, r in classes}
     cands: list[Candidate] = []
     for r in matching:
         if r.dtype is not None and r.dtype != dtype:
             cands.append(Candidate(r, "other dtype", f"applies only to {dtype_name(r.dtype)} calls"))
+            continue
+        if r.min_numel is not None and not (r.is_glob and norm not in rules.glob_targets(r)):
+            if id(r) in in_class:
+                why = f"calls with at least {in_class[id(r)]} elements in their first tensor (see 'by size')"
+                cands.append(Candidate(r, "size class", why))
+            else:
+                cands.append(Candidate(r, "shadowed", "a more specific rule takes these sizes (see 'by size')"))
             continue
         if r.is_glob and norm not in rules.glob_targets(r):
             why = rules.glob_skip_reason(r, norm)
@@ -109,7 +170,8 @@ def explain(op: str, dtype=None) -> Explanation:
             if t.kind == "fallback":
                 cands.append(Candidate(r, "taken", f"most specific; but falls back to native: {t.reason}"))
             else:
-                cands.append(Candidate(r, "taken", "most specific applicable rule"))
+                below = " (for calls below the size thresholds)" if classes else ""
+                cands.append(Candidate(r, "taken", f"most specific applicable rule{below}"))
             continue
         if winner is not None:
             cands.append(Candidate(r, "shadowed", f"'{winner.written}' ({winner.source}) takes precedence"))
@@ -137,6 +199,21 @@ def explain(op: str, dtype=None) -> Explanation:
     fast = None
     if registered and target.kind == "kernel" and backends.get(routed).fast_path:
         fast = torch_fl._C.PyRoute(norm).fast_stats()
+    sizes = []
+    for n, r in classes:
+        t = rules.target_for(norm, r, dtype, failed)
+        sizes.append(SizeClass(n, r, r.backend if t.kind != "fallback" else f"native ({torch_fl.backing()})", t.reason))
     return Explanation(
-        norm, dtype, routed, runs, target.reason, cands, sorted(set(notes)), kernel, winner is None, fast
+        norm, dtype, routed, runs, target.reason, cands, sorted(set(notes)), kernel, winner is None, fast, sizes
     )
+
+
+def _classes_for(route, dtype) -> tuple:
+    """The size classes calls of `dtype` take: the dtype's own, else (for a dtype without a route of its own)
+    the dtype-less ones."""
+    sizes = dict(route.by_size)
+    if dtype in sizes:
+        return sizes[dtype]
+    if dtype is not None and any(d == dtype for d, _ in route.by_dtype):
+        return ()
+    return sizes.get(None, ())

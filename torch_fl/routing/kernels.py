@@ -50,17 +50,35 @@ def _core_target(op: str, target: Target, strict: bool, kernel_failed: KernelFai
     return CoreTarget("kernel", label, b.kernel(op).fn, on_error, on_empty, fb.counters, fast=b.fast_path)
 
 
-def core_targets(
-    op: str, plan: Plan, kernel_failed: KernelFailed
-) -> tuple[CoreTarget, tuple[tuple[torch.dtype, CoreTarget], ...]]:
-    """The default CoreTarget of `plan` and those of its dtypes: the plan's own per-dtype targets, and a
-    fallback for each dtype the default's backend does not handle at all."""
-    default = _core_target(op, plan.default, plan.strict, kernel_failed)
-    by_dtype = [(d, _core_target(op, t, plan.strict, kernel_failed)) for d, t in plan.by_dtype]
+def _for_dtype(t: Target, dtype: torch.dtype) -> Target:
+    """`t` for calls of `dtype`: a fallback where t's backend does not handle that dtype at all."""
+    if t.kind == "kernel" and dtype in backends.get(t.backend).unsupported_dtypes():
+        return Target("fallback", t.backend, f"{t.backend} does not support {dtype_name(dtype)}")
+    return t
+
+
+def core_targets(op: str, plan: Plan, kernel_failed: KernelFailed) -> tuple[CoreTarget, tuple, tuple]:
+    """The default CoreTarget of `plan`, those of its dtypes and those of its size classes: the plan's own,
+    and a fallback for each dtype a backend of the dtype-less targets does not handle at all."""
+
+    def core(t: Target) -> CoreTarget:
+        return _core_target(op, t, plan.strict, kernel_failed)
+
+    default = core(plan.default)
+    by_dtype = [(d, core(t)) for d, t in plan.by_dtype]
+    known = {d for d, _ in plan.by_dtype}
     if plan.default.kind == "kernel":
-        known = {d for d, _ in plan.by_dtype}
-        backend = plan.default.backend
-        for d in sorted(backends.get(backend).unsupported_dtypes() - known, key=str):
-            lacks = Target("fallback", backend, f"{backend} does not support {dtype_name(d)}")
-            by_dtype.append((d, _core_target(op, lacks, plan.strict, kernel_failed)))
-    return default, tuple(by_dtype)
+        for d in sorted(backends.get(plan.default.backend).unsupported_dtypes() - known, key=str):
+            by_dtype.append((d, core(_for_dtype(plan.default, d))))
+    sizes = dict(plan.by_size)
+    by_size = [(d, [(n, core(t)) for n, t in cs]) for d, cs in plan.by_size]
+    any_dtype = sizes.get(None, ())
+    # A dtype with a target of its own takes no dtype-less size classes in the core: give the dtypes added
+    # above, and those a size class's backend lacks, theirs here.
+    lacking = {d for d, _ in by_dtype} - known
+    for _, t in any_dtype:
+        if t.kind == "kernel":
+            lacking |= backends.get(t.backend).unsupported_dtypes() - known
+    for d in sorted(lacking - set(sizes), key=str):
+        by_size.append((d, [(n, core(_for_dtype(t, d))) for n, t in any_dtype]))
+    return default, tuple(by_dtype), tuple((d, cs) for d, cs in by_size if cs)

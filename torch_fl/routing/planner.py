@@ -41,8 +41,8 @@ def _apply_op(op: str, route: OpRoute | None) -> None:
     if registry.plan_of(op) == plan:
         return
     autograd_guard.set_routed(op, policy.autograd_fallback(op, plan))
-    default, by_dtype = kernels.core_targets(op, plan, _kernel_failed)
-    registry.install(op, plan, default, by_dtype)
+    default, by_dtype, by_size = kernels.core_targets(op, plan, _kernel_failed)
+    registry.install(op, plan, default, by_dtype, by_size)
 
 
 def replan(op: str) -> None:
@@ -57,7 +57,8 @@ def strict_problems(resolved: dict[str, OpRoute], notes: list[str]) -> list[str]
     backend, an operator or dtype it lacks) and glob rules that apply to no operator."""
     problems = list(notes)
     for op, route in sorted(resolved.items()):
-        for dt, rule in ([(None, route.default)] if route.default is not None else []) + list(route.by_dtype):
+        sized = [(dt, rule) for dt, cs in route.by_size for _, rule in cs]
+        for dt, rule in ([(None, route.default)] if route.default is not None else []) + list(route.by_dtype) + sized:
             t = rules.target_for(op, rule, dt)
             if t.kind == "fallback":
                 problems.append(f"{rule.source}: '{rule.written}' would run natively instead: {t.reason}")

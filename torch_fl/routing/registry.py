@@ -34,10 +34,11 @@ def remove(op: str) -> None:
         entry.handle.set_native()
 
 
-def install(op: str, plan: Plan, default: CoreTarget, by_dtype: tuple) -> None:
-    """Run `op` by its PyRoute with these targets (the default, and (dtype, target) pairs)."""
+def install(op: str, plan: Plan, default: CoreTarget, by_dtype: tuple, by_size: tuple = ()) -> None:
+    """Run `op` by its PyRoute with these targets (the default, (dtype, target) pairs, and (dtype or None,
+    [(min_numel, target), ...]) size classes)."""
     handle = torch_fl._C.PyRoute(op)  # the operator's one kernel, registered at its first plan
-    handle.update(default, list(by_dtype))
+    handle.update(default, list(by_dtype), [(d, list(cs)) for d, cs in by_size])
     REGISTERED[op] = Registration(plan, handle)
 
 

@@ -86,15 +86,41 @@ def resolve(rules: list[Rule]) -> tuple[dict[str, OpRoute], list[str]]:
             per_op.setdefault(r.pattern, []).append(r)
     out: dict[str, OpRoute] = {}
     for op, rs in per_op.items():
-        plain = [r for r in rs if r.dtype is None]
-        default = max(plain, key=Rule.specificity) if plain else None
+        default = _winner(rs, None, None)
         by_dtype = []
-        for dt in sorted({r.dtype for r in rs if r.dtype is not None}, key=str):
-            best = max((r for r in rs if r.dtype in (None, dt)), key=Rule.specificity)
+        dtypes = sorted({r.dtype for r in rs if r.dtype is not None}, key=str)
+        for dt in dtypes:
+            best = _winner(rs, dt, None)
             if best is not default:
                 by_dtype.append((dt, best))
-        out[op] = OpRoute(op, default, tuple(by_dtype))
+        by_size = []
+        if any(r.min_numel is not None for r in rs):
+            bases = {None: default, **dict(by_dtype)}
+            for dt in [None, *dtypes]:
+                classes = size_classes(rs, dt, bases.get(dt, default))
+                if classes:
+                    by_size.append((dt, classes))
+        out[op] = OpRoute(op, default, tuple(by_dtype), tuple(by_size))
     return out, notes
+
+
+def _winner(rs: list[Rule], dtype: torch.dtype | None, numel: int | None) -> Rule | None:
+    """The most specific of `rs` that applies to a call of `dtype` with `numel` elements (None: any size)."""
+    applicable = [r for r in rs if r.applies(dtype, numel)]
+    return max(applicable, key=Rule.specificity) if applicable else None
+
+
+def size_classes(rs: list[Rule], dtype: torch.dtype | None, base: Rule | None) -> tuple[tuple[int, Rule], ...]:
+    """An operator's size classes for `dtype` (None: dtype-less rules only): (min_numel, rule) where the
+    winning rule changes as the first tensor grows, `base` winning below every threshold."""
+    out: list[tuple[int, Rule]] = []
+    prev = base
+    for t in sorted({r.min_numel for r in rs if r.min_numel is not None and r.applies(dtype, r.min_numel)}):
+        win = _winner(rs, dtype, t)
+        if win is not prev:
+            out.append((t, win))
+            prev = win
+    return tuple(out)
 
 
 def target_for(op: str, rule: Rule | None, dtype: torch.dtype | None, failed: Failures = ()) -> Target:
@@ -128,4 +154,5 @@ def plan_for(op: str, route: OpRoute, failed: Failures, strict: bool) -> Plan:
     known = {d for d, _ in by}
     failed_dtypes = sorted({d for _, d in failed if d is not None and d not in known}, key=str)
     by += tuple((d, target_for(op, route.default, d, failed)) for d in failed_dtypes)
-    return Plan(default, by, failures, strict)
+    sizes = tuple((d, tuple((n, target_for(op, r, d, failed)) for n, r in cs)) for d, cs in route.by_size)
+    return Plan(default, by, failures, strict, sizes)

@@ -24,6 +24,9 @@ class OpRoute:
     op: str
     default: Rule | None  # None: no dtype-less rule, the platform's native route
     by_dtype: tuple[tuple[torch.dtype, Rule], ...] = ()
+    # Size classes: (dtype, or None for every dtype without an entry of its own, ((min_numel, rule), ...)):
+    # a call whose first tensor has at least min_numel elements takes the rule of the largest such threshold.
+    by_size: tuple[tuple[torch.dtype | None, tuple[tuple[int, Rule], ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -43,11 +46,16 @@ class Plan:
     by_dtype: tuple[tuple[torch.dtype, Target], ...]
     failures: tuple[tuple[str, str], ...]  # (backend, dtype name) whose kernel raised in this process
     strict: bool
+    by_size: tuple[tuple[torch.dtype | None, tuple[tuple[int, Target], ...]], ...] = ()  # as OpRoute.by_size
+
+    def targets(self) -> list[Target]:
+        """Every target of the plan: the default, per dtype, per size class."""
+        return [self.default, *(t for _, t in self.by_dtype), *(t for _, cs in self.by_size for _, t in cs)]
 
     @property
     def needs_kernel(self) -> bool:
         """False when every target is native: the C++ native route runs the operator, no kernel of ours."""
-        return self.default.kind != "native" or any(t.kind != "native" for _, t in self.by_dtype)
+        return any(t.kind != "native" for t in self.targets())
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <unordered_map>
 
 namespace torch_fl {
@@ -118,18 +119,44 @@ struct PyRoute {
 
   explicit PyRoute(std::string name) : op(std::move(name)), reg(&registered(op)) {}
 
-  void update(const py::handle& default_target, const std::vector<std::pair<py::object, py::object>>& by_dtype) {
+  using SizeList = std::vector<std::pair<int64_t, py::object>>;
+
+  void update(const py::handle& default_target, const std::vector<std::pair<py::object, py::object>>& by_dtype,
+              const std::vector<std::pair<py::object, SizeList>>& by_size) {
     auto st = std::make_shared<PyRouteState>();
     st->targets.push_back(make_target(op, default_target));
-    TORCH_CHECK(by_dtype.size() < 255, "PyRoute.update: too many per-dtype targets");
+    size_t n = by_dtype.size();
+    for (const auto& [dtype, classes] : by_size) {
+      n += classes.size();
+    }
+    TORCH_CHECK(n < 255 && by_size.size() < 255, "PyRoute.update: too many per-dtype or per-size targets");
+    auto scalar_type = [](const py::object& dtype, const char* what) {
+      TORCH_CHECK(THPDtype_Check(dtype.ptr()), "PyRoute.update: `", what, "` must pair torch.dtype objects");
+      return static_cast<size_t>(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type);
+    };
     for (const auto& [dtype, spec] : by_dtype) {
-      TORCH_CHECK(THPDtype_Check(dtype.ptr()), "PyRoute.update: `by_dtype` must pair torch.dtype objects with targets");
-      st->of_dtype[static_cast<size_t>(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type)] =
-          static_cast<uint8_t>(st->targets.size());
+      st->of_dtype[scalar_type(dtype, "by_dtype")] = static_cast<uint8_t>(st->targets.size());
       st->targets.push_back(make_target(op, spec));
       st->any_dtype = true;
     }
-    const bool native = !st->any_dtype && st->targets[0]->kind == TargetKind::kNative;
+    // Size classes of one dtype, or (dtype None) of every dtype without a target or classes of its own.
+    const SizeList* any_dtype_sizes = nullptr;
+    for (const auto& [dtype, classes] : by_size) {
+      if (dtype.is_none()) {
+        any_dtype_sizes = &classes;
+        continue;
+      }
+      st->sizes_of[scalar_type(dtype, "by_size")] = add_sizes(*st, classes);
+    }
+    if (any_dtype_sizes != nullptr) {
+      const uint8_t s = add_sizes(*st, *any_dtype_sizes);
+      for (size_t d = 0; d < st->sizes_of.size(); ++d) {
+        if (st->of_dtype[d] == 0 && st->sizes_of[d] == 0) {
+          st->sizes_of[d] = s;
+        }
+      }
+    }
+    const bool native = !st->any_dtype && !st->any_size && st->targets[0]->kind == TargetKind::kNative;
     if (native) {
       set_native();
       return;
@@ -152,25 +179,47 @@ struct PyRoute {
     }
   }
 
+  // One dtype's size classes (min_numel, target spec), largest threshold first; 1 + their index in st.sizes.
+  uint8_t add_sizes(PyRouteState& st, const SizeList& classes) {
+    std::vector<SizeClass> list;
+    for (const auto& [min_numel, spec] : classes) {
+      TORCH_CHECK(min_numel > 0, "PyRoute.update: a size class needs min_numel > 0, got ", min_numel);
+      list.push_back({min_numel, static_cast<uint8_t>(st.targets.size())});
+      st.targets.push_back(make_target(op, spec));
+    }
+    if (list.empty()) {
+      return 0;
+    }
+    std::sort(list.begin(), list.end(), [](const SizeClass& a, const SizeClass& b) {
+      return a.min_numel > b.min_numel;
+    });
+    st.sizes.push_back(std::move(list));
+    st.any_size = st.any_dtype = true;
+    return static_cast<uint8_t>(st.sizes.size());
+  }
+
   // Which dtypes take the fast path (read without the GIL by every call).
   void update_fast(const PyRouteState& st) {
     FastPlan& f = reg->slot->fast;
     const Target* fast = nullptr;
-    auto mark = [&](size_t i, const Target& t) {
-      const bool on = t.kind == TargetKind::kKernel && t.fast;
-      f.on_dtype[i].store(on, std::memory_order_relaxed);
-      fast = on ? &t : fast;
+    auto is_fast = [](const Target& t) { return t.kind == TargetKind::kKernel && t.fast; };
+    auto mark = [&](size_t i, c10::ScalarType dtype) {
+      const Target* t = st.any_target(dtype, is_fast);
+      f.on_dtype[i].store(t != nullptr, std::memory_order_relaxed);
+      fast = t != nullptr ? t : fast;
     };
     for (size_t d = 0; d < static_cast<size_t>(c10::ScalarType::NumOptions); ++d) {
-      mark(d, st.target(static_cast<c10::ScalarType>(d)));
+      mark(d, static_cast<c10::ScalarType>(d));
     }
-    mark(f.on_dtype.size() - 1, st.target(c10::ScalarType::Undefined));
+    mark(f.on_dtype.size() - 1, c10::ScalarType::Undefined);
     if (fast == nullptr) {
       f.any.store(false, std::memory_order_relaxed);
       return;
     }
-    // Recordings of another function (a test's FlagGems stand-in) are dropped.
-    if (!fast->fn.is(f.fn)) {
+    // Recordings of another function (a test's FlagGems stand-in) are dropped. So are all recordings under
+    // size rules: a signature recorded in a class that now runs elsewhere would replay there.
+    if (!fast->fn.is(f.fn) || st.any_size) {
+      f.any.store(false, std::memory_order_seq_cst);
       f.cache.clear();
       f.fn = fast->fn;
     }
@@ -201,7 +250,11 @@ void bind_py_route(py::module& m) {
                       "the default and per dtype; set_native() hands every call to the native route again. "
                       "Registered at the first update and never removed.")
       .def(py::init([](std::string op) { return PyRoute(std::move(op)); }), py::arg("op"))
-      .def("update", &PyRoute::update, py::arg("default"), py::arg("by_dtype") = std::vector<int>{})
+      .def("update", &PyRoute::update, py::arg("default"), py::arg("by_dtype") = std::vector<int>{},
+           py::arg("by_size") = std::vector<int>{},
+           "by_size: (dtype or None, [(min_numel, target), ...]) pairs: calls of that dtype (None: of every dtype "
+           "without a target or size classes of its own) whose first tensor has at least min_numel elements run "
+           "the target of the largest threshold they reach.")
       .def("set_native", &PyRoute::set_native)
       .def_property_readonly("registered", [](const PyRoute& r) { return r.reg->library != nullptr; })
       .def_property_readonly("native", [](const PyRoute& r) { return r.reg->slot->native.load(); })

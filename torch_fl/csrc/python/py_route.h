@@ -84,18 +84,71 @@ struct Target {
   }
 };
 
+// A size rule's class: calls whose first tensor has at least `min_numel`
+// elements run targets[target].
+struct SizeClass {
+  int64_t min_numel;
+  uint8_t target;
+};
+
 // One plan: the targets and which runs each dtype. Swapped as a whole when
 // the route changes; read and swapped only with the GIL held.
 struct PyRouteState {
   std::vector<std::unique_ptr<Target>> targets;  // [0]: the default
   std::array<uint8_t, static_cast<size_t>(c10::ScalarType::NumOptions)> of_dtype{};  // index into targets
-  bool any_dtype = false;  // some dtype has a target of its own
+  bool any_dtype = false;  // some dtype has a target or size classes of its own
+  // Size rules (`mm[bfloat16, numel>=N]`): per dtype, 1 + an index into
+  // `sizes` (0: none); each list sorted by min_numel, largest first. A call
+  // below every threshold runs its dtype's target.
+  std::array<uint8_t, static_cast<size_t>(c10::ScalarType::NumOptions)> sizes_of{};
+  std::vector<std::vector<SizeClass>> sizes;
+  bool any_size = false;  // some dtype has size rules (any_dtype is set too): only then is a call's size read
 
+  // The target of a call of `dtype` below every size threshold.
   const Target& target(c10::ScalarType dtype) const {
     if (C10_LIKELY(!any_dtype) || dtype == c10::ScalarType::Undefined) {
       return *targets[0];
     }
     return *targets[of_dtype[static_cast<size_t>(dtype)]];
+  }
+
+  // The target of a call of `dtype`; numel() gives its first tensor's element count, asked only when the
+  // dtype has size classes (a plan without dtype or size rules costs what target(dtype) costs).
+  template <class Numel>
+  const Target& target(c10::ScalarType dtype, Numel numel) const {
+    if (C10_LIKELY(!any_dtype) || dtype == c10::ScalarType::Undefined) {
+      return *targets[0];
+    }
+    if (C10_UNLIKELY(any_size)) {
+      if (const uint8_t s = sizes_of[static_cast<size_t>(dtype)]) {
+        const int64_t n = numel();
+        for (const SizeClass& c : sizes[s - 1]) {
+          if (n >= c.min_numel) {
+            return *targets[c.target];
+          }
+        }
+      }
+    }
+    return *targets[of_dtype[static_cast<size_t>(dtype)]];
+  }
+
+  // Whether `dtype` runs `pred` for some call (any size class).
+  template <class Pred>
+  const Target* any_target(c10::ScalarType dtype, Pred pred) const {
+    const Target& base = target(dtype);
+    if (pred(base)) {
+      return &base;
+    }
+    if (any_size && dtype != c10::ScalarType::Undefined) {
+      if (const uint8_t s = sizes_of[static_cast<size_t>(dtype)]) {
+        for (const SizeClass& c : sizes[s - 1]) {
+          if (pred(*targets[c.target])) {
+            return targets[c.target].get();
+          }
+        }
+      }
+    }
+    return nullptr;
   }
 };
 
@@ -172,7 +225,7 @@ class PyRouteKernel final : public c10::OperatorKernel {
     const auto& schema = op.schema();
     const size_t first = stack->size() - schema.arguments().size();
     const c10::ScalarType dtype = first_dtype(*stack, first);
-    const Target& t = st->target(dtype);
+    const Target& t = st->target(dtype, [&] { return first_numel(*stack, first); });
     switch (t.kind) {
       case TargetKind::kNative:
         return Then::kNative;

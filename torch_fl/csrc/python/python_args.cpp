@@ -23,6 +23,23 @@ c10::ScalarType first_dtype(const torch::jit::Stack& stack, size_t first) {
   return c10::ScalarType::Undefined;
 }
 
+int64_t first_numel(const torch::jit::Stack& stack, size_t first) {
+  for (size_t i = first; i < stack.size(); ++i) {
+    if (stack[i].isTensor()) {
+      const at::Tensor& t = stack[i].toTensor();
+      return t.defined() ? t.numel() : 0;
+    }
+    if (stack[i].isTensorList()) {
+      auto list = stack[i].toTensorList();
+      if (list.size() > 0) {
+        const at::Tensor t = list.get(0);
+        return t.defined() ? t.numel() : 0;
+      }
+    }
+  }
+  return 0;
+}
+
 // Whether an input of the call (a tensor, or a tensor of a list; not an
 // argument the operator writes, such as an out= tensor it will resize) is empty.
 bool has_empty_input(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t first) {

@@ -18,6 +18,10 @@ namespace python {
 // stack[first] on; Undefined when it has none.
 c10::ScalarType first_dtype(const torch::jit::Stack& stack, size_t first);
 
+// The element count of that same tensor (the one first_dtype reads); 0 when
+// the call has none. Read only for operators with size rules.
+int64_t first_numel(const torch::jit::Stack& stack, size_t first);
+
 // Whether an input of the call (a tensor, or a tensor of a list; not an
 // argument the operator writes, such as an out= tensor it will resize) is empty.
 bool has_empty_input(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t first);

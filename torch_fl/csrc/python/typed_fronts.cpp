@@ -154,7 +154,8 @@ struct PyFront<Op, Ret(Args...)> {
       GilHeld gil;
       // A route change may swap the state during this call: the call keeps the state it started with.
       std::shared_ptr<PyRouteState> st = route->slot()->state;
-      const Target* t = st == nullptr ? nullptr : &st->target(first_dtype(args...));
+      const Target* t =
+          st == nullptr ? nullptr : &st->target(first_dtype(args...), [&] { return first_numel(args...); });
       // Only a backend kernel on a call without an empty input runs here; the
       // boxed kernel classifies and runs every other call (native ones
       // without the GIL).
@@ -251,6 +252,12 @@ struct PyFront<Op, Ret(Args...)> {
     const at::Tensor* first = nullptr;
     ((first = first == nullptr ? first_tensor(args) : first), ...);
     return first == nullptr ? c10::ScalarType::Undefined : first->scalar_type();
+  }
+
+  static int64_t first_numel(const Args&... args) {
+    const at::Tensor* first = nullptr;
+    ((first = first == nullptr ? first_tensor(args) : first), ...);
+    return first == nullptr ? 0 : first->numel();
   }
 
   static bool has_empty(const Args&... args) {

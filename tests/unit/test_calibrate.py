@@ -1,0 +1,399 @@
+"""Size rules (op[dtype, numel>=N]) and measured routing (python -m torch_fl calibrate) on host memory.
+
+The candidate backends here are cpu_fallback (always available) and a stand-in
+FlagGems whose functions use ATen (tests/unit/routing_fixtures.py); timings
+come from a fake timer, so the tests assert what calibrate decides and writes
+from given times, not how fast anything is.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+import torch_fl
+from tests.unit.routing_fixtures import routing_state  # noqa: F401  (fixture)
+from torch_fl import backends, routing
+from torch_fl.__main__ import main
+from torch_fl.backends import flaggems
+from torch_fl.calibration import decide, measure, record
+from torch_fl.calibration.record import CallKey, Recorded
+from torch_fl.cli import calibrate as calibrate_cli
+from torch_fl.routing import config, planner, rules
+from torch_fl.routing.explain import measured
+from torch_fl.routing.state import STATE
+from torch_fl.vocab.errors import RoutingError
+
+pytestmark = pytest.mark.anyplatform
+
+
+def use_rules(text: str) -> list[config.Rule]:
+    """Add `text`'s rules to the file layer, replacing those of an earlier call (the routing_state fixture
+    restores the layer)."""
+    parsed = config.parse_text(text, "test.conf")
+    with planner.changing():
+        STATE.file_rules = [*(r for r in STATE.file_rules if r.file != "test.conf"), *parsed]
+        planner.apply()
+    return parsed
+
+
+def calls_of(op: str) -> dict[str, int]:
+    return {s.backend: s.calls for s in routing.stats() if s.op == op}
+
+
+def fake_gems(**fns):
+    """A flag_gems stand-in with `fns` (aten overload -> function) in its table."""
+    mod = types.ModuleType("flag_gems")
+    mod.__version__ = "0+fake"
+    mod._FULL_CONFIG = tuple(fns.items())
+
+    def enable(lib=None, **kwargs):
+        for op, fn in mod._FULL_CONFIG:
+            lib.impl(op, fn, "CUDA")
+
+    mod.enable = enable
+    return mod
+
+
+@pytest.fixture
+def gems(routing_state):  # noqa: F811
+    yield lambda **fns: flaggems.LOADER.use_module(fake_gems(**fns))
+    flaggems.LOADER.reset()
+
+
+# --- the routing file's size rules ---------------------------------------------------------------------------
+
+
+def test_size_rules_parse_with_and_without_dtypes():
+    rs = config.parse_text(
+        "mm[bfloat16, numel>=1048576] = flaggems  # calibrated: x\nmm[numel >= 64] = cpu\nmm[float16,bfloat16] = cpu\n"
+    )
+    assert [(r.dtype, r.min_numel) for r in rs] == [
+        (torch.bfloat16, 1048576),
+        (None, 64),
+        (torch.float16, None),
+        (torch.bfloat16, None),
+    ]
+    assert rs[0].written == "mm[bfloat16, numel>=1048576] = flaggems"
+    assert config.parse_text(rs[0].written)[0] == rs[0]  # written re-parses to the same rule
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("mm[numel>=abc] = cpu", "bad number 'abc'"),
+        ("mm[numel>=1.5] = cpu", "bad number '1.5'"),
+        ("mm[numel<5] = cpu", "unknown condition 'numel<5'"),
+        ("mm[size>=5] = cpu", "unknown condition 'size>=5'"),
+        ("mm[numel>=0] = cpu", "holds for every call"),
+        ("mm[numel>=4, numel>=8] = cpu", "two size conditions"),
+        ("mm[float32, numel>=x] = cpu", "bad number 'x'"),
+        ("zeros[numel>=4] = cpu", "has no tensor argument"),
+        ("mm[numel>=4] == cpu", "malformed line"),
+    ],
+)
+def test_bad_size_rules_are_problems_with_file_and_line(line, message):
+    problems = []
+    config.parse_text(f"# header\n{line}\n", "bad.conf", problems=problems)
+    assert len(problems) == 1, problems
+    assert problems[0].line == 2 and message in problems[0].message
+
+
+def test_validate_lists_size_rule_problems(tmp_path, capsys):
+    f = tmp_path / "r.conf"
+    f.write_text("mm[float32, numel>=64] = cpu\nmm[numel<3] = cpu\n")
+    assert main(["validate", str(f)]) == 1
+    assert "r.conf:2: unknown condition 'numel<3'" in capsys.readouterr().err
+
+
+def test_precedence_dtype_before_size_larger_threshold_first():
+    rs = config.parse_text(
+        "mm = cpu\nmm[numel>=100] = cpu_fallback\nmm[float32] = native\nmm[float32, numel>=1000] = cpu_fallback\n"
+        "mm[numel>=500] = native\n"
+    )
+    route = rules.resolve(rs)[0]["mm"]
+    sizes = dict(route.by_size)
+    # dtype-less calls: 100.. cpu_fallback, 500.. native
+    assert [(n, r.backend) for n, r in sizes[None]] == [(100, "cpu_fallback"), (500, "native")]
+    # float32: its dtype rule beats the dtype-less size rules; its own size rule takes 1000 and up
+    assert [(n, r.backend) for n, r in sizes[torch.float32]] == [(1000, "cpu_fallback")]
+
+
+def test_a_higher_layer_replaces_size_rules(routing_state):  # noqa: F811
+    use_rules("mm[float32, numel>=16] = cpu_fallback\n")
+    routing.set_route("mm", "native")
+    assert STATE.resolved["mm"].by_size == ()
+
+
+# --- the C++ kernel picks the class by the first tensor's element count ---------------------------------------
+
+
+def test_the_kernel_routes_calls_by_size(routing_state):  # noqa: F811
+    use_rules("mm[float32, numel>=100] = cpu_fallback\nmm[numel>=1000] = cpu_fallback\nmm[float16] = native\n")
+    routing.reset_stats()
+    small, big = torch.randn(5, 5, device="flagos"), torch.randn(20, 20, device="flagos")
+    torch.testing.assert_close((big @ big).cpu(), big.cpu() @ big.cpu())
+    small @ small
+    assert calls_of("mm").get("cpu_fallback") == 1
+    # float64 takes the dtype-less classes: 400 elements is below 1000, 1600 above
+    routing.reset_stats()
+    mid = torch.randn(20, 20, device="flagos", dtype=torch.float64)
+    large = torch.randn(40, 40, device="flagos", dtype=torch.float64)
+    mid @ mid
+    large @ large
+    assert calls_of("mm").get("cpu_fallback") == 1
+    # float16 has a rule of its own: no dtype-less class applies to it
+    routing.reset_stats()
+    h = torch.randn(40, 40, device="flagos", dtype=torch.float16)
+    h @ h
+    assert "cpu_fallback" not in calls_of("mm")
+
+
+def test_the_boxed_kernel_and_list_arguments_route_by_size(routing_state):  # noqa: F811
+    use_rules("log[float32, numel>=64] = cpu_fallback\ncat[float32, numel>=64] = cpu_fallback\n")
+    routing.reset_stats()
+    x, y = torch.rand(8, device="flagos"), torch.rand(8, 8, device="flagos")
+    torch.log(x), torch.log(y)
+    torch.cat([x, x]), torch.cat([y, y])
+    assert calls_of("log").get("cpu_fallback") == 1
+    assert calls_of("cat").get("cpu_fallback") == 1
+
+
+def test_a_python_kernel_runs_only_for_its_size_class(gems):
+    seen = []
+
+    def add(a, b, *, alpha=1):
+        seen.append(a.numel())
+        return torch.add(a, b, alpha=alpha)
+
+    gems(**{"add.Tensor": add})
+    use_rules("add.Tensor[float32, numel>=100] = flaggems_python\n")
+    small, big = torch.ones(4, device="flagos"), torch.ones(10, 10, device="flagos")
+    assert (small + small).cpu().tolist() == [2.0] * 4
+    torch.testing.assert_close((big + big).cpu(), torch.full((10, 10), 2.0))
+    assert seen == [100]
+
+
+def test_fast_path_recordings_do_not_outlive_a_size_class(gems):
+    seen = []
+
+    def add(a, b, *, alpha=1):
+        seen.append(a.numel())
+        return torch.add(a, b, alpha=alpha)
+
+    gems(**{"add.Tensor": add})
+    use_rules("add.Tensor[float32, numel>=100] = flaggems\n")
+    big = torch.ones(10, 10, device="flagos")
+    for _ in range(3):
+        big + big
+    assert seen == [100]  # recorded once, replayed after
+    assert torch_fl._C.PyRoute("add.Tensor").fast_stats()["hits"] >= 1
+    # float32 keeps a fast class, but the recorded signature's size is below it now: it must not replay
+    use_rules("add.Tensor[float32, numel>=1000] = flaggems\n")
+    routing.reset_stats()
+    torch.testing.assert_close((big + big).cpu(), torch.full((10, 10), 2.0))
+    assert calls_of("add.Tensor").get("flaggems", 0) == 0
+    assert seen == [100]
+
+
+# --- recording ------------------------------------------------------------------------------------------------
+
+
+def test_recording_counts_signatures_and_keeps_copies_before_the_call():
+    a, b = torch.ones(4, 4, device="flagos"), torch.ones(2, 8, device="flagos")
+
+    def work():
+        for _ in range(3):
+            a @ a
+        b @ b.t()
+        a.add_(1.0)
+
+    rec = record.record(work, lambda op: op in ("mm", "add_.Scalar", "add_.Tensor"))
+    mm = sorted((c for c in rec.calls.values() if c.key.op == "mm"), key=lambda c: c.count)
+    assert [(c.numel, c.count, c.shapes) for c in mm] == [(16, 1, "2x8, 8x2"), (16, 3, "4x4, 4x4")]
+    assert {c.key.dtype for c in mm} == {torch.float32}
+    inplace = [c for c in rec.calls.values() if c.key.op.startswith("add_")]
+    assert len(inplace) == 1 and inplace[0].args[0].cpu().eq(1).all()  # the copy predates the call
+    assert rec.total >= 5
+
+
+def test_recording_keeps_at_most_per_op_examples():
+    x = torch.ones(1, device="flagos")
+
+    def work():
+        for n in range(1, 6):
+            torch.ones(n, device="flagos") + x
+
+    rec = record.record(work, lambda op: op == "add.Tensor", per_op=2)
+    adds = list(rec.calls.values())
+    assert len(adds) == 5 and sum(c.kept for c in adds) == 2
+
+
+# --- classes and the file -------------------------------------------------------------------------------------
+
+
+def m(op, numel, native_us, cand_us, count=1, reason=None, dtype=torch.float32, shape=None):
+    call = Recorded(CallKey(op, dtype, (shape or numel,)), numel, count, kept=True)
+    return measure.Measurement(call, native_us * 1e-6, None if reason else cand_us * 1e-6, reason)
+
+
+def test_classes_merge_neighbours_and_weigh_by_calls():
+    ms = [
+        m("mm", 16, 10, 20),
+        m("mm", 64, 10, 15),
+        m("mm", 256, 50, 20),
+        m("mm", 256, 50, 60, count=1, shape=(2, 128)),  # same size, slower: weighted together
+        m("mm", 1024, 100, 30, count=5),
+        m("mm", 4096, 100, 99),  # within min_speedup: native
+    ]
+    cs = decide.size_classes(ms, "flaggems", min_speedup=1.05)
+    assert [(c.rule, c.calls, c.shapes) for c in cs] == [
+        ("mm[float32] = native", 2, 2),
+        ("mm[float32, numel>=256] = flaggems", 7, 3),
+        ("mm[float32, numel>=4096] = native", 1, 1),
+    ]
+    assert cs[1].saved_s == pytest.approx((600 - 230) * 1e-6)
+    assert "native 85.7 us, flaggems 32.9 us (2.61x), 7 calls, 3 shapes, numel 256..1024" in cs[1].comment
+
+
+def test_a_rejected_signature_keeps_its_size_native_with_the_reason():
+    cs = decide.size_classes([m("mm", 16, 10, 1), m("mm", 64, 10, 0, reason="results differ")], "flaggems")
+    assert [c.rule for c in cs] == ["mm[float32] = flaggems", "mm[float32, numel>=64] = native"]
+    assert "flaggems rejected: results differ" in cs[1].comment
+
+
+def test_rendered_rules_reparse_and_carry_their_measurements():
+    cs = decide.size_classes([m("mm", 16, 10, 20), m("mm", 64, 10, 2), m("abs", 8, 5, 1)], "flaggems")
+    text = decide.render(cs, ["header"], "builtin:backends_cpu.conf")
+    rs = config.parse_text(text, "cal.conf")
+    by = {r.written: r for r in rs if r.file == "cal.conf"}
+    assert set(by) == {"abs[float32] = flaggems", "mm[float32] = native", "mm[float32, numel>=64] = flaggems"}
+    assert measured(by["mm[float32, numel>=64] = flaggems"]).startswith("native 10.0 us, flaggems 2.0 us (5.00x)")
+
+
+# --- calibrate end to end, with a fake timer ------------------------------------------------------------------
+
+
+def fake_timer(fast_from: int):
+    """The candidate takes 1 us from `fast_from` elements up and 20 us below; native always 10 us."""
+
+    def timer(run, call, backend):
+        run()
+        if backend == "native":
+            return 10e-6
+        return 1e-6 if call.numel >= fast_from else 20e-6
+
+    return timer
+
+
+def workload():
+    for n in (4, 8, 16, 32):
+        x = torch.ones(n, n, device="flagos")
+        for _ in range(2):
+            x @ x
+
+
+def test_calibrate_writes_a_file_that_routes_the_large_calls(routing_state, tmp_path):  # noqa: F811
+    out = tmp_path / "cal.conf"
+    result = torch_fl.calibrate(
+        workload, str(out), candidate="cpu_fallback", timer=fake_timer(256), rounds=2, progress=False
+    )
+    assert result.unavailable is None
+    mm_rules = [c.rule for c in result.classes if c.op == "mm"]
+    assert mm_rules == ["mm[float32] = native", "mm[float32, numel>=256] = cpu_fallback"]
+    assert result.saved_s > 0
+    rs, problems = config.check_file(str(out))
+    assert problems == []
+    assert "include builtin:backends_cpu.conf" in out.read_text()
+    routing.load_config(str(out))
+    routing.reset_stats()
+    workload()
+    assert calls_of("mm").get("cpu_fallback") == 4  # the 16x16 and 32x32 calls
+    text = str(routing.explain("mm", "float32"))
+    assert "numel>=256" in text and "measured: native 10.0 us, cpu_fallback 1.0 us (10.00x), 4 calls" in text
+    assert routing.explain("mm", "float32").as_dict()["sizes"][0]["measured"].startswith("native 10.0 us")
+
+
+def test_calibrate_rejects_a_wrong_or_failing_candidate(gems, tmp_path):
+    gems(**{"mm": lambda a, b: torch.mm(a, b) + 1, "abs": lambda a: (_ for _ in ()).throw(RuntimeError("boom"))})
+
+    def work():
+        x = torch.ones(8, 8, device="flagos")
+        x @ x
+        torch.abs(x)
+
+    result = torch_fl.calibrate(work, str(tmp_path / "c.conf"), timer=fake_timer(1), rounds=1, progress=False)
+    reasons = {ms.call.key.op: ms.reason for ms in result.measurements}
+    assert "results differ from native" in reasons["mm"]
+    assert "fell back to native" in reasons["abs"]
+    assert {c.rule for c in result.classes} == {"mm[float32] = native", "abs[float32] = native"}
+    assert result.routed == []
+    assert "no class is faster on flaggems" in result.summary()
+
+
+def test_calibrate_without_the_candidate_says_so_and_writes_no_rules(routing_state, tmp_path):  # noqa: F811
+    assert not backends.get("flaggems").available()
+    out = tmp_path / "c.conf"
+    result = torch_fl.calibrate(workload, str(out), progress=False)
+    assert result.unavailable and result.classes == []
+    assert "NO RULES: flaggems is unavailable here" in out.read_text()
+    assert [r for r in config.load_file(str(out)) if r.file == str(out)] == []
+
+
+def test_cli_calibrates_a_script_and_reports(routing_state, tmp_path, monkeypatch, capsys):  # noqa: F811
+    script = tmp_path / "w.py"
+    script.write_text(
+        "import sys, torch, torch_fl\n"
+        "n = int(sys.argv[1])\n"
+        "x = torch.ones(n, n, device='flagos')\n"
+        "for _ in range(3):\n    x @ x\n"
+    )
+    out = tmp_path / "cal.conf"
+    monkeypatch.setattr(calibrate_cli, "TIMER", fake_timer(1))
+    argv = ["calibrate", "--script", str(script), "-o", str(out), "--candidate", "cpu_fallback", "--rounds", "1"]
+    assert main([*argv, "--", "16"]) == 0
+    captured = capsys.readouterr()
+    assert "mm[float32] = cpu_fallback" in out.read_text()
+    assert f"FLAGOS_BACKEND_CONFIG={out}" in captured.out
+    assert "[calibrate]" in captured.err  # progress, on stderr
+    assert main(["validate", str(out)]) == 0
+
+
+def test_cli_without_flaggems_exits_1_and_says_why(routing_state, tmp_path, capsys):  # noqa: F811
+    script = tmp_path / "w.py"
+    script.write_text("import torch, torch_fl\ntorch.ones(2, device='flagos') + 1\n")
+    out = tmp_path / "cal.conf"
+    assert main(["calibrate", "--script", str(script), "-o", str(out), "--quiet"]) == 1
+    assert "WITHOUT RULES: flaggems is unavailable here" in capsys.readouterr().err
+
+
+def test_bad_arguments_are_errors(routing_state, tmp_path, capsys):  # noqa: F811
+    assert main(["calibrate", "--script", str(tmp_path / "missing.py")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    with pytest.raises(RoutingError, match="is the native route"):
+        torch_fl.calibrate(workload, candidate="native")
+    with pytest.raises(RoutingError, match="unknown backend 'flagem'"):
+        torch_fl.calibrate(workload, candidate="flagem")
+
+
+def test_the_real_timer_runs_end_to_end_on_host(routing_state, tmp_path):  # noqa: F811
+    out = tmp_path / "cal.conf"
+    result = torch_fl.calibrate(workload, str(out), candidate="cpu_fallback", rounds=1, reps=1, progress=False)
+    assert {m.call.key.op for m in result.measurements} == {"mm"}
+    assert all(m.native_s > 0 and m.candidate_s > 0 for m in result.measurements)
+    assert config.check_file(str(out))[1] == []
+
+
+def test_cli_calibrates_the_demo_model(routing_state, tmp_path, monkeypatch):  # noqa: F811
+    pytest.importorskip("transformers")
+    out = tmp_path / "cal.conf"
+    monkeypatch.setattr(calibrate_cli, "TIMER", fake_timer(4096))
+    argv = ["calibrate", "--model", "demo", "--tokens", "1", "--prompt-len", "4", "--rounds", "1", "--quiet"]
+    assert main([*argv, "--candidate", "cpu_fallback", "-o", str(out)]) == 0
+    rs = [r for r in config.load_file(str(out)) if r.file == str(out)]
+    assert any(r.pattern == "mm" for r in rs)
+    assert any(r.backend == "cpu_fallback" for r in rs)
+    # the fake timer makes calls from 4096 elements up faster on the candidate, and only those
+    assert all((r.backend == "cpu_fallback") == (r.min_numel >= 4096) for r in rs if r.min_numel is not None)

@@ -1,0 +1,135 @@
+"""`python -m torch_fl calibrate`: measured routing for a workload on this machine.
+
+Runs a workload on flagos (the demo's Qwen3, a local Hugging Face checkpoint,
+or your script), records its calls, times each on native and on FlagGems,
+checks FlagGems' results against native's, and writes a routing file
+(torch_fl/calibration/). Use the file with FLAGOS_BACKEND_CONFIG=FILE.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+import torch
+
+import torch_fl
+from torch_fl.calibration import measure
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+#: timer(run, call, backend) -> seconds per call; None: measure.SyncTimer (tests put a fake one here)
+TIMER: measure.Timer | None = None
+
+
+def add_arguments(parser) -> None:
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument(
+        "--model",
+        default=None,
+        help="demo (the demo's model: Qwen3-0.6B architecture on a GPU, tiny on host memory), tiny, 0.6b, or a "
+        "local Hugging Face checkpoint directory; generates --tokens greedily (default: demo)",
+    )
+    src.add_argument(
+        "--script",
+        metavar="PATH",
+        help="run this Python script (as __main__) and calibrate the flagos calls it makes; its arguments follow --",
+    )
+    parser.add_argument("script_args", nargs="*", help="arguments for --script (after --)")
+    parser.add_argument("-o", "--output", default="calibrated.conf", help="routing file to write (calibrated.conf)")
+    parser.add_argument("--candidate", default="flaggems", help="backend to measure against native (flaggems)")
+    parser.add_argument("--dtype", default="auto", choices=["auto", *DTYPES], help="model dtype (bfloat16 on a GPU)")
+    parser.add_argument("--tokens", type=int, default=None, help="tokens to generate (default 16 on a GPU, 4 else)")
+    parser.add_argument("--prompt-len", type=int, default=None, help="prompt length (default 32 on a GPU, 8 else)")
+    parser.add_argument("--rounds", type=int, default=5, help="timing rounds, native and candidate alternating (5)")
+    parser.add_argument("--reps", type=int, default=10, help="calls per timing sample (10)")
+    parser.add_argument(
+        "--min-speedup",
+        type=float,
+        default=1.05,
+        help="the candidate must be this many times faster than native to take a class (1.05)",
+    )
+    parser.add_argument("--per-op", type=int, default=32, help="signatures measured per operator, at most (32)")
+    parser.add_argument(
+        "--include",
+        default="default",
+        help="the file the rules refine: default (this backing's shipped file), none, builtin:NAME or a path",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def model_workload(args):
+    """The demo's generation as a workload: (fn, description)."""
+    from torch_fl.models import qwen3, workloads
+
+    on_gpu = torch_fl.backing() == "cuda"
+    spec = args.model or "demo"
+    spec = ("0.6b" if on_gpu else "tiny") if spec == "demo" else qwen3.canonical(spec)
+    dtype = DTYPES[args.dtype] if args.dtype != "auto" else (torch.bfloat16 if on_gpu else torch.float32)
+    tokens = args.tokens or (16 if on_gpu else 4)
+    prompt_len = args.prompt_len or (32 if on_gpu else 8)
+    model = qwen3.build(spec, dtype=dtype).to("flagos")
+    ids = qwen3.tokens(model.config.vocab_size, 1, prompt_len).to("flagos")
+    desc = f"Qwen3 '{spec}' ({str(dtype).removeprefix('torch.')}), {prompt_len}-token prompt, {tokens} new tokens"
+    return (lambda: workloads.greedy(model, ids, tokens)), desc
+
+
+def script_workload(path: str, argv: list[str]):
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--script {path}: no such file")
+
+    def run():
+        saved = sys.argv
+        sys.argv = [path, *argv]
+        try:
+            runpy.run_path(path, run_name="__main__")
+        finally:
+            sys.argv = saved
+
+    return run, f"script {path}"
+
+
+def run(args) -> int:
+    from torch_fl.calibration import calibrate
+    from torch_fl.vocab.errors import RoutingError
+
+    if args.script_args and not args.script:
+        print(f"unexpected arguments {args.script_args}: only --script takes arguments (after --)", file=sys.stderr)
+        return 2
+    try:
+        fn, desc = script_workload(args.script, args.script_args) if args.script else model_workload(args)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ImportError as e:
+        print(f"error: the model workload needs transformers ({e}): pip install -e .[models]", file=sys.stderr)
+        return 2
+    say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
+    say(f"[calibrate] workload: {desc}; candidate: {args.candidate}")
+    try:
+        result = calibrate(
+            fn,
+            args.output,
+            candidate=args.candidate,
+            timer=TIMER,
+            rounds=args.rounds,
+            reps=args.reps,
+            min_speedup=args.min_speedup,
+            per_op=args.per_op,
+            include=None if args.include == "none" else args.include,
+            progress=not args.quiet,
+        )
+    except (RoutingError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(result.summary())
+    if result.unavailable:
+        print(
+            f"wrote {result.path} WITHOUT RULES: {args.candidate} is unavailable here ({result.unavailable}). "
+            "Run calibrate where it is available (FlagGems needs a GPU and flag_gems installed).",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"wrote {result.path}: use it with FLAGOS_BACKEND_CONFIG={result.path}")
+    return 0
