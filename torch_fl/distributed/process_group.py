@@ -159,7 +159,8 @@ class FlagosProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         opts = _or(opts, c10d.ReduceScatterOptions)
-        return flagos_work(self._reduce_scatter_single_coalesced(natives(outputs), natives(inputs), opts), list(outputs))
+        work = self._reduce_scatter_single_coalesced(natives(outputs), natives(inputs), opts)
+        return flagos_work(work, list(outputs))
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
