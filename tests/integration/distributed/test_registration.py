@@ -36,5 +36,5 @@ def test_dcp_stages_flagos_tensors_even_where_cuda_is_available(monkeypatch):
     assert filesystem._get_available_device_type() == "flagos"
     loader = filesystem._OverlappingCpuLoader(lambda t: t, inflight_threshhold=1 << 20)
     loader.add(16, torch.arange(4.0, device="flagos"))
-    (staged, _), = list(loader.values())
+    ((staged, _),) = list(loader.values())
     assert staged.is_cpu and staged.tolist() == [0.0, 1.0, 2.0, 3.0]
