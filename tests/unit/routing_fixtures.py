@@ -75,6 +75,20 @@ def make_fake_flag_gems(calls: list | None = None):
     return mod
 
 
+def flag_gems_with(table: dict):
+    """A flag_gems stand-in whose table is exactly `table` (aten overload -> function)."""
+    mod = types.ModuleType("flag_gems")
+    mod.__version__ = "0+fake"
+    mod._FULL_CONFIG = tuple(table.items())
+
+    def enable(lib=None, **kwargs):
+        for op, fn in mod._FULL_CONFIG:
+            lib.impl(op, fn, "CUDA")
+
+    mod.enable = enable
+    return mod
+
+
 def bare_route(op: str, fn, on_error=None) -> torch_fl._C.PyRoute:
     """aten::op on flagos runs `fn` on native aliases through the operator's PyRoute, without routing's
     policy (`on_error(exc, dtype, args, kwargs)`, default: re-raise); `.set_native()` ends it."""

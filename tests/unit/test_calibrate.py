@@ -8,13 +8,11 @@ from given times, not how fast anything is.
 
 from __future__ import annotations
 
-import types
-
 import pytest
 import torch
 
 import torch_fl
-from tests.unit.routing_fixtures import routing_state  # noqa: F401  (fixture)
+from tests.unit.routing_fixtures import flag_gems_with, routing_state  # noqa: F401  (fixture)
 from torch_fl import backends, routing
 from torch_fl.__main__ import main
 from torch_fl.backends import flaggems
@@ -43,23 +41,9 @@ def calls_of(op: str) -> dict[str, int]:
     return {s.backend: s.calls for s in routing.stats() if s.op == op}
 
 
-def fake_gems(**fns):
-    """A flag_gems stand-in with `fns` (aten overload -> function) in its table."""
-    mod = types.ModuleType("flag_gems")
-    mod.__version__ = "0+fake"
-    mod._FULL_CONFIG = tuple(fns.items())
-
-    def enable(lib=None, **kwargs):
-        for op, fn in mod._FULL_CONFIG:
-            lib.impl(op, fn, "CUDA")
-
-    mod.enable = enable
-    return mod
-
-
 @pytest.fixture
 def gems(routing_state):  # noqa: F811
-    yield lambda **fns: flaggems.LOADER.use_module(fake_gems(**fns))
+    yield lambda **fns: flaggems.LOADER.use_module(flag_gems_with(fns))
     flaggems.LOADER.reset()
 
 

@@ -11,13 +11,12 @@ times the Python function ran.
 from __future__ import annotations
 
 import threading
-import types
 
 import pytest
 import torch
 
 import torch_fl
-from tests.unit.routing_fixtures import routing_state  # noqa: F401  (fixture)
+from tests.unit.routing_fixtures import flag_gems_with, routing_state  # noqa: F401  (fixture)
 from torch_fl import routing
 from torch_fl.backends import flaggems
 from torch_fl.routing import planner
@@ -32,16 +31,7 @@ def op_name(name: str) -> str:
 
 def fake(**fns):
     """A flag_gems stand-in registering `fns` (aten overload with '.' as '__' -> function)."""
-    mod = types.ModuleType("flag_gems")
-    mod.__version__ = "0+fake"
-    mod._FULL_CONFIG = tuple((op_name(name), fn) for name, fn in fns.items())
-
-    def enable(lib=None, **kwargs):
-        for op, fn in mod._FULL_CONFIG:
-            lib.impl(op, fn, "CUDA")
-
-    mod.enable = enable
-    return mod
+    return flag_gems_with({op_name(name): fn for name, fn in fns.items()})
 
 
 @pytest.fixture
