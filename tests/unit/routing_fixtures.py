@@ -8,6 +8,7 @@ Its functions compute with torch on the native (here: CPU) aliases they get.
 
 from __future__ import annotations
 
+import sys
 import types
 from array import array
 
@@ -120,6 +121,15 @@ def routing_state():
         s.failed.clear()
         s.warned.clear()
         planner.set_flags(log_dispatch=saved[4], log_fallback=saved[5], strict=saved[6])
+    flaggems.LOADER.reset()
+
+
+@pytest.fixture
+def no_flag_gems(routing_state, monkeypatch):
+    """flag_gems cannot be imported (as on a machine without it), whether or not this one has it."""
+    monkeypatch.setitem(sys.modules, "flag_gems", None)  # import_module then raises ModuleNotFoundError
+    flaggems.LOADER.reset()
+    yield
     flaggems.LOADER.reset()
 
 

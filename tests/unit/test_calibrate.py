@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import torch_fl
-from tests.unit.routing_fixtures import flag_gems_with, routing_state  # noqa: F401  (fixture)
-from torch_fl import backends, routing
+from tests.unit.routing_fixtures import flag_gems_with, no_flag_gems, routing_state  # noqa: F401  (fixtures)
+from torch_fl import backends, calibration, routing
 from torch_fl.__main__ import main
 from torch_fl.backends import flaggems
 from torch_fl.calibration import decide, measure, record
@@ -290,7 +290,7 @@ def test_calibrate_writes_a_file_that_routes_the_large_calls(routing_state, tmp_
     assert result.saved_s > 0
     rs, problems = config.check_file(str(out))
     assert problems == []
-    assert "include builtin:backends_cpu.conf" in out.read_text()
+    assert f"include {calibration.default_include()}" in out.read_text()
     routing.load_config(str(out))
     routing.reset_stats()
     workload()
@@ -317,7 +317,7 @@ def test_calibrate_rejects_a_wrong_or_failing_candidate(gems, tmp_path):
     assert "no class is faster on flaggems" in result.summary()
 
 
-def test_calibrate_without_the_candidate_says_so_and_writes_no_rules(routing_state, tmp_path):  # noqa: F811
+def test_calibrate_without_the_candidate_says_so_and_writes_no_rules(no_flag_gems, tmp_path):  # noqa: F811
     assert not backends.get("flaggems").available()
     out = tmp_path / "c.conf"
     result = torch_fl.calibrate(workload, str(out), progress=False)
@@ -345,7 +345,7 @@ def test_cli_calibrates_a_script_and_reports(routing_state, tmp_path, monkeypatc
     assert main(["validate", str(out)]) == 0
 
 
-def test_cli_without_flaggems_exits_1_and_says_why(routing_state, tmp_path, capsys):  # noqa: F811
+def test_cli_without_flaggems_exits_1_and_says_why(no_flag_gems, tmp_path, capsys):  # noqa: F811
     script = tmp_path / "w.py"
     script.write_text("import torch, torch_fl\ntorch.ones(2, device='flagos') + 1\n")
     out = tmp_path / "cal.conf"

@@ -145,7 +145,6 @@ void bind_module(py::module& m) {
   m.def("_host_dtype_gaps", &route::registered_dtype_gaps,
         "The operator/dtype pairs the host backing runs widened because the CPU lacks CUDA's kernel "
         "(\"op.overload: dtypes -> wide dtype\"); empty on a CUDA backing.");
-  m.def("_set_native_label", &route::set_native_label, py::arg("op"), py::arg("label"));
   m.def("_set_default_native_label", &route::set_default_native_label, py::arg("label"));
   m.def(
       "_run_native",
@@ -168,12 +167,6 @@ void bind_module(py::module& m) {
       },
       "The dtype a call of aten::<name>.<overload> is routed by (what PyRoute decides: its first tensor "
       "argument's, or first tensor of a list's), or None.");
-  m.def(
-      "_run_cpu_fallback",
-      [](const std::string& name, const std::string& overload, py::args args, py::kwargs kwargs) {
-        return run_boxed(&route::call_cpu_fallback, name, overload, args, kwargs);
-      },
-      "Run aten::<name>.<overload> on the host: copy inputs to CPU, run the CPU kernel, copy results back.");
   m.def("_route_stats", &route::route_stats);
   m.def("_set_attention_routed", &ops::set_attention_routed, py::arg("routed"),
         "Tell scaled_dot_product_attention whether an attention operator has a route of its own (then calls "

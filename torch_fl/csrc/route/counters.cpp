@@ -39,7 +39,6 @@ thread_local CountCache count_cache;
 // Labels printed by the dispatch log; read only when logging is on.
 std::mutex label_mutex;
 std::string default_label = "native";
-std::unordered_map<std::string, std::string> labels;
 
 }  // namespace
 
@@ -69,28 +68,17 @@ std::string overload_name(const c10::OperatorName& name) {
   return s;
 }
 
-std::string native_label(const c10::OperatorHandle& op) {
-  const std::string name = overload_name(op.operator_name());
+std::string native_label() {
   std::lock_guard<std::mutex> lock(label_mutex);
-  auto it = labels.find(name);
-  return it == labels.end() ? default_label : it->second;
+  return default_label;
 }
 
 void log_dispatch(const c10::OperatorHandle& op) {
-  std::cerr << "[flagos dispatch] " << overload_name(op.operator_name()) << " -> " << native_label(op) << std::endl;
+  std::cerr << "[flagos dispatch] " << overload_name(op.operator_name()) << " -> " << native_label() << std::endl;
 }
 
 void log_fallback(const c10::OperatorHandle& op) {
   std::cerr << "[flagos cpu_fallback] aten::" << overload_name(op.operator_name()) << std::endl;
-}
-
-void set_native_label(const std::string& op, const std::string& label) {
-  std::lock_guard<std::mutex> lock(label_mutex);
-  if (label.empty()) {
-    labels.erase(op);
-  } else {
-    labels[op] = label;
-  }
 }
 
 void set_default_native_label(const std::string& label) {

@@ -54,9 +54,7 @@ inline void record_native_call(const c10::OperatorHandle& op, OpCounts* counts) 
 // "add.Tensor" for aten::add.Tensor, "mm" for aten::mm.
 std::string overload_name(const c10::OperatorName& name);
 
-// The label the dispatch log prints for an operator on the native route
-// (empty `label`: the default again), and the default ("native").
-void set_native_label(const std::string& op, const std::string& label);
+// The label the dispatch log prints for the native route ("native" unless set).
 void set_default_native_label(const std::string& label);
 // (operator, "native" | "cpu_fallback", calls) for every operator called.
 std::vector<std::tuple<std::string, std::string, int64_t>> route_stats();

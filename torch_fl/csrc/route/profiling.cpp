@@ -10,7 +10,7 @@ namespace route {
 void RouteScope::open(at::StepCallbacks&& callbacks, const c10::OperatorHandle& op, const char* backend) {
   open_ = std::make_unique<Open>(std::move(callbacks));
   open_->name = "flagos::" + overload_name(op.operator_name()) + " -> " +
-                (backend != nullptr ? std::string(backend) : native_label(op));
+                (backend != nullptr ? std::string(backend) : native_label());
   open_->scope.before(std::string_view(open_->name));
 }
 

@@ -17,9 +17,9 @@
 namespace torch_fl {
 namespace route {
 
-// The label the native route goes by for `op` in the dispatch log and the
-// trace ("cpu", "cuda", or a label the routing layer set).
-std::string native_label(const c10::OperatorHandle& op);
+// The label the native route goes by in the dispatch log and the trace
+// ("cpu" or "cuda": the backing device, set once at init).
+std::string native_label();
 
 class RouteScope {
  public:
