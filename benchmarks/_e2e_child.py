@@ -21,11 +21,18 @@ RESULT_TAG = "E2E_RESULT "
 
 
 def inference_call(task: str, model, sz: dict, seed: int, device):
-    """(fn, tokens per call) for decode or prefill on `model` (already on `device`)."""
+    """(fn, tokens per call) for decode, prefill or graphs (decode replaying CUDA graphs) on `model`
+    (already on `device`)."""
     import qwen3
     import torch
     import workloads
 
+    if task == "graphs":
+        import graph_decode
+
+        ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["prompt"], seed=seed + 1).to(device)
+        dec = graph_decode.GraphDecoder(model, sz["batch"], sz["prompt"] + sz["new_tokens"], device)
+        return (lambda: dec.decode(ids, sz["new_tokens"])), sz["batch"] * sz["new_tokens"]
     if task == "decode":
         ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["prompt"], seed=seed + 1).to(device)
         return (lambda: workloads.greedy(model, ids, sz["new_tokens"])), sz["batch"] * sz["new_tokens"]
@@ -60,7 +67,8 @@ def paired_worker(args) -> dict:
     sizes = json.loads(args.sizes)
     out: dict = {"variant": "paired", "pid": os.getpid(), "backing": torch_fl.backing(), "tasks": {}}
     models = {d: qwen3.build(args.ckpt, dtype=dtype).to(d) for d in (native, flagos)}
-    for task in [t for t in args.tasks.split(",") if t in ("decode", "prefill") and args.paired > 0]:
+    paired = ("decode", "prefill", "graphs") if torch_fl.backing() == "cuda" else ("decode", "prefill")
+    for task in [t for t in args.tasks.split(",") if t in paired and args.paired > 0]:
         sz = sizes[task]
         calls = {d: inference_call(task, models[d], sz, args.seed, d) for d in models}
         tokens = calls[native][1]
@@ -79,7 +87,7 @@ def paired_worker(args) -> dict:
             "native_tokens_per_s": tokens / statistics.median(secs[native]),
             "flagos_tokens_per_s": tokens / statistics.median(secs[flagos]),
         }
-        if task == "decode":
+        if task in ("decode", "graphs"):
             res["tokens_match_native"] = results[native].cpu().tolist() == results[flagos].cpu().tolist()
         out["tasks"][task] = res
     if args.step_pairs > 0 and "decode" in args.tasks.split(","):

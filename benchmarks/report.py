@@ -73,7 +73,12 @@ def provenance(stem: str, meta: dict) -> str:
 def e2e_pairs(d: dict) -> list[tuple[str, dict]]:
     """(label, entry) of the in-process pairs: generate()/prefill pairs and token-by-token decode."""
     tasks = (d.get("paired") or {}).get("tasks", {})
-    label = {"decode": "decode, generate() pairs", "prefill": "prefill pairs", "decode_tokens": "decode token by token"}
+    label = {
+        "decode": "decode, generate() pairs",
+        "prefill": "prefill pairs",
+        "decode_tokens": "decode token by token",
+        "graphs": "graph decode pairs",
+    }
     return [(label.get(t, t), e) for t, e in tasks.items()]
 
 
@@ -320,7 +325,7 @@ def targets(results: dict[str, dict]) -> list[tuple[str, str, bool, str]]:
         if "ratio_to_native" in train:
             text = f"{train['ratio_to_native']:.3f}x ({train['rounds_ok']} child rounds)"
             rows.append(("Qwen3-0.6B training >= 0.97x native", text, train["ratio_to_native"] >= 0.97, "e2e-h200"))
-        rows += graph_targets(e2e.get("summary", {}))
+        rows += graph_targets(e2e.get("summary", {}), pairs.get("graph decode pairs"))
         mem = [e["peak_memory_ratio"] for e in flagos.values() if "peak_memory_ratio" in e]
         if mem:
             rows.append(("peak memory <= 1.02x native", f"{max(mem):.3f}x at most", max(mem) <= 1.02, "e2e-h200"))
@@ -346,14 +351,21 @@ def targets(results: dict[str, dict]) -> list[tuple[str, str, bool, str]]:
     return rows
 
 
-def graph_targets(summary: dict) -> list[tuple]:
-    """The CUDA graph decoding targets (e2e.py's graphs task, docs/graphs.md), where it ran."""
+def graph_targets(summary: dict, pair: dict | None = None) -> list[tuple]:
+    """The CUDA graph decoding targets (e2e.py's graphs task, docs/graphs.md), where it ran; `pair`: the
+    in-process graph decode pairs (the steadier figure), shown first and judged where present."""
     rows = []
     graphs = summary.get("flagos", {}).get("graphs", {})
     gems = summary.get("flagos_flaggems", {}).get("graphs", {})
+    got = []
+    if pair:
+        got.append((pair["ratio_median"], f"{_ratio(pair['ratio_median'], pair_noise(pair))} ({pair['pairs']} pairs)"))
     if "ratio_to_native" in graphs:
         r = graphs["ratio_to_native"]
-        rows.append(("Qwen3-0.6B graph decode >= 0.99x native graph decode", f"{r:.3f}x", r >= 0.99, "e2e-h200"))
+        got.append((r, f"{r:.3f}x ({graphs.get('rounds_ok', '?')} child rounds)"))
+    if got:
+        text = ", ".join(t for _, t in got)
+        rows.append(("Qwen3-0.6B graph decode >= 0.99x native graph decode", text, got[0][0] >= 0.99, "e2e-h200"))
     if "ratio_to_native_eager_decode" in graphs:
         r = graphs["ratio_to_native_eager_decode"]
         rows.append(("Qwen3-0.6B graph decode >= 2x native eager decode", f"{r:.2f}x", r >= 2.0, "e2e-h200"))
