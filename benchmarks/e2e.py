@@ -34,8 +34,8 @@ order each round. Errors are recorded as results. Built-in models get random
 weights from --seed and are saved once to a temporary checkpoint that every
 child loads, so all variants hold identical weights.
 
---paired N first runs decode and prefill on native and flagos in one child
-process, alternating call by call for N pairs: on a shared machine whose load
+--paired N first runs decode and prefill (and graphs, on a GPU) on native and
+flagos in one child process, alternating call by call for N pairs: on a shared machine whose load
 drifts between processes, the median of per-pair ratios is the steadier
 number (training is not paired: native CUDA backward cannot share a process
 with torch_fl). --concurrent (two GPUs) pairs all three tasks another way:
@@ -185,8 +185,8 @@ def _parse(argv=None):
         "--paired",
         type=int,
         default=0,
-        help="also run decode and prefill on native and flagos in one process, alternating, for this many pairs "
-        "(before the rounds; the steadier ratio on a shared machine)",
+        help="also run decode, prefill and graphs on native and flagos in one process, alternating, for this many "
+        "pairs (before the rounds; the steadier ratio on a shared machine)",
     )
     p.add_argument(
         "--step-pairs",
@@ -276,7 +276,7 @@ def main(argv=None) -> int:
         else:
             ckpt = spec
         raw = []
-        if (args.paired > 0 and {"decode", "prefill"} & set(args.tasks)) or (
+        if (args.paired > 0 and {"decode", "prefill", "graphs"} & set(args.tasks)) or (
             args.step_pairs > 0 and "decode" in args.tasks
         ):
             what = f"{args.paired} pairs" + (f", {args.step_pairs} sequences token by token" if args.step_pairs else "")
