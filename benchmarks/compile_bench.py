@@ -169,6 +169,12 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=10, help="timed training steps per child (default 10)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls after compiling (default 3)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per child process (default 1800)")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        help="start no training round after the first that would end later than this many seconds after the "
+        "start (judged by the last round's length); the report says how many ran",
+    )
     p.add_argument("--out", help="JSON path or folder (default results/compile-<machine>.json)")
     p.add_argument("--child", choices=("prefill", "train"), help=argparse.SUPPRESS)
     p.add_argument("--variant", choices=("native", "flagos"), help=argparse.SUPPRESS)
@@ -180,6 +186,8 @@ def main(argv=None) -> int:
         print(RESULT_TAG + json.dumps(out), flush=True)
         return 0
 
+    started = time.perf_counter()
+    stop_at = started + args.deadline if args.deadline else float("inf")
     with tempfile.TemporaryDirectory(prefix="compile-bench-") as tmp:
         prefill = _child("prefill", args, os.path.join(tmp, "prefill"))
         print(
@@ -187,23 +195,33 @@ def main(argv=None) -> int:
             f"compile s: native {prefill['compile_s']['native']}, flagos {prefill['compile_s']['flagos']}"
         )
         rounds = []
+        round_s = 0.0
         for r in range(args.rounds):
+            if r > 0 and time.perf_counter() + round_s > stop_at:
+                print(f"deadline: stopping after {r} training round(s) of {args.rounds}", flush=True)
+                break
+            t = time.perf_counter()
             row = {}
             for variant in _timing.abba(r, "native", "flagos"):
                 # One inductor cache per variant: round 0 compiles from scratch, later rounds reuse its kernels.
                 row[variant] = _child("train", args, os.path.join(tmp, f"train-{variant}"), variant)
             row["ratio"] = row["native"]["step_ms"] / row["flagos"]["step_ms"]
             rounds.append(row)
-            print(f"train round {r}: native {row['native']['step_ms']} ms, flagos {row['flagos']['step_ms']} ms/step")
+            round_s = time.perf_counter() - t
+            print(
+                f"train round {r}: native {row['native']['step_ms']} ms, flagos {row['flagos']['step_ms']} ms/step",
+                flush=True,
+            )
     train = {
         "rounds": rounds,
         **_timing.ratio_stats([r["ratio"] for r in rounds]),
         "compile_s": {v: rounds[0][v]["compile_s"] for v in ("native", "flagos")},  # the round with a cold cache
     }
-    print(f"train: flagos {train['ratio_median']:.3f}x native (± {train['noise']:.3f}, {args.rounds} rounds)")
+    print(f"train: flagos {train['ratio_median']:.3f}x native (± {train['noise']:.3f}, {len(rounds)} rounds)")
     payload = {
         "sizes": _sizes(args),
         "args": {k: v for k, v in vars(args).items() if k not in ("out", "child", "variant")},
+        "wall_s": round(time.perf_counter() - started, 1),
         "prefill": prefill,
         "train": train,
     }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmarks on the H200 (device tool), from the repo root, alone on the machine:
 #   bash scripts/gpu_bench.sh                      # overhead, route breakdown, alias pool, then e2e
-#   STEP=overhead|e2e|profile|profile+overhead|demo bash scripts/gpu_bench.sh
+#   STEP=overhead|e2e|profile|profile+overhead|demo|compile bash scripts/gpu_bench.sh
 # Carry .whl/ (wheels of triton, flag_gems and expecttest matching the GPU
 # machine's torch) for the FlagGems rows. Installs the wheels, builds the core,
 # then runs benchmarks/overhead.py, route_breakdown.py and alias_pool.py, and
@@ -38,6 +38,13 @@ fi
 if [[ $STEP == demo ]]; then
   python3 -m torch_fl demo 2> "$OUT/demo.stderr" | tee "$OUT/demo.txt"
   FLAGOS_USE_FLAGGEMS=1 python3 -m torch_fl demo 2> "$OUT/demo_flaggems.stderr" | tee "$OUT/demo_flaggems.txt"
+fi
+if [[ $STEP == compile ]]; then
+  # torch.compile on flagos against native (benchmarks/compile_bench.py: compile-h200.json). Cold compiles
+  # take minutes: COMPILE_DEADLINE (seconds from the benchmark's start) stops the training rounds in time
+  # for one device call (prefill and the first round always run).
+  python3 benchmarks/compile_bench.py --rounds "${ROUNDS:-3}" --pairs "${PAIRS:-8}" \
+    --deadline "${COMPILE_DEADLINE:-400}" --out "$OUT" 2>&1 | tail -12
 fi
 if [[ $STEP == all || $STEP == e2e ]]; then
   # CONCURRENT=1 on two GPUs: each round runs native and flagos at once, one
