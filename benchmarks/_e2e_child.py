@@ -57,7 +57,6 @@ def paired_worker(args) -> dict:
     sys.path.insert(0, str(REPO))
     import qwen3
     import torch
-    import workloads
 
     import torch_fl
 
@@ -69,30 +68,39 @@ def paired_worker(args) -> dict:
     models = {d: qwen3.build(args.ckpt, dtype=dtype).to(d) for d in (native, flagos)}
     paired = ("decode", "prefill", "graphs") if torch_fl.backing() == "cuda" else ("decode", "prefill")
     for task in [t for t in args.tasks.split(",") if t in paired and args.paired > 0]:
-        sz = sizes[task]
-        calls = {d: inference_call(task, models[d], sz, args.seed, d) for d in models}
-        tokens = calls[native][1]
-        for d, (fn, _) in calls.items():
-            for _ in range(sz["warmup"]):
-                fn()
-            workloads.synchronize(d)
-        results: dict = {}
-        secs = paired_seconds(
-            {d: _keeping(results, d, calls[d][0]) for d in (native, flagos)}, args.paired, workloads.synchronize
-        )
-        ratios = [n / f for n, f in zip(secs[native], secs[flagos], strict=True)]
-        res = {
-            **ratio_stats(ratios),
-            "ratios": [round(r, 4) for r in ratios],
-            "native_tokens_per_s": tokens / statistics.median(secs[native]),
-            "flagos_tokens_per_s": tokens / statistics.median(secs[flagos]),
-        }
-        if task in ("decode", "graphs"):
-            res["tokens_match_native"] = results[native].cpu().tolist() == results[flagos].cpu().tolist()
-        out["tasks"][task] = res
+        try:
+            out["tasks"][task] = _pair_task(task, models, native, flagos, sizes[task], args)
+        except Exception as e:  # recorded as a result, as the child rounds do: the other tasks still pair
+            out["tasks"][task] = {"error": f"{type(e).__name__}: {str(e)[:800]}"}
     if args.step_pairs > 0 and "decode" in args.tasks.split(","):
         out["tasks"]["decode_tokens"] = token_pairs(models, native, flagos, sizes["decode"], args)
     return out
+
+
+def _pair_task(task: str, models: dict, native, flagos, sz: dict, args) -> dict:
+    """One task's native/flagos pairs (ABBA), each call timed to its synchronisation."""
+    import workloads
+
+    calls = {d: inference_call(task, models[d], sz, args.seed, d) for d in models}
+    tokens = calls[native][1]
+    for d, (fn, _) in calls.items():
+        for _ in range(sz["warmup"]):
+            fn()
+        workloads.synchronize(d)
+    results: dict = {}
+    secs = paired_seconds(
+        {d: _keeping(results, d, calls[d][0]) for d in (native, flagos)}, args.paired, workloads.synchronize
+    )
+    ratios = [n / f for n, f in zip(secs[native], secs[flagos], strict=True)]
+    res = {
+        **ratio_stats(ratios),
+        "ratios": [round(r, 4) for r in ratios],
+        "native_tokens_per_s": tokens / statistics.median(secs[native]),
+        "flagos_tokens_per_s": tokens / statistics.median(secs[flagos]),
+    }
+    if task in ("decode", "graphs"):
+        res["tokens_match_native"] = results[native].cpu().tolist() == results[flagos].cpu().tolist()
+    return res
 
 
 def _keeping(results: dict, key, fn):

@@ -100,6 +100,9 @@ def paired_brief(paired: dict) -> str:
         return f"error: {paired['error'][:200]}"
     parts = []
     for t, r in paired["tasks"].items():
+        if "error" in r:
+            parts.append(f"{t} error: {r['error'][:200]}")
+            continue
         match = {True: ", greedy = native", False: ", greedy differs"}.get(r.get("tokens_match_native"), "")
         if t == "decode_tokens":
             alone = r["alone_ratio_median"]

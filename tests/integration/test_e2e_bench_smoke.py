@@ -184,9 +184,13 @@ def test_graphs_task_summary_compares_with_native_graphs_and_native_eager_decode
 def test_e2e_graphs_task_quick(tmp_path):
     cmd = [sys.executable, str(REPO / "benchmarks" / "e2e.py"), "--model", "tiny", "--quick", "--rounds", "1"]
     cmd += ["--variants", "native,flagos", "--tasks", "decode,graphs", "--out", str(tmp_path / "g.json")]
+    cmd += ["--paired", "2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "g.json").read_text())
+    # --paired alternates native cuda graphs and flagos graphs in one process
+    pair = report["paired"]["tasks"]["graphs"]
+    assert "error" not in pair and pair["pairs"] == 2 and pair["tokens_match_native"] is True, pair
     for variant in ("native", "flagos"):
         entry = report["summary"][variant]["graphs"]
         assert "errors" not in entry and entry["tokens_match_eager"] is True, entry
@@ -216,3 +220,18 @@ def test_graph_decode_targets_in_the_readme_table():
     ]
     assert (text, met) == ("0.985x ± 0.004 (4 pairs), 0.995x (2 child rounds)", False)
     assert report.graph_targets({"flagos": {"decode": {}}}) == []
+
+
+@pytest.mark.anyplatform
+def test_a_paired_task_that_failed_is_reported_and_left_out_of_the_targets():
+    report = load_benchmark("report")
+    e2e = _load_e2e()
+    paired = {
+        "tasks": {
+            "prefill": {"ratio_median": 0.99, "noise": 0.01, "pairs": 4, "ratios": [0.99]},
+            "graphs": {"error": "RuntimeError: capture failed"},
+        }
+    }
+    assert [label for label, _ in report.e2e_pairs({"paired": paired})] == ["prefill pairs"]
+    brief = e2e.paired_brief(paired)
+    assert "prefill 0.990x" in brief and "graphs error: RuntimeError: capture failed" in brief
