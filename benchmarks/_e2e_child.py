@@ -215,7 +215,7 @@ def worker(args) -> dict:
 
     info: dict = {"variant": variant, "pid": os.getpid(), "tasks": {}}
     stats = routing = None
-    if variant in ("flagos", "flagos_flaggems"):
+    if variant in ("flagos", "flagos_flaggems", "flagos_calibrated"):
         sys.path.insert(0, str(REPO))  # this checkout's torch_fl, even if another one is installed
         import torch_fl
         from torch_fl import routing
@@ -223,6 +223,7 @@ def worker(args) -> dict:
 
         device = torch.device("flagos", 0)
         info["backing"] = torch_fl.backing()
+        info["routing_file"] = routing.config_file()  # flagos_calibrated: the calibrated file, loaded
     else:
         device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
         info["backing"] = device.type

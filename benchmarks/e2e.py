@@ -23,6 +23,8 @@ Variants:
   native           PyTorch on the backing device (cuda, or cpu on host memory); never imports torch_fl
   flagos           flagos with the default (native) routes
   flagos_flaggems  flagos with FLAGOS_USE_FLAGGEMS=1 (the FlagGems profile)
+  flagos_calibrated flagos routed by --calibrated FILE (FLAGOS_BACKEND_CONFIG: a file written by
+                   `python -m torch_fl calibrate`); run only when --calibrated is given
   cuda_flaggems    native cuda under flag_gems.enable() (FlagGems replaces CUDA kernels process-wide)
 
 The parent never touches a device. Every (round, variant) runs in its own child
@@ -74,7 +76,7 @@ import _results  # noqa: E402
 REPO = _results.REPO
 MODELS_DIR = _e2e_child.MODELS_DIR
 RESULT_TAG = _e2e_child.RESULT_TAG
-VARIANTS = ("native", "flagos", "flagos_flaggems", "cuda_flaggems")
+VARIANTS = ("native", "flagos", "flagos_flaggems", "flagos_calibrated", "cuda_flaggems")
 TASKS = ("decode", "prefill", "train", "graphs")
 HOST_TASKS = ("decode", "prefill", "train")  # graphs needs CUDA
 SIZES = {
@@ -93,11 +95,15 @@ SIZES = {
 }
 
 
-def _variant_env(variant: str) -> dict:
+def _variant_env(variant: str, calibrated: str | None = None) -> dict:
+    """The child's environment: each flagos variant routes as its name says, whatever this shell sets."""
     env = dict(os.environ)
     env.pop("FLAGOS_USE_FLAGGEMS", None)
+    env.pop("FLAGOS_BACKEND_CONFIG", None)
     if variant == "flagos_flaggems":
         env["FLAGOS_USE_FLAGGEMS"] = "1"
+    if variant == "flagos_calibrated":
+        env["FLAGOS_BACKEND_CONFIG"] = calibrated
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("TRANSFORMERS_VERBOSITY", "error")
     return env
@@ -125,7 +131,7 @@ def _run_child(variant, args, ckpt, sizes, gpu: int | None = None) -> dict:
         "--step-pairs",
         str(args.step_pairs),
     ]
-    env = _variant_env(variant)
+    env = _variant_env(variant, args.calibrated)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     t = time.perf_counter()
@@ -153,11 +159,13 @@ def _run_concurrently(jobs: list[tuple[str, int]], args, ckpt, sizes) -> list[di
         return [f.result() for f in futures]
 
 
-def _available_variants(on_gpu: bool) -> tuple[list[str], dict]:
+def _available_variants(on_gpu: bool, calibrated: str | None = None) -> tuple[list[str], dict]:
     skipped = {}
     if not on_gpu:
         for v in ("flagos_flaggems", "cuda_flaggems"):
             skipped[v] = "needs a CUDA GPU (FlagGems runs Triton kernels)"
+    if calibrated is None:
+        skipped["flagos_calibrated"] = "needs --calibrated FILE (a routing file from python -m torch_fl calibrate)"
     return [v for v in VARIANTS if v not in skipped], skipped
 
 
@@ -202,6 +210,11 @@ def _parse(argv=None):
         help="on two GPUs: each round runs native and flagos at the same time, one per GPU, swapping GPUs each "
         "round; the median of the rounds' flagos/native ratios pairs training too (which --paired cannot)",
     )
+    p.add_argument(
+        "--calibrated",
+        metavar="FILE",
+        help="also run the flagos_calibrated variant: flagos routed by this file (python -m torch_fl calibrate)",
+    )
     p.add_argument("--replot", metavar="JSON", help="only draw the PNG of this report again, beside it")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--ckpt", default=None, help=argparse.SUPPRESS)
@@ -228,7 +241,16 @@ def main(argv=None) -> int:
         print(f"unknown task(s) {bad}; choose from {TASKS}", file=sys.stderr)
         return 2
     backing = "cuda" if on_gpu else "cpu"
-    variants, skipped = _available_variants(on_gpu)
+    if args.calibrated:
+        calibrated = Path(args.calibrated).resolve()
+        if not calibrated.is_file():
+            print(
+                f"--calibrated {args.calibrated}: no such file (write one with python -m torch_fl calibrate)",
+                file=sys.stderr,
+            )
+            return 2
+        args.calibrated = str(calibrated)
+    variants, skipped = _available_variants(on_gpu, args.calibrated)
     if args.variants:
         wanted = args.variants.split(",")
         if bad := [v for v in wanted if v not in VARIANTS]:

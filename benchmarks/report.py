@@ -372,7 +372,7 @@ def graph_targets(summary: dict, pair: dict | None = None) -> list[tuple]:
     if "ratio_to_native" in gems:
         r = gems["ratio_to_native"]
         rows.append(("FlagGems profile graph decode >= 1.0x native graph decode", f"{r:.3f}x", r >= 1.0, "e2e-h200"))
-    return rows + flaggems_profile_targets(summary)
+    return rows + flaggems_profile_targets(summary) + calibrated_targets(summary)
 
 
 def flaggems_profile_targets(summary: dict) -> list[tuple]:
@@ -384,6 +384,19 @@ def flaggems_profile_targets(summary: dict) -> list[tuple]:
     text = ", ".join(f"{t} {e['ratio_to_native']:.3f}x ({e.get('rounds_ok', '?')} rounds)" for t, e in got)
     met = all(e["ratio_to_native"] >= 0.9 for _, e in got)
     return [("FlagGems profile Qwen3-0.6B eager >= 0.9x native", text, met, "e2e-h200")]
+
+
+def calibrated_targets(summary: dict) -> list[tuple]:
+    """Routing from `python -m torch_fl calibrate` (e2e.py --calibrated FILE) against native eager, where it
+    ran: prefill and training at least 1.02x, decode at least 1.0x."""
+    cal = summary.get("flagos_calibrated", {})
+    floor = {"decode": 1.0, "prefill": 1.02, "train": 1.02}
+    got = [(t, cal[t]) for t in floor if "ratio_to_native" in cal.get(t, {})]
+    if not got:
+        return []
+    text = ", ".join(f"{t} {e['ratio_to_native']:.3f}x ({e.get('rounds_ok', '?')} rounds)" for t, e in got)
+    met = all(e["ratio_to_native"] >= floor[t] for t, e in got)
+    return [("calibrated routing Qwen3-0.6B >= 1.02x native (decode >= 1.0x)", text, met, "e2e-h200")]
 
 
 def readme_table(results: dict[str, dict]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -235,3 +236,51 @@ def test_a_paired_task_that_failed_is_reported_and_left_out_of_the_targets():
     assert [label for label, _ in report.e2e_pairs({"paired": paired})] == ["prefill pairs"]
     brief = e2e.paired_brief(paired)
     assert "prefill 0.990x" in brief and "graphs error: RuntimeError: capture failed" in brief
+
+
+@pytest.mark.anyplatform
+def test_calibrated_variant_routes_by_its_file_and_only_when_given(tmp_path):
+    routes = tmp_path / "calibrated.conf"
+    routes.write_text("include builtin:backends_cpu.conf\nadd.Tensor = cpu_fallback\n")
+    cmd = [sys.executable, str(REPO / "benchmarks" / "e2e.py"), "--model", "tiny", "--quick", "--rounds", "1"]
+    cmd += ["--tasks", "decode", "--variants", "native,flagos,flagos_calibrated", "--out", str(tmp_path / "c.json")]
+    # The calibrated file reaches flagos_calibrated alone: a routing file set in the shell reaches no child.
+    env = dict(os.environ, FLAGOS_BACKEND_CONFIG=str(tmp_path / "missing.conf"))
+    proc = subprocess.run(
+        [*cmd, "--calibrated", str(routes)], capture_output=True, text=True, timeout=240, cwd=REPO, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "c.json").read_text())
+    assert report["variants"] == ["native", "flagos", "flagos_calibrated"]
+    files = {r["variant"]: r.get("routing_file") for r in report["raw"]}
+    assert files["flagos_calibrated"] == str(routes) and files["flagos"] != str(routes)  # flagos: the shipped file
+    cal = report["summary"]["flagos_calibrated"]["decode"]
+    assert cal["rounds_ok"] == 1 and cal["backends"].get("cpu_fallback", 0) > 0, cal
+    assert cal["tokens_match_native"] is True
+    assert "cpu_fallback" not in report["summary"]["flagos"]["decode"]["backends"]
+    # Without --calibrated the variant is skipped, saying why; a missing file is an error.
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    skipped = json.loads((tmp_path / "c.json").read_text())["skipped"]
+    assert "--calibrated FILE" in skipped["flagos_calibrated"]
+    proc = subprocess.run([*cmd, "--calibrated", str(tmp_path / "nope.conf")], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 2 and "no such file" in proc.stderr
+
+
+@pytest.mark.anyplatform
+def test_calibrated_targets_in_the_readme_table():
+    report = load_benchmark("report")
+    summary = {
+        "flagos_calibrated": {
+            "decode": {"ratio_to_native": 1.001, "rounds_ok": 2},
+            "prefill": {"ratio_to_native": 1.05, "rounds_ok": 2},
+            "train": {"ratio_to_native": 1.01, "rounds_ok": 2},
+        }
+    }
+    [(target, text, met, src)] = report.calibrated_targets(summary)
+    assert target.startswith("calibrated routing") and src == "e2e-h200"
+    assert text == "decode 1.001x (2 rounds), prefill 1.050x (2 rounds), train 1.010x (2 rounds)"
+    assert met is False  # training below 1.02x
+    summary["flagos_calibrated"]["train"]["ratio_to_native"] = 1.02
+    assert report.calibrated_targets(summary)[0][2] is True
+    assert report.calibrated_targets({"flagos": {}}) == []
