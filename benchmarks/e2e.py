@@ -36,10 +36,10 @@ order each round. Errors are recorded as results. Built-in models get random
 weights from --seed and are saved once to a temporary checkpoint that every
 child loads, so all variants hold identical weights.
 
---paired N first runs decode and prefill (and graphs, on a GPU) on native and
-flagos in one child process, alternating call by call for N pairs: on a shared machine whose load
-drifts between processes, the median of per-pair ratios is the steadier
-number (training is not paired: native CUDA backward cannot share a process
+--paired N first runs decode and prefill (and graphs, on a GPU) on native
+and flagos in one child process, alternating call by call for N pairs: on a
+shared machine whose load drifts between processes, the median of per-pair
+ratios is the steadier number (training is not paired: native CUDA backward cannot share a process
 with torch_fl). --concurrent (two GPUs) pairs all three tasks another way:
 each round runs the native and the flagos child at the same time, one per
 GPU, swapping GPUs every round, so load on the shared host hits both alike;
