@@ -128,9 +128,7 @@ def routing_state():
 def no_flag_gems(routing_state, monkeypatch):
     """flag_gems cannot be imported (as on a machine without it), whether or not this one has it."""
     monkeypatch.setitem(sys.modules, "flag_gems", None)  # import_module then raises ModuleNotFoundError
-    flaggems.LOADER.reset()
-    yield
-    flaggems.LOADER.reset()
+    flaggems.LOADER.reset()  # forget a flag_gems already loaded (routing_state resets it again afterwards)
 
 
 @pytest.fixture
