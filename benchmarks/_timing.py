@@ -57,11 +57,18 @@ def quartiles(values: Sequence[float]) -> tuple[float, float]:
 
 
 def ratio_stats(ratios: Sequence[float]) -> dict:
-    """Median of per-pair ratios, their quartiles and the noise (half the interquartile range)."""
+    """Median of per-pair ratios, their quartiles and the noise (half the interquartile range; None for one
+    pair, which has no spread to measure)."""
     q1, q3 = quartiles(ratios)
     return {
         "pairs": len(ratios),
         "ratio_median": statistics.median(ratios),
         "ratio_quartiles": [round(q1, 4), round(q3, 4)],
-        "noise": round((q3 - q1) / 2, 4),
+        "noise": round((q3 - q1) / 2, 4) if len(ratios) > 1 else None,
     }
+
+
+def format_ratio(stats: dict) -> str:
+    """ratio_stats' median with its noise where there is one: '0.903x ± 0.026' or '1.126x'."""
+    noise = stats.get("noise")
+    return f"{stats['ratio_median']:.3f}x" + (f" ± {noise:.3f}" if noise is not None else "")

@@ -191,7 +191,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="compile-bench-") as tmp:
         prefill = _child("prefill", args, os.path.join(tmp, "prefill"))
         print(
-            f"prefill: flagos {prefill['ratio_median']:.3f}x native (± {prefill['noise']:.3f}, {args.pairs} pairs); "
+            f"prefill: flagos {_timing.format_ratio(prefill)} native ({args.pairs} pairs); "
             f"compile s: native {prefill['compile_s']['native']}, flagos {prefill['compile_s']['flagos']}"
         )
         rounds = []
@@ -217,7 +217,7 @@ def main(argv=None) -> int:
         **_timing.ratio_stats([r["ratio"] for r in rounds]),
         "compile_s": {v: rounds[0][v]["compile_s"] for v in ("native", "flagos")},  # the round with a cold cache
     }
-    print(f"train: flagos {train['ratio_median']:.3f}x native (± {train['noise']:.3f}, {len(rounds)} rounds)")
+    print(f"train: flagos {_timing.format_ratio(train)} native ({len(rounds)} rounds)")
     payload = {
         "sizes": _sizes(args),
         "args": {k: v for k, v in vars(args).items() if k not in ("out", "child", "variant")},

@@ -136,7 +136,7 @@ def main(argv=None) -> int:
         f"DDP step, world size 1: native ({sides['native']['backing']}) {sides['native']['step_ms_median']:.3f} ms, "
         f"flagos ({sides['flagos']['backing']}) {sides['flagos']['step_ms_median']:.3f} ms"
     )
-    print(f"flagos throughput / native: {ratio['ratio_median']:.3f}x ± {ratio['noise']:.3f} ({ratio['pairs']} rounds)")
+    print(f"flagos throughput / native: {_timing.format_ratio(ratio)} ({ratio['pairs']} rounds)")
     report = {
         "args": {k: v for k, v in vars(args).items() if k not in ("out", "child")},
         "sides": sides,

@@ -83,6 +83,9 @@ def e2e_pairs(d: dict) -> list[tuple[str, dict]]:
 
 
 def pair_noise(e: dict) -> float | None:
+    """The noise of a paired or per-round entry; None for a single pair or round, which has no spread."""
+    if e.get("pairs", 2) < 2:
+        return None
     if "noise" in e:
         return e["noise"]
     if "ratio_quartiles" in e:
@@ -213,9 +216,9 @@ def compile_tables(d: dict) -> list[str]:
         "",
         "| task | flagos / native | native compile s | flagos compile s |",
         "| --- | ---: | ---: | ---: |",
-        f"| prefill ({pre['pairs']} pairs) | {_ratio(pre['ratio_median'], pre.get('noise'))} | "
+        f"| prefill ({pre['pairs']} pairs) | {_ratio(pre['ratio_median'], pair_noise(pre))} | "
         f"{pre['compile_s']['native']} | {pre['compile_s']['flagos']} |",
-        f"| training step ({train['pairs']} rounds) | {_ratio(train['ratio_median'], train.get('noise'))} | "
+        f"| training step ({train['pairs']} rounds) | {_ratio(train['ratio_median'], pair_noise(train))} | "
         f"{train['compile_s']['native']} | {train['compile_s']['flagos']} |",
     ]
     return out + [""]
@@ -227,7 +230,7 @@ def ddp_tables(d: dict) -> list[str]:
         f"MLP of {a.get('layers')} x {a.get('hidden')} hidden, batch {a.get('batch')}, {a.get('steps')} timed steps "
         f"per child, {a.get('rounds')} ABBA rounds; DDP at world size 1 (flagos: the flagos backend; native: "
         "NCCL on cuda, gloo on the CPU). flagos throughput / native: "
-        f"{_ratio(r['ratio_median'], r['noise'])}.",
+        f"{_ratio(r['ratio_median'], pair_noise(r))}.",
         "",
         "| side | backing | step (ms, median of rounds) |",
         "| --- | --- | ---: |",
@@ -341,7 +344,7 @@ def targets(results: dict[str, dict]) -> list[tuple[str, str, bool, str]]:
         for task, label in (("prefill", "prefill"), ("train", "training step")):
             e = comp[task]
             unit = "pairs" if task == "prefill" else "rounds"
-            text = f"{_ratio(e['ratio_median'], e.get('noise'))} ({e['pairs']} {unit})"
+            text = f"{_ratio(e['ratio_median'], pair_noise(e))} ({e['pairs']} {unit})"
             rows.append(
                 (
                     f"compiled Qwen3-0.6B {label} >= 0.97x compiled native",
