@@ -198,6 +198,19 @@ def graph_decode_task(model, sz: dict, seed: int, device, timed, routing) -> dic
     return res
 
 
+def save_prompt_logits(model, sz: dict, seed: int, device, path: Path) -> dict:
+    """The decode prompt's last-position logits (what the first greedy token is chosen from), saved in
+    float32 on the host for the parent to compare with native's (e2e.py: _e2e_report.compare_logits)."""
+    import qwen3
+    import torch
+
+    ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["prompt"], seed=seed + 1).to(device)
+    with torch.no_grad():
+        logits = model(input_ids=ids, use_cache=False).logits
+    torch.save(logits[:, -1].float().cpu(), path)
+    return {"logits_file": str(path), "logits_dtype": str(logits.dtype).removeprefix("torch.")}
+
+
 def infer_dtype(args, on_gpu: bool):
     import torch
 
@@ -302,6 +315,8 @@ def worker(args) -> dict:
             res["backends"] = stats.backends_used(rows)
             res["fallback_ops"] = [r.op for r in stats.fallbacks(rows)]
             res["top_ops"] = [[r.op, r.backend, r.calls] for r in rows[:8]]
+        if task == "decode" and args.logits_dir:  # after the statistics: this forward is not the benchmark's
+            res.update(save_prompt_logits(model, sz, args.seed, device, Path(args.logits_dir) / f"{os.getpid()}.pt"))
         return res
 
     for task in args.tasks.split(","):

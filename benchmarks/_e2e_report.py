@@ -7,6 +7,62 @@ import statistics
 import sys
 from pathlib import Path
 
+MODELS_DIR = Path(__file__).resolve().parents[1] / "torch_fl" / "models"
+
+
+def compare_logits(res: dict, reference: dict) -> None:
+    """A child's decode logits (the file _e2e_child.save_prompt_logits wrote) against native's first round's,
+    in place: logits_max_diff and logits_within_tolerance (workloads.LOGITS_TOLERANCE, the tests' tolerance
+    for the model's dtype) replace the file, which is removed. `reference` keeps native's logits."""
+    dec = res.get("tasks", {}).get("decode", {})
+    path = dec.pop("logits_file", None)
+    if path is None:
+        return
+    import torch
+
+    sys.path.insert(0, str(MODELS_DIR))
+    import workloads
+
+    logits = torch.load(path)
+    Path(path).unlink()
+    if res["variant"] == "native" and "logits" not in reference:
+        reference["logits"] = logits
+    ref = reference.get("logits")
+    if ref is None:
+        return  # native's first decode failed: nothing to compare with
+    if logits.shape != ref.shape:
+        dec["logits_within_tolerance"] = False
+        dec["logits_error"] = f"shape {list(logits.shape)}, native's {list(ref.shape)}"
+        return
+    tol = workloads.LOGITS_TOLERANCE[getattr(torch, dec["logits_dtype"])]
+    dec["logits_max_diff"] = float((logits - ref).abs().max())
+    dec["logits_within_tolerance"] = bool(torch.allclose(logits, ref, **tol))
+
+
+def _first_difference(runs: list[dict], native: list) -> int | None:
+    """The first generated position (0-based) where any run's tokens leave native's, or None."""
+    firsts = [
+        next((i for i, (a, b) in enumerate(zip(row, ref, strict=True)) if a != b), None)
+        for x in runs
+        for row, ref in zip(x["tokens"], native, strict=True)
+    ]
+    firsts = [i for i in firsts if i is not None]
+    return min(firsts) if firsts else None
+
+
+def _agreement(summary: dict) -> None:
+    """Per variant: how close its decode logits are to native's, and whether tokens that differ are explained:
+    operators ran on other kernels than native (which round differently, and greedy decoding turns a last-bit
+    difference between near-tied logits into another token) while the logits agree within tolerance."""
+    for per_task in summary.values():
+        dec = per_task.get("decode", {})
+        for t in ("decode", "graphs"):
+            e = per_task.get(t, {})
+            if e.get("tokens_match_native") is False:
+                other = sorted(b for b in e.get("backends", {}) if b != "native")
+                e["tokens_explained"] = bool(other) and dec.get("logits_within_tolerance") is True
+                e["other_kernels"] = other
+
 
 def concurrent_ratios(raw: list[dict], tasks: list[str]) -> dict:
     """flagos / native tokens/s of each round where the two ran at the same time on two GPUs."""
@@ -53,6 +109,14 @@ def summarise(raw: list[dict], variants: list[str], tasks: list[str]) -> dict:
                 entry["peak_bytes"] = max(peaks) if peaks else None
                 if t in native_tokens:
                     entry["tokens_match_native"] = all(x["tokens"] == native_tokens[t] for x in ok)
+                    if not entry["tokens_match_native"]:
+                        entry["first_difference"] = _first_difference(ok, native_tokens[t])
+                diffs = [x["logits_max_diff"] for x in ok if "logits_max_diff" in x]
+                if diffs:
+                    entry["logits_max_diff"] = max(diffs)
+                checked = [x["logits_within_tolerance"] for x in ok if "logits_within_tolerance" in x]
+                if checked:
+                    entry["logits_within_tolerance"] = all(checked)
                 if t == "graphs":
                     entry["tokens_match_eager"] = all(x.get("tokens_match_eager") for x in ok)
                 fb = sorted({op for x in ok for op in x.get("fallback_ops", [])})
@@ -70,6 +134,7 @@ def summarise(raw: list[dict], variants: list[str], tasks: list[str]) -> dict:
                 e["ratio_to_native_eager_decode"] = e["tokens_per_s"] / eager["tokens_per_s"]
             if e.get("peak_bytes") and base.get("peak_bytes"):
                 e["peak_memory_ratio"] = e["peak_bytes"] / base["peak_bytes"]
+    _agreement(summary)
     return summary
 
 

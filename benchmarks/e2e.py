@@ -36,6 +36,12 @@ order each round. Errors are recorded as results. Built-in models get random
 weights from --seed and are saved once to a temporary checkpoint that every
 child loads, so all variants hold identical weights.
 
+Each decode child also saves its prompt's last-position logits; the parent compares them with native's
+first round's under the tests' tolerance for the dtype (logits_max_diff, logits_within_tolerance). Tokens
+that leave native's get first_difference and tokens_explained: explained when operators ran on other
+kernels than native (FlagGems rounds differently) and the logits agree; with native kernels only, any
+difference is a defect.
+
 --paired N first runs decode and prefill (and graphs, on a GPU) on native
 and flagos in one child process, alternating call by call for N pairs: on a
 shared machine whose load drifts between processes, the median of per-pair
@@ -131,6 +137,7 @@ def _run_child(variant, args, ckpt, sizes, gpu: int | None = None) -> dict:
         "--step-pairs",
         str(args.step_pairs),
     ]
+    cmd += ["--logits-dir", args.logits_dir] if args.logits_dir else []
     env = _variant_env(variant, args.calibrated)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
@@ -219,6 +226,7 @@ def _parse(argv=None):
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--ckpt", default=None, help=argparse.SUPPRESS)
     p.add_argument("--sizes", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--logits-dir", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -297,6 +305,8 @@ def main(argv=None) -> int:
             ckpt = tmp
         else:
             ckpt = spec
+        args.logits_dir = tempfile.mkdtemp(prefix="logits-", dir=tmp)  # each decode child's prompt logits
+        reference: dict = {}  # native's, for compare_logits
         raw = []
         if (args.paired > 0 and {"decode", "prefill", "graphs"} & set(args.tasks)) or (
             args.step_pairs > 0 and "decode" in args.tasks
@@ -319,11 +329,11 @@ def main(argv=None) -> int:
                 jobs = [("native", r % 2), ("flagos", 1 - r % 2)]
                 print(f"round {r + 1}/{args.rounds}: native on GPU {r % 2}, flagos on GPU {1 - r % 2} ...", flush=True)
                 for res in _run_concurrently(jobs, args, ckpt, sizes):
-                    _record(raw, res, r, f"  {res['variant']}:")
+                    _record(raw, res, r, f"  {res['variant']}:", reference)
                 order = [v for v in order if v not in ("native", "flagos")]
             for v in order:
                 print(f"round {r + 1}/{args.rounds}: {v} ...", end=" ", flush=True)
-                _record(raw, _run_child(v, args, ckpt, sizes), r, "")
+                _record(raw, _run_child(v, args, ckpt, sizes), r, "", reference)
             round_s = time.perf_counter() - round_start
             write_json(raw, r + 1)
 
@@ -345,8 +355,9 @@ def main(argv=None) -> int:
     return 0
 
 
-def _record(raw: list, res: dict, round_index: int, prefix: str) -> None:
+def _record(raw: list, res: dict, round_index: int, prefix: str, reference: dict) -> None:
     res["round"] = round_index
+    _e2e_report.compare_logits(res, reference)
     raw.append(res)
     brief = ", ".join(
         f"{t} {x['tokens_per_s']:.1f} tok/s" if "tokens_per_s" in x else f"{t} error" for t, x in res["tasks"].items()

@@ -40,6 +40,10 @@ def test_e2e_benchmark_quick(tmp_path):
     assert flagos["decode"]["tokens_match_native"] is True
     assert flagos["train"]["peak_bytes"] > 0
     assert flagos["decode"]["fallback_ops"] == []
+    # the decode prompt's logits, compared with native's in the parent (the files are gone)
+    assert flagos["decode"]["logits_within_tolerance"] is True and flagos["decode"]["logits_max_diff"] >= 0
+    assert report["summary"]["native"]["decode"]["logits_max_diff"] == 0  # native's round against itself
+    assert all("logits_file" not in r["tasks"].get("decode", {}) for r in report["raw"])
     assert sum(flagos["decode"]["backends"].values()) > 0  # routing stats were collected in the child
     native_raw = [r for r in report["raw"] if r["variant"] == "native"]
     assert native_raw and all(r["torch_fl_imported"] is False for r in native_raw)
@@ -284,3 +288,58 @@ def test_calibrated_targets_in_the_readme_table():
     summary["flagos_calibrated"]["train"]["ratio_to_native"] = 1.02
     assert report.calibrated_targets(summary)[0][2] is True
     assert report.calibrated_targets({"flagos": {}}) == []
+
+
+@pytest.mark.anyplatform
+def test_compare_logits_against_native_and_removes_the_files(tmp_path):
+    import torch
+
+    e2e = _load_e2e()
+    reference: dict = {}
+    native = torch.linspace(-3, 3, 50).reshape(1, 50)
+    results = {}
+    for variant, logits in (("native", native), ("close", native + 1e-3), ("far", native + 1.0)):
+        path = tmp_path / f"{variant}.pt"
+        torch.save(logits, path)
+        res = {"variant": "native" if variant == "native" else "flagos_flaggems"}
+        res["tasks"] = {"decode": {"logits_file": str(path), "logits_dtype": "bfloat16"}}
+        e2e.compare_logits(res, reference)
+        assert not path.exists() and "logits_file" not in res["tasks"]["decode"]
+        results[variant] = res["tasks"]["decode"]
+    assert results["native"]["logits_max_diff"] == 0 and results["native"]["logits_within_tolerance"] is True
+    assert results["close"]["logits_max_diff"] == pytest.approx(1e-3, rel=1e-2)
+    assert results["close"]["logits_within_tolerance"] is True  # bf16: rtol 1.6e-2, atol 5e-2
+    assert results["far"]["logits_within_tolerance"] is False
+
+
+def _agreement_raw(tokens: list, backends: dict, within: bool) -> list[dict]:
+    def child(variant, toks, extra):
+        decode = {"tokens_per_s": 10.0, "tokens": toks, "peak_bytes": 1, **extra}
+        return {"variant": variant, "round": 0, "tasks": {"decode": decode}}
+
+    native = child("native", [[1, 2, 3, 4]], {"logits_max_diff": 0.0, "logits_within_tolerance": True})
+    other = {"backends": backends, "logits_max_diff": 0.01 if within else 2.0, "logits_within_tolerance": within}
+    return [native, child("flagos_flaggems", [tokens], other)]
+
+
+@pytest.mark.anyplatform
+def test_differing_tokens_are_explained_only_by_other_kernels_and_close_logits():
+    e2e, report = _load_e2e(), load_benchmark("report")
+    target = "FlagGems profile greedy tokens native's or explained, logits within tolerance"
+
+    def row(tokens, backends, within):
+        summary = e2e.summarise(_agreement_raw(tokens, backends, within), ["native", "flagos_flaggems"], ["decode"])
+        rows = [r for r in report.flaggems_profile_targets(summary) if r[0] == target]
+        return summary["flagos_flaggems"]["decode"], rows[0]
+
+    entry, (_, text, met, _) = row([1, 2, 9, 9], {"native": 5, "flaggems": 3}, True)
+    assert entry["first_difference"] == 2 and entry["tokens_explained"] is True and met is True
+    assert text.startswith("decode differ from token 3 (explained: flaggems ran)") and "within tolerance" in text
+    # every operator on native's kernels: a difference is a defect, not explained
+    entry, (_, text, met, _) = row([1, 2, 9, 9], {"native": 8}, True)
+    assert entry["tokens_explained"] is False and met is False and "NOT explained" in text
+    # logits beyond the tolerance fail the target whatever the tokens
+    entry, (_, text, met, _) = row([1, 2, 3, 4], {"native": 5, "flaggems": 3}, False)
+    assert entry["tokens_match_native"] is True and met is False and "BEYOND tolerance" in text
+    entry, (_, text, met, _) = row([1, 2, 3, 4], {"native": 5, "flaggems": 3}, True)
+    assert met is True and text.startswith("decode identical")
