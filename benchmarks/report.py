@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared modules, also when loaded by path
+from _report_distributed import ddp_tables, multigpu_tables, multigpu_targets  # noqa: E402
 from _timing import quartiles  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,6 +34,7 @@ TITLES = {
     "alias-pool": "Alias pool borrows and misses in a model's steady state (benchmarks/alias_pool.py)",
     "compile": "torch.compile: Qwen3 prefill and training step, flagos against native (benchmarks/compile_bench.py)",
     "ddp-step": "A DDP training step at world size 1, flagos against native (benchmarks/ddp_step.py)",
+    "multigpu": "DDP and FSDP2 training of Qwen3 over several GPUs, flagos against native (benchmarks/multigpu.py)",
 }
 
 
@@ -224,21 +226,6 @@ def compile_tables(d: dict) -> list[str]:
     return out + [""]
 
 
-def ddp_tables(d: dict) -> list[str]:
-    a, sides, r = d.get("args", {}), d["sides"], d["ratio"]
-    out = [
-        f"MLP of {a.get('layers')} x {a.get('hidden')} hidden, batch {a.get('batch')}, {a.get('steps')} timed steps "
-        f"per child, {a.get('rounds')} ABBA rounds; DDP at world size 1 (flagos: the flagos backend; native: "
-        "NCCL on cuda, gloo on the CPU). flagos throughput / native: "
-        f"{_ratio(r['ratio_median'], pair_noise(r))}.",
-        "",
-        "| side | backing | step (ms, median of rounds) |",
-        "| --- | --- | ---: |",
-    ]
-    out += [f"| {side} | {v['backing']} | {v['step_ms_median']:.3f} |" for side, v in sides.items()]
-    return out + [""]
-
-
 TABLES = {
     "e2e": e2e_tables,
     "overhead": overhead_tables,
@@ -247,6 +234,7 @@ TABLES = {
     "alias-pool": alias_tables,
     "compile": compile_tables,
     "ddp-step": ddp_tables,
+    "multigpu": multigpu_tables,
 }
 
 
@@ -353,7 +341,7 @@ def targets(results: dict[str, dict]) -> list[tuple[str, str, bool, str]]:
                     "compile-h200",
                 )
             )
-    return rows
+    return rows + multigpu_targets(results)
 
 
 def graph_targets(summary: dict, pair: dict | None = None) -> list[tuple]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmarks on the H200 (device tool), from the repo root, alone on the machine:
 #   bash scripts/gpu_bench.sh                      # overhead, route breakdown, alias pool, then e2e
-#   STEP=overhead|e2e|profile|profile+overhead|demo|compile bash scripts/gpu_bench.sh
+#   STEP=overhead|e2e|profile|profile+overhead|demo|compile|multigpu bash scripts/gpu_bench.sh
 # Carry .whl/ (wheels of triton, flag_gems and expecttest matching the GPU
 # machine's torch) for the FlagGems rows. Installs the wheels, builds the core,
 # then runs benchmarks/overhead.py, route_breakdown.py and alias_pool.py, and
@@ -45,6 +45,13 @@ if [[ $STEP == compile ]]; then
   # for one device call (prefill and the first round always run).
   python3 benchmarks/compile_bench.py --rounds "${ROUNDS:-3}" --pairs "${PAIRS:-8}" \
     --deadline "${COMPILE_DEADLINE:-400}" --out "$OUT" 2>&1 | tail -12
+fi
+if [[ $STEP == multigpu ]]; then
+  # DDP and FSDP2 of Qwen3-0.6B over every GPU of the machine, native against flagos (benchmarks/multigpu.py:
+  # multigpu-<gpu>x<N>.json). NVLink multicast stays off on these machines (the benchmark sets it per job too).
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  python3 benchmarks/multigpu.py --rounds "${ROUNDS:-4}" ${MULTIGPU_DEADLINE:+--deadline "$MULTIGPU_DEADLINE"} \
+    --out "$OUT/" 2>&1 | tail -20
 fi
 if [[ $STEP == all || $STEP == e2e ]]; then
   # CONCURRENT=1 on two GPUs: each round runs native and flagos at once, one
