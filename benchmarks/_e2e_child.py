@@ -203,12 +203,11 @@ def save_prompt_logits(model, sz: dict, seed: int, device, path: Path) -> dict:
     float32 on the host for the parent to compare with native's (e2e.py: _e2e_report.compare_logits)."""
     import qwen3
     import torch
+    import workloads
 
     ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["prompt"], seed=seed + 1).to(device)
-    with torch.no_grad():
-        logits = model(input_ids=ids, use_cache=False).logits
-    torch.save(logits[:, -1].float().cpu(), path)
-    return {"logits_file": str(path), "logits_dtype": str(logits.dtype).removeprefix("torch.")}
+    torch.save(workloads.last_logits(model, ids), path)
+    return {"logits_file": str(path), "logits_dtype": str(model.dtype).removeprefix("torch.")}
 
 
 def infer_dtype(args, on_gpu: bool):
@@ -293,12 +292,7 @@ def worker(args) -> dict:
             losses = []
 
             def step():
-                opt.zero_grad(set_to_none=True)
-                with workloads.autocast(device, torch.bfloat16):
-                    loss = model(input_ids=ids, labels=ids).loss
-                loss.backward()
-                opt.step()
-                losses.append(loss.detach())
+                losses.append(workloads.train_step(model, opt, ids))
 
             if stats:
                 routing.reset_stats()

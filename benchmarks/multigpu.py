@@ -99,12 +99,7 @@ def worker(args) -> dict | None:
     losses = []
 
     def step():
-        opt.zero_grad(set_to_none=True)
-        with workloads.autocast(device, torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        losses.append(loss.detach())
+        losses.append(workloads.train_step(model, opt, ids))
 
     for _ in range(args.warmup):
         step()

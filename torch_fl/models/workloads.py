@@ -137,6 +137,17 @@ def last_logits(model, input_ids: torch.Tensor) -> torch.Tensor:
     return model(input_ids=input_ids, use_cache=False).logits[:, -1].float().cpu()
 
 
+def train_step(model, opt, input_ids: torch.Tensor, amp_dtype=torch.bfloat16) -> torch.Tensor:
+    """One step on one batch (labels = inputs) under autocast: zero_grad, forward, backward, `opt.step()`.
+    Returns the loss detached, without reading it (no host synchronisation)."""
+    opt.zero_grad(set_to_none=True)
+    with autocast(input_ids.device, amp_dtype):
+        loss = model(input_ids=input_ids, labels=input_ids).loss
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
 def train(model, input_ids: torch.Tensor, steps: int = 10, lr: float = 1e-3, amp_dtype=None) -> dict:
     """`steps` AdamW steps on one batch (labels = inputs), checking every step.
 
