@@ -102,12 +102,46 @@ def prefill_child(args) -> dict:
     devices = {"native": native, "flagos": "flagos"}
     secs = _timing.paired_seconds(runs, args.pairs, lambda k: _sync(devices[k]))
     ratios = [n / f for n, f in zip(secs["native"], secs["flagos"], strict=True)]
+    profiled = {}
+    if args.profile:
+        profiled = {v: _profile(runs[v], devices[v], Path(args.profile) / f"compile-prefill-{v}.txt") for v in runs}
     return {
+        **({"profile_ms_per_call": profiled} if profiled else {}),
         "compile_s": compile_s,
         "native_ms": [round(s * 1e3, 3) for s in secs["native"]],
         "flagos_ms": [round(s * 1e3, 3) for s in secs["flagos"]],
         **_timing.ratio_stats(ratios),
     }
+
+
+def _profile(run, device: str, path: Path, calls: int = 3) -> dict:
+    """torch.profiler over `calls` calls of `run` (--profile): its tables (operators by device time, by host
+    time) written to `path`; host and device milliseconds per call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if _on_cuda(device) else [])
+    _sync(device)
+    with profile(activities=activities) as prof:
+        for _ in range(calls):
+            run()
+        _sync(device)
+    events = prof.key_averages()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        events.table(sort_by="self_device_time_total", row_limit=40, max_name_column_width=80)
+        + "\n"
+        + events.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=80)
+    )
+    return {
+        "device": round(sum(e.self_device_time_total for e in events) / calls / 1e3, 3),
+        "host": round(sum(e.self_cpu_time_total for e in events) / calls / 1e3, 3),
+    }
+
+
+def _on_cuda(device: str) -> bool:
+    import torch
+
+    return device.startswith("cuda") or (device.startswith("flagos") and torch.cuda.is_available())
 
 
 def train_child(args) -> dict:
@@ -148,6 +182,7 @@ def _child(task: str, args, cache: str, variant: str | None = None) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", task, "--pairs", str(args.pairs)]
     cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup)] + (["--quick"] if args.quick else [])
     cmd += ["--variant", variant] if variant else []
+    cmd += ["--profile", str(Path(args.profile).resolve())] if args.profile else []
     # This checkout's torch_fl first, as for the parent run from the repository root.
     path = os.pathsep.join(filter(None, [str(_results.REPO), os.environ.get("PYTHONPATH")]))
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, PYTHONPATH=path)
@@ -176,6 +211,13 @@ def main(argv=None) -> int:
         "start (judged by the last round's length); the report says how many ran",
     )
     p.add_argument("--out", help="JSON path or folder (default results/compile-<machine>.json)")
+    p.add_argument(
+        "--profile",
+        metavar="DIR",
+        default="",
+        help="also profile 3 compiled prefill calls per variant after the pairs: tables of operators by device and "
+        "host time in DIR/compile-prefill-<variant>.txt, milliseconds per call in the result",
+    )
     p.add_argument("--child", choices=("prefill", "train"), help=argparse.SUPPRESS)
     p.add_argument("--variant", choices=("native", "flagos"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -42,9 +42,10 @@ fi
 if [[ $STEP == compile ]]; then
   # torch.compile on flagos against native (benchmarks/compile_bench.py: compile-h200.json). Cold compiles
   # take minutes: COMPILE_DEADLINE (seconds from the benchmark's start) stops the training rounds in time
-  # for one device call (prefill and the first round always run).
+  # for one device call (prefill and the first round always run). COMPILE_PROFILE=1: profiler tables of
+  # compiled prefill per variant in $OUT (compile-prefill-<variant>.txt).
   python3 benchmarks/compile_bench.py --rounds "${ROUNDS:-3}" --pairs "${PAIRS:-8}" \
-    --deadline "${COMPILE_DEADLINE:-400}" --out "$OUT" 2>&1 | tail -12
+    --deadline "${COMPILE_DEADLINE:-400}" ${COMPILE_PROFILE:+--profile "$OUT"} --out "$OUT" 2>&1 | tail -12
 fi
 if [[ $STEP == multigpu ]]; then
   # DDP and FSDP2 of Qwen3-0.6B over every GPU of the machine, native against flagos (benchmarks/multigpu.py:

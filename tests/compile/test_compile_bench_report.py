@@ -1,10 +1,16 @@
-"""benchmarks/compile_bench.py's results in the generated benchmarks page and README targets."""
+"""benchmarks/compile_bench.py end to end at host sizes, and its results in the generated benchmarks page and
+README targets."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from tests.helpers import load_benchmark
+from tests.helpers import REPO, load_benchmark
 
 pytestmark = pytest.mark.anyplatform
 
@@ -37,3 +43,29 @@ def test_compile_results_give_a_table_and_two_targets():
     rows = {t: (m, ok) for t, m, ok, _ in report.targets(results)}
     assert rows["compiled Qwen3-0.6B prefill >= 0.97x compiled native"][1] is True
     assert rows["compiled Qwen3-0.6B training step >= 0.97x compiled native"] == ("0.950x ± 0.020 (4 rounds)", False)
+
+
+def test_compile_benchmark_quick_with_profile(tmp_path):
+    """The benchmark end to end at host sizes: both variants compile, pair and train; --profile writes a
+    table per variant and the milliseconds per call."""
+    out, prof = tmp_path / "compile.json", tmp_path / "prof"
+    cmd = [
+        sys.executable,
+        str(Path(REPO) / "benchmarks" / "compile_bench.py"),
+        "--quick",
+        "--pairs",
+        "2",
+        "--rounds",
+        "1",
+    ]
+    cmd += ["--profile", str(prof), "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    pre, train = report["prefill"], report["train"]
+    assert pre["pairs"] == 2 and len(pre["native_ms"]) == len(pre["flagos_ms"]) == 2 and pre["ratio_median"] > 0
+    assert set(pre["compile_s"]) == {"native", "flagos"}
+    assert train["pairs"] == 1 and train["noise"] is None and train["rounds"][0]["flagos"]["step_ms"] > 0
+    for variant in ("native", "flagos"):
+        assert pre["profile_ms_per_call"][variant]["host"] > 0
+        assert "Self CPU" in (prof / f"compile-prefill-{variant}.txt").read_text()
