@@ -91,6 +91,17 @@ def test_demo_graphs_on_host_says_it_needs_a_cuda_backing():
     assert "Traceback" not in p.stderr
 
 
+@pytest.mark.cuda
+def test_demo_graphs_decodes_with_graphs_on_both_sides():
+    pytest.importorskip("transformers")
+    cmd = [sys.executable, "-m", "torch_fl", "demo", "--graphs", "--model", "tiny", "--tokens", "8", "--rounds", "1"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
+    assert "greedy tokens, flagos graph = native graph: yes" in p.stdout
+    assert "graph = the same steps run eagerly (each side): yes" in p.stdout
+    assert "the flagos graph captured" in p.stdout and "replays ran them without routing" in p.stdout
+
+
 # ---------------------------------------------------------------- graph decoding's step, run eagerly (any backing)
 
 
