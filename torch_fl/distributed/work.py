@@ -4,9 +4,10 @@ Waiting, completion and errors are the inner Work's. Only the future differs: gl
 future holds the tensors they were handed, the native aliases, and DDP's reducer takes its
 gradients from that value (a gradient it creates there would land on cpu / cuda instead of flagos).
 So the future here completes with the caller's own tensors when the inner one completes, or with its
-error. On a CUDA backing the future is one of the flagos devices: its completion is recorded on the
-current flagos (= CUDA) stream of the inner future's callback, which waited on NCCL's events, so a
-consumer waiting on it sees NCCL's results, as with NCCL's own future.
+error, chained in C++ (csrc/python/work_future.cpp: no GIL on the engine's thread). On a CUDA backing
+the future is one of the flagos devices: its completion is recorded on the current flagos (= CUDA)
+stream of the inner future's callback, which waited on NCCL's events, so a consumer waiting on it
+sees NCCL's results, as with NCCL's own future.
 """
 
 from __future__ import annotations
@@ -76,16 +77,9 @@ class FlagosWork(dist.Work):
 
 
 def _mapped(inner: torch.futures.Future, value: list) -> torch.futures.Future:
+    """A future that completes with `value` (the caller's tensors) when `inner` completes, or with its error:
+    chained in C++ (csrc/python/work_future.cpp), so the completion takes no GIL on the engine's thread."""
+    import torch_fl
+
     devices = sorted({t.device for t in value if t.device.type == DEVICE_NAME}, key=lambda d: d.index or 0)
-    future = torch.futures.Future(devices=devices) if devices else torch.futures.Future()
-
-    def done(completed):
-        try:
-            completed.value()  # raises the inner Work's error
-        except Exception as error:  # noqa: BLE001  (handed on to the future's consumer, not swallowed)
-            future.set_exception(error)
-            return
-        future.set_result(value)
-
-    inner.add_done_callback(done)
-    return future
+    return torch_fl._C._future_completed_with(inner, value, devices)

@@ -7,6 +7,7 @@
 #include "python/alias_objects.h"
 #include "python/fast_path.h"
 #include "python/py_route.h"
+#include "python/work_future.h"
 #include "route/autograd_shortcut.h"
 #include "route/counters.h"
 #include "route/dtype_gaps.h"
@@ -124,6 +125,7 @@ py::object run_boxed(void (*runner)(const c10::OperatorHandle&, std::vector<c10:
 void bind_module(py::module& m) {
   m.doc() = "torch_fl C++ core: the flagos device over a native backing device";
   bind_py_route(m);
+  bind_work_future(m);
   m.def("_init", &init, py::arg("backing"), py::arg("host_devices"));
   m.def("_backing", [] { return std::string(c10::DeviceTypeName(backing().type, true)); });
   m.def("_initialized", [] { return backing().initialized; });

@@ -5,4 +5,5 @@
 #include "python/python_args.cpp"
 #include "python/py_route.cpp"
 #include "python/typed_fronts.cpp"
+#include "python/work_future.cpp"
 #include "python/module.cpp"
