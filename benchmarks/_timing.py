@@ -18,6 +18,21 @@ def abba(i: int, first, second) -> tuple:
     return (first, second) if i % 2 == 0 else (second, first)
 
 
+def rounds_within(count: int, deadline: float | None, started: float):
+    """Round indices 0..count-1 for a benchmark's round loop, stopping before a round that, as long as the
+    last one, would end more than `deadline` seconds after `started` (the first round always runs; no
+    deadline: every round). Says so when it stops early."""
+    stop_at = started + deadline if deadline is not None else float("inf")
+    last = 0.0
+    for r in range(count):
+        if r > 0 and time.perf_counter() + last > stop_at:
+            print(f"deadline: stopping after {r} round(s) of {count}", flush=True)
+            return
+        t = time.perf_counter()
+        yield r
+        last = time.perf_counter() - t
+
+
 def alternating(rounds: int, measure: dict) -> dict:
     """{key: [one sample per round]}: each `measure[key]()` once a round, the order reversed every
     other round (ABBA), so drift on a shared machine hits every key alike."""

@@ -229,7 +229,6 @@ def main(argv=None) -> int:
         return 0
 
     started = time.perf_counter()
-    stop_at = started + args.deadline if args.deadline else float("inf")
     with tempfile.TemporaryDirectory(prefix="compile-bench-") as tmp:
         prefill = _child("prefill", args, os.path.join(tmp, "prefill"))
         print(
@@ -237,19 +236,13 @@ def main(argv=None) -> int:
             f"compile s: native {prefill['compile_s']['native']}, flagos {prefill['compile_s']['flagos']}"
         )
         rounds = []
-        round_s = 0.0
-        for r in range(args.rounds):
-            if r > 0 and time.perf_counter() + round_s > stop_at:
-                print(f"deadline: stopping after {r} training round(s) of {args.rounds}", flush=True)
-                break
-            t = time.perf_counter()
+        for r in _timing.rounds_within(args.rounds, args.deadline, started):
             row = {}
             for variant in _timing.abba(r, "native", "flagos"):
                 # One inductor cache per variant: round 0 compiles from scratch, later rounds reuse its kernels.
                 row[variant] = _child("train", args, os.path.join(tmp, f"train-{variant}"), variant)
             row["ratio"] = row["native"]["step_ms"] / row["flagos"]["step_ms"]
             rounds.append(row)
-            round_s = time.perf_counter() - t
             print(
                 f"train round {r}: native {row['native']['step_ms']} ms, flagos {row['flagos']['step_ms']} ms/step",
                 flush=True,

@@ -78,6 +78,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared modules, 
 import _e2e_child  # noqa: E402
 import _e2e_report  # noqa: E402
 import _results  # noqa: E402
+import _timing  # noqa: E402
 
 REPO = _results.REPO
 MODELS_DIR = _e2e_child.MODELS_DIR
@@ -315,14 +316,8 @@ def main(argv=None) -> int:
             print(f"paired: native and flagos alternating in one process, {what} ...", end=" ", flush=True)
             paired = _run_child("paired", args, ckpt, sizes)
             print(_e2e_report.paired_brief(paired), f"[{paired.get('wall_s', '?')} s]", flush=True)
-        stop_at = started + args.deadline if args.deadline else float("inf")
-        round_s = 0.0
-        for r in range(args.rounds):
-            if r > 0 and time.perf_counter() + round_s > stop_at:  # another round would end past the deadline
-                print(f"deadline: stopping after {r} round(s)", flush=True)
-                args.rounds = r
-                break
-            round_start = time.perf_counter()
+        done = 0
+        for r in _timing.rounds_within(args.rounds, args.deadline, started):
             order = variants[r % len(variants) :] + variants[: r % len(variants)]
             if args.concurrent:
                 # native and flagos at once, each on its own GPU, which they swap every round
@@ -334,8 +329,9 @@ def main(argv=None) -> int:
             for v in order:
                 print(f"round {r + 1}/{args.rounds}: {v} ...", end=" ", flush=True)
                 _record(raw, _run_child(v, args, ckpt, sizes), r, "", reference)
-            round_s = time.perf_counter() - round_start
-            write_json(raw, r + 1)
+            done = r + 1
+            write_json(raw, done)
+        args.rounds = done  # the rounds that ran (a deadline may stop them early)
 
     report = write_json(raw, args.rounds)
     summary = report["summary"]

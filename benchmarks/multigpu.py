@@ -235,21 +235,14 @@ def main(argv=None) -> int:
         args.nproc = torch.cuda.device_count() if torch.cuda.is_available() else 2
     benchmark = f"multigpu-{_results.machine()}x{args.nproc}"
     started = time.perf_counter()
-    stop_at = started + args.deadline if args.deadline else float("inf")
     raw: list[dict] = []
-    round_s = 0.0
-    for r in range(args.rounds):
-        if r > 0 and time.perf_counter() + round_s > stop_at:
-            print(f"deadline: stopping after {r} round(s)", flush=True)
-            break
-        t = time.perf_counter()
+    for r in _timing.rounds_within(args.rounds, args.deadline, started):
         for mode in modes:
-            for side in _SIDES if r % 2 == 0 else _SIDES[::-1]:
+            for side in _timing.abba(r, *_SIDES):
                 res = {**_job(side, mode, args), "round": r}
                 raw.append(res)
                 brief = res.get("error", "")[:300] or f"{res['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU"
                 print(f"round {r + 1}: {mode} {side}: {brief}", flush=True)
-        round_s = time.perf_counter() - t
     report = {
         "wall_s": round(time.perf_counter() - started, 1),
         "args": {k: v for k, v in vars(args).items() if k not in ("worker", "side", "mode", "out")},

@@ -97,3 +97,15 @@ def test_the_senders_commit_wins_over_a_stale_checkout(monkeypatch):
     assert results.git_commit() == ("abc1234", False)
     monkeypatch.setenv("TORCH_FL_DIRTY", "1")
     assert results.git_commit() == ("abc1234", True)
+
+
+@pytest.mark.anyplatform
+def test_rounds_within_a_deadline_run_the_first_round_and_stop_before_a_late_one(capsys):
+    import time
+
+    timing = load_benchmark("_timing")
+    assert list(timing.rounds_within(3, None, time.perf_counter())) == [0, 1, 2]
+    assert capsys.readouterr().out == ""
+    assert list(timing.rounds_within(3, 0.0, time.perf_counter())) == [0]  # the first round always runs
+    assert "deadline: stopping after 1 round(s) of 3" in capsys.readouterr().out
+    assert list(timing.rounds_within(3, 3600.0, time.perf_counter())) == [0, 1, 2]
