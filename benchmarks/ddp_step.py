@@ -18,6 +18,7 @@ Writes benchmarks/results/ddp-step-<machine>.json (benchmarks/_results.py; --out
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import socket
@@ -58,6 +59,16 @@ def child(side: str, args) -> dict:
         sync = torch.cuda.synchronize if cuda else (lambda: None)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1")
     dist.init_process_group(backend)
+    seconds, loss = _train(args, device, sync)
+    gc.collect()  # the DDP module held the group: its last reference joins gloo's threads (see multigpu.py)
+    dist.destroy_process_group()
+    return {"backing": backing, "step_ms": [s * 1e3 for s in seconds], "loss": loss}
+
+
+def _train(args, device, sync) -> tuple[list[float], float]:
+    """Build the DDP MLP and time its steps; the step times and the final loss."""
+    import torch
+
     torch.manual_seed(0)
     layers = []
     for _ in range(args.layers):
@@ -84,8 +95,7 @@ def child(side: str, args) -> dict:
         sync()
         seconds.append(time.perf_counter() - t)
     loss = torch.nn.functional.cross_entropy(ddp(x), y).item()
-    dist.destroy_process_group()
-    return {"backing": backing, "step_ms": [s * 1e3 for s in seconds], "loss": loss}
+    return seconds, loss
 
 
 def run_child(side: str, args) -> dict:

@@ -23,6 +23,7 @@ benchmarks/_results.py; --out redirects it).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -70,9 +71,6 @@ def worker(args) -> dict | None:
     import torch.distributed as dist
 
     sys.path.insert(0, str(MODELS_DIR))
-    import qwen3
-    import workloads
-
     local, world = int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
     if args.side == "flagos":
         sys.path.insert(0, str(REPO))  # this checkout's torch_fl
@@ -88,6 +86,37 @@ def worker(args) -> dict | None:
             torch.cuda.set_device(local)
     dist.init_process_group(backend)
     rank = dist.get_rank()
+    mine, losses = _train(args, device, world, rank)
+    ranks = [None] * world
+    dist.all_gather_object(ranks, mine)
+    # Only the group's last reference joins gloo's worker threads, and a DDP module holds one: with the model
+    # gone (_train returned, cycles collected) the threads finish their work here, not during interpreter
+    # finalization, where freeing a work's tensors aborts the process (plain PyTorch; ~1 job in 10 on 2 cores).
+    gc.collect()
+    dist.destroy_process_group()
+    if rank != 0:
+        return None
+    sz = _sizes(args.quick)
+    step_s = max(r["step_s"] for r in ranks)  # the slowest rank sets the pace
+    peaks = [r["peak_bytes"] for r in ranks if r["peak_bytes"] is not None]
+    return {
+        "side": args.side,
+        "mode": args.mode,
+        "world_size": world,
+        "backing": backing,
+        "step_ms": round(step_s * 1e3, 3),
+        "tokens_per_s_per_gpu": sz["batch"] * sz["length"] / step_s,
+        "peak_bytes": max(peaks) if peaks else None,
+        "losses": [float(x) for x in losses],
+    }
+
+
+def _train(args, device, world: int, rank: int) -> tuple[dict, list[float]]:
+    """Build, wrap and train this rank's model; its median step time, peak memory and losses."""
+    import qwen3
+    import torch
+    import workloads
+
     sz = _sizes(args.quick)
     overrides = {} if sz["layers"] is None else {"num_hidden_layers": sz["layers"]}
     model = qwen3.build(sz["variant"], seed=0, dtype=torch.float32, **overrides).to(device)
@@ -111,24 +140,7 @@ def worker(args) -> dict | None:
         step()
         workloads.synchronize(device)
         seconds.append(time.perf_counter() - t)
-    mine = {"step_s": statistics.median(seconds), "peak_bytes": workloads.peak_memory(device)}
-    ranks = [None] * world
-    dist.all_gather_object(ranks, mine)
-    dist.destroy_process_group()
-    if rank != 0:
-        return None
-    step_s = max(r["step_s"] for r in ranks)  # the slowest rank sets the pace
-    peaks = [r["peak_bytes"] for r in ranks if r["peak_bytes"] is not None]
-    return {
-        "side": args.side,
-        "mode": args.mode,
-        "world_size": world,
-        "backing": backing,
-        "step_ms": round(step_s * 1e3, 3),
-        "tokens_per_s_per_gpu": sz["batch"] * sz["length"] / step_s,
-        "peak_bytes": max(peaks) if peaks else None,
-        "losses": [float(x) for x in losses],
-    }
+    return {"step_s": statistics.median(seconds), "peak_bytes": workloads.peak_memory(device)}, losses
 
 
 def _job(side: str, mode: str, args) -> dict:

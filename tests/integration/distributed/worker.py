@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import faulthandler
+import gc
 import os
 import pathlib
 import sys
@@ -91,6 +92,9 @@ def main(argv=None) -> int:
             print(f"[rank{rank}] case {case} failed:\n{errors[case]}", file=sys.stderr)
     results["errors"] = errors
     torch.save(results, out / f"rank{rank}.pt")
+    # The cases' DDP/FSDP modules may sit in cycles holding the group; only its last reference joins gloo's
+    # threads, which otherwise can free work tensors during interpreter finalization and abort the process.
+    gc.collect()
     dist.destroy_process_group()
     return 0
 
