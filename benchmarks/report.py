@@ -274,7 +274,8 @@ def targets(results: dict[str, dict]) -> list[tuple[str, str, bool, str]]:
         large = [r for r in res if r["unit"] != "us/call"]
         if large:
             text = ", ".join(f"{r['name'].split(' (')[0]} {r['ratio']:.3f}x" for r in large)
-            rows.append(("large operators within 2 % of native", text, all(abs(r["ratio"] - 1) <= 0.02 for r in large)))
+            # throughput ratios (flagos / native): faster than native is within the target, not outside it
+            rows.append(("large operators at most 2 % below native", text, all(r["ratio"] >= 0.98 for r in large)))
         small = [
             r for r in res if r["unit"] == "us/call" and "flaggems" not in r["name"] and r.get("added_us") is not None
         ]

@@ -109,3 +109,23 @@ def test_rounds_within_a_deadline_run_the_first_round_and_stop_before_a_late_one
     assert list(timing.rounds_within(3, 0.0, time.perf_counter())) == [0]  # the first round always runs
     assert "deadline: stopping after 1 round(s) of 3" in capsys.readouterr().out
     assert list(timing.rounds_within(3, 3600.0, time.perf_counter())) == [0, 1, 2]
+
+
+@pytest.mark.anyplatform
+def test_overhead_targets_judge_throughput_by_its_floor_and_host_time_by_its_ceiling():
+    report = load_benchmark("report")
+
+    def row(name, unit, ratio, added=None):
+        return {"name": name, "unit": unit, "ratio": ratio, "added_us": added}
+
+    def judged(results):
+        over = {"meta": {"benchmark": "overhead"}, "results": results}
+        return {t: met for t, _, met, _ in report.targets({"overhead-h200": over})}
+
+    faster = judged([row("mm 8192^3 bf16", "TFLOP/s", 1.021), row("add 4x4", "us/call", 0.97, -0.2)])
+    assert faster == {
+        "large operators at most 2 % below native": True,  # faster than native is not a miss
+        "small operators <= native + 1.0 us per call": True,
+    }
+    slower = judged([row("mm 8192^3 bf16", "TFLOP/s", 0.979), row("mm 64x64", "us/call", 1.18, 2.46)])
+    assert not any(slower.values())
