@@ -162,7 +162,10 @@ def test_generated_code_has_flagos_buffers_and_no_host_copies(mlp_run):
     for code in codes:
         call = _call_body(code)
         assert not HOST_COPY.search(call), HOST_COPY.search(call)
-        assert re.search(r"empty_strided\(.*device='flagos:\d+'", call)
+        # buffers come from torch_fl's C++ allocation function, on the graph's device index
+        assert re.search(r"= empty_strided_flagos\(\(.*\), \(.*\), torch\.\w+, 0\)", call)
+        assert "from torch_fl._C import _empty_strided as empty_strided_flagos" in code
+        assert "empty_strided(" not in call
         if ON_CUDA:
             assert "triton_" in code and "get_raw_stream" in code and "torch.flagos.device(" in code
         else:
@@ -178,6 +181,7 @@ def test_dynamic_shapes_on_the_last_device():
 
     compiled = torch.compile(fn, dynamic=True, fullgraph=True)
     from torch._dynamo.utils import counters
+    from torch._inductor.utils import run_and_get_code
 
     counters.clear()
     for n in (5, 9):
@@ -186,6 +190,11 @@ def test_dynamic_shapes_on_the_last_device():
         assert out.device == torch.device(dev)
         torch.testing.assert_close(out, fn(x))
     assert counters["stats"]["unique_graphs"] == 1  # one graph for both sizes
+    # the buffers of a graph on the last device are allocated there (index from the graph, sizes symbolic)
+    index = torch.flagos.device_count() - 1
+    torch._dynamo.reset()
+    _, codes = run_and_get_code(torch.compile(fn, dynamic=True, fullgraph=True), torch.randn(5, 7, device=dev))
+    assert re.search(rf"= empty_strided_flagos\(.*\bs\w+.*, torch\.float32, {index}\)", codes[0])
 
 
 @pytest.fixture(scope="module")

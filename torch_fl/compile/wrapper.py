@@ -1,8 +1,9 @@
 """Inductor's Python wrapper for flagos graphs, and the device lines it writes (DeviceOpOverrides).
 
 The wrapper is PyTorch's own Python wrapper with three flagos rules:
-- buffers are allocated on the flagos device by index (`empty_strided(..., device='flagos:1')`): inductor relies
-  on a device guard for the index only on GPU device types, and host backing is not one;
+- buffers are allocated on the flagos device by index (`empty_strided_flagos(size, stride, dtype, 1)`, torch_fl's
+  C++ allocation function): inductor relies on a device guard for the index only on GPU device types, and host
+  backing is not one;
 - on host backing the kernels are inductor's C++ kernels, called as on the CPU (they take the tensors' data
   pointers, which are host memory);
 - `mode="reduce-overhead"` says that flagos graphs run without CUDA graphs (see install_cudagraph_note).
@@ -116,12 +117,24 @@ def _index_of(device: torch.device) -> int:
     return device.index if device.index is not None else torch.flagos.current_device()
 
 
+#: the wrapper module's name for torch_fl._C._empty_strided (written into FlagosWrapperCodegen's header)
+ALLOCATOR = "empty_strided_flagos"
+
+
 def _allocation(wrapper, name, device, dtype, shape, stride, allocation_shape=None, is_pinned=False):
-    """`empty_strided` on flagos:N (PyTorch's generic branch, which writes the device type alone)."""
+    """A buffer on flagos:N: torch_fl's C++ allocation function, as inductor calls `empty_strided_cuda` for
+    CUDA (a compiled graph allocates hundreds of buffers per call; the Python argument parser and the
+    dispatcher cost microseconds each). A wrapper under another device's header gets `empty_strided`."""
     shape_text = wrapper.codegen_python_shape_tuple(shape)
     alloc_text = wrapper.codegen_python_shape_tuple(shape if allocation_shape is None else allocation_shape)
     stride_text = wrapper.codegen_python_shape_tuple(stride)
-    out = f"{name} = empty_strided({alloc_text}, {stride_text}, device='{device}', dtype={dtype})"
+    root = wrapper
+    while isinstance(getattr(root, "parent_wrapper", None), PythonWrapperCodegen):  # a subgraph's: its parent's
+        root = root.parent_wrapper
+    if isinstance(root, FlagosWrapperCodegen) and not inductor_config.test_configs.track_memory_lifecycle:
+        out = f"{name} = {ALLOCATOR}({alloc_text}, {stride_text}, {dtype}, {device.index})"
+    else:
+        out = f"{name} = empty_strided({alloc_text}, {stride_text}, device='{device}', dtype={dtype})"
     if shape_text != alloc_text:
         out += f".as_strided({shape_text}, {stride_text})"
     return out
@@ -133,6 +146,10 @@ class FlagosSubgraphWrapperCodegen(_FlagosRules, SubgraphPythonWrapperCodegen):
 
 class FlagosWrapperCodegen(_FlagosRules, PythonWrapperCodegen):
     """The Python wrapper of a flagos graph (registered with register_backend_for_device)."""
+
+    def write_header(self) -> None:
+        super().write_header()
+        self.header.writeline(f"from torch_fl._C import _empty_strided as {ALLOCATOR}")
 
     @staticmethod
     def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):

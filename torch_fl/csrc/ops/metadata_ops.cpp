@@ -224,5 +224,11 @@ void register_metadata_ops() {
   }
 }
 
+at::Tensor empty_strided_on(at::IntArrayRef size, at::IntArrayRef stride, at::ScalarType dtype,
+                            c10::DeviceIndex index) {
+  const c10::Device device = index < 0 ? c10::Device(kFlagos) : c10::Device(kFlagos, index);
+  return empty_strided(size, stride, dtype, std::nullopt, device, std::nullopt);
+}
+
 }  // namespace ops
 }  // namespace torch_fl

@@ -206,6 +206,19 @@ void bind_module(py::module& m) {
       "Whether flagos device `index`'s (-1: the current device's) current stream is being captured into a CUDA "
       "graph; False on host memory.");
   m.def("_host_reset_peak", [](int64_t i) { runtime::host_reset_peak(static_cast<c10::DeviceIndex>(i)); });
+  // What torch._C._dynamo.guards._empty_strided_cuda is for CUDA: the buffers of inductor's wrappers, without
+  // the Python argument parser and the dispatcher (a compiled graph allocates hundreds per call).
+  m.def(
+      "_empty_strided",
+      [](const std::vector<int64_t>& size, const std::vector<int64_t>& stride, py::handle dtype, int64_t index) {
+        TORCH_CHECK(THPDtype_Check(dtype.ptr()), "torch_fl._C._empty_strided: dtype must be a torch.dtype");
+        TORCH_CHECK(size.size() == stride.size(), "torch_fl._C._empty_strided: ", size.size(), " sizes and ",
+                    stride.size(), " strides");
+        const c10::DeviceIndex i = static_cast<c10::DeviceIndex>(std::clamp<int64_t>(index, -1, runtime::kMaxDevices));
+        return ops::empty_strided_on(size, stride, reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type, i);
+      },
+      py::arg("size"), py::arg("stride"), py::arg("dtype"), py::arg("index"),
+      "An uninitialized flagos tensor of these sizes, strides and dtype on flagos:index (inductor's wrappers).");
 }
 
 }  // namespace python
