@@ -34,6 +34,7 @@ import torch
 import torch_fl
 from torch_fl.backends import flaggems_fast
 from torch_fl.backends.base import Backend, BackendKernel
+from torch_fl.backends.flaggems_defects import guarded
 from torch_fl.vocab.errors import RoutingError
 from torch_fl.vocab.ops import normalize
 
@@ -136,7 +137,7 @@ class _Loader:
             self.reason = f"could not read FlagGems' registration table ({type(e).__name__}: {e})"
             return
         self.module = module
-        self.table = table
+        self.table = {op: guarded(fn) for op, fn in table.items()}  # known defects refused before they run
         self.reason = None
 
     def version(self) -> str | None:
