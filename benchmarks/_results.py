@@ -153,3 +153,13 @@ def out_path(benchmark: str, out: str | Path | None, smoke: bool = False) -> Pat
     if path.is_dir() or str(out).endswith("/"):
         return path / canonical_path(benchmark).name
     return path
+
+
+def exception_line(text: str) -> str:
+    """The line naming the exception that ended a child (`RuntimeError: ...`), else its last line: what an
+    error row shows first (a child's stderr starts with warnings and ends with hints)."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b:?", ln):
+            return ln
+    return lines[-1] if lines else "no output"

@@ -152,8 +152,9 @@ def _run_child(variant, args, ckpt, sizes, gpu: int | None = None) -> dict:
         if lines:
             out = json.loads(lines[-1])
         else:
-            tail = (proc.stderr or proc.stdout)[-1500:]
-            out = {"variant": variant, "error": f"child exited {proc.returncode} without a result: {tail}", "tasks": {}}
+            text = proc.stderr or proc.stdout
+            error = f"child exited {proc.returncode} without a result: {_results.exception_line(text)}\n{text[-1500:]}"
+            out = {"variant": variant, "error": error, "tasks": {}}
     out["wall_s"] = round(time.perf_counter() - t, 2)
     if gpu is not None:
         out["gpu"] = gpu

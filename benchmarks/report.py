@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared modules, also when loaded by path
 from _report_distributed import ddp_tables, multigpu_tables, multigpu_targets  # noqa: E402
+from _results import exception_line  # noqa: E402
 from _timing import quartiles  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -374,6 +375,9 @@ def variant_targets(summary: dict, variant: str, target: str, floors: dict[str, 
     task in `floors` that ran reaches its floor (ratio to native)."""
     runs = summary.get(variant, {})
     got = [(t, runs[t]) for t in floors if "ratio_to_native" in runs.get(t, {})]
+    failed = [runs[t]["errors"][0] for t in floors if runs.get(t, {}).get("errors") and not runs[t].get("rounds_ok")]
+    if not got and failed:  # it ran and failed: the target is missed, with the error
+        return [(target, f"failed: {exception_line(failed[0])[:160]}", False, "e2e-h200")]
     if not got:
         return []
     text = ", ".join(f"{t} {e['ratio_to_native']:.3f}x ({e.get('rounds_ok', '?')} rounds)" for t, e in got)

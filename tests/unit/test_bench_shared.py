@@ -84,6 +84,7 @@ def test_commit_outside_git_comes_from_the_sender(monkeypatch, tmp_path):
     results = load_benchmark("_results")
     monkeypatch.setattr(results, "REPO", tmp_path)  # no .git here
     monkeypatch.setenv("TORCH_FL_COMMIT", "abc1234")
+    monkeypatch.delenv("TORCH_FL_DIRTY", raising=False)  # the GPU scripts export it
     assert results.git_commit() == ("abc1234", None)
     monkeypatch.delenv("TORCH_FL_COMMIT")
     assert results.git_commit() == (None, None)
