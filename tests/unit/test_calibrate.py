@@ -381,3 +381,19 @@ def test_cli_calibrates_the_demo_model(routing_state, tmp_path, monkeypatch):  #
     assert any(r.backend == "cpu_fallback" for r in rs)
     # the fake timer makes calls from 4096 elements up faster on the candidate, and only those
     assert all((r.backend == "cpu_fallback") == (r.min_numel >= 4096) for r in rs if r.min_numel is not None)
+
+
+def test_cli_model_tasks_cover_prefill_and_training(routing_state, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """--tasks: the model workload records what e2e.py measures; a training step brings backward operators."""
+    pytest.importorskip("transformers")
+    monkeypatch.setattr(calibrate_cli, "TIMER", fake_timer(4096))
+    ops_of = {}
+    for tasks in ("prefill", "train"):
+        out = tmp_path / f"{tasks}.conf"
+        argv = ["calibrate", "--model", "tiny", "--tasks", tasks, "--seq", "8", "--rounds", "1", "--quiet"]
+        assert main([*argv, "--candidate", "cpu_fallback", "-o", str(out)]) == 0
+        ops_of[tasks] = {r.pattern for r in config.load_file(str(out)) if r.file == str(out)}
+    assert not any("backward" in op for op in ops_of["prefill"])
+    assert any("backward" in op for op in ops_of["train"])
+    assert main(["calibrate", "--model", "tiny", "--tasks", "decode,sample", "-o", str(tmp_path / "x.conf")]) == 2
+    assert "expected a comma list of decode, prefill, train" in capsys.readouterr().err

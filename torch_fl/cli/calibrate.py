@@ -40,8 +40,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("-o", "--output", default="calibrated.conf", help="routing file to write (calibrated.conf)")
     parser.add_argument("--candidate", default="flaggems", help="backend to measure against native (flaggems)")
     parser.add_argument("--dtype", default="auto", choices=["auto", *DTYPES], help="model dtype (bfloat16 on a GPU)")
+    parser.add_argument(
+        "--tasks",
+        default="decode,prefill,train",
+        help="what the model workload runs, a comma list of decode (greedy generation), prefill (one forward "
+        "of --batch x --seq tokens) and train (one AdamW step, bf16 autocast over float32 weights, half the "
+        "batch); default all three, the e2e benchmark's tasks",
+    )
     parser.add_argument("--tokens", type=int, default=None, help="tokens to generate (default 16 on a GPU, 4 else)")
     parser.add_argument("--prompt-len", type=int, default=None, help="prompt length (default 32 on a GPU, 8 else)")
+    parser.add_argument("--batch", type=int, default=None, help="prefill batch (default 8 on a GPU, 2 else)")
+    parser.add_argument("--seq", type=int, default=None, help="prefill/train length (default 512 on a GPU, 16 else)")
     parser.add_argument("--rounds", type=int, default=5, help="timing rounds, native and candidate alternating (5)")
     parser.add_argument("--reps", type=int, default=10, help="calls per timing sample (10)")
     parser.add_argument(
@@ -59,20 +68,52 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress output")
 
 
+TASKS = ("decode", "prefill", "train")
+
+
 def model_workload(args):
-    """The demo's generation as a workload: (fn, description)."""
+    """The model's tasks (--tasks: what e2e.py measures) as one workload: (fn, description)."""
     from torch_fl.models import qwen3, workloads
 
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    unknown = sorted(set(tasks) - set(TASKS))
+    if unknown or not tasks:
+        raise ValueError(f"--tasks {args.tasks!r}: expected a comma list of {', '.join(TASKS)}")
     on_gpu = torch_fl.backing() == "cuda"
     spec = args.model or "demo"
     spec = ("0.6b" if on_gpu else "tiny") if spec == "demo" else qwen3.canonical(spec)
     dtype = DTYPES[args.dtype] if args.dtype != "auto" else (torch.bfloat16 if on_gpu else torch.float32)
     tokens = args.tokens or (16 if on_gpu else 4)
     prompt_len = args.prompt_len or (32 if on_gpu else 8)
+    batch, seq = args.batch or (8 if on_gpu else 2), args.seq or (512 if on_gpu else 16)
     model = qwen3.build(spec, dtype=dtype).to("flagos")
-    ids = qwen3.tokens(model.config.vocab_size, 1, prompt_len).to("flagos")
-    desc = f"Qwen3 '{spec}' ({str(dtype).removeprefix('torch.')}), {prompt_len}-token prompt, {tokens} new tokens"
-    return (lambda: workloads.greedy(model, ids, tokens)), desc
+    vocab = model.config.vocab_size
+    runs, parts = [], []
+    if "decode" in tasks:
+        ids = qwen3.tokens(vocab, 1, prompt_len).to("flagos")
+        runs.append(lambda: workloads.greedy(model, ids, tokens))
+        parts.append(f"decode ({prompt_len}-token prompt, {tokens} new tokens)")
+    if "prefill" in tasks:
+        batch_ids = qwen3.tokens(vocab, batch, seq, seed=2).to("flagos")
+
+        def prefill():
+            with torch.no_grad():
+                return model(input_ids=batch_ids, use_cache=False, logits_to_keep=1).logits
+
+        runs.append(prefill)
+        parts.append(f"prefill ({batch} x {seq})")
+    if "train" in tasks:
+        trained = qwen3.build(spec, dtype=torch.float32).to("flagos").train()
+        opt = torch.optim.AdamW(trained.parameters(), lr=1e-5)
+        train_ids = qwen3.tokens(vocab, max(1, batch // 2), seq, seed=3).to("flagos")
+        runs.append(lambda: workloads.train_step(trained, opt, train_ids))
+        parts.append(f"train ({max(1, batch // 2)} x {seq}, bf16 autocast)")
+
+    def run():
+        for fn in runs:
+            fn()
+
+    return run, f"Qwen3 '{spec}' ({str(dtype).removeprefix('torch.')}): " + ", ".join(parts)
 
 
 def script_workload(path: str, argv: list[str]):
