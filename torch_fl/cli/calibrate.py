@@ -86,15 +86,14 @@ def model_workload(args):
     tokens = args.tokens or (16 if on_gpu else 4)
     prompt_len = args.prompt_len or (32 if on_gpu else 8)
     batch, seq = args.batch or (8 if on_gpu else 2), args.seq or (512 if on_gpu else 16)
-    model = qwen3.build(spec, dtype=dtype).to("flagos")
-    vocab = model.config.vocab_size
+    model = qwen3.build(spec, dtype=dtype).to("flagos") if {"decode", "prefill"} & set(tasks) else None
     runs, parts = [], []
     if "decode" in tasks:
-        ids = qwen3.tokens(vocab, 1, prompt_len).to("flagos")
+        ids = qwen3.tokens(model.config.vocab_size, 1, prompt_len).to("flagos")
         runs.append(lambda: workloads.greedy(model, ids, tokens))
         parts.append(f"decode ({prompt_len}-token prompt, {tokens} new tokens)")
     if "prefill" in tasks:
-        batch_ids = qwen3.tokens(vocab, batch, seq, seed=2).to("flagos")
+        batch_ids = qwen3.tokens(model.config.vocab_size, batch, seq, seed=2).to("flagos")
 
         def prefill():
             with torch.no_grad():
@@ -105,7 +104,7 @@ def model_workload(args):
     if "train" in tasks:
         trained = qwen3.build(spec, dtype=torch.float32).to("flagos").train()
         opt = torch.optim.AdamW(trained.parameters(), lr=1e-5)
-        train_ids = qwen3.tokens(vocab, max(1, batch // 2), seq, seed=3).to("flagos")
+        train_ids = qwen3.tokens(trained.config.vocab_size, max(1, batch // 2), seq, seed=3).to("flagos")
         runs.append(lambda: workloads.train_step(trained, opt, train_ids))
         parts.append(f"train ({max(1, batch // 2)} x {seq}, bf16 autocast)")
 

@@ -214,7 +214,7 @@ void bind_module(py::module& m) {
         TORCH_CHECK(THPDtype_Check(dtype.ptr()), "torch_fl._C._empty_strided: dtype must be a torch.dtype");
         TORCH_CHECK(size.size() == stride.size(), "torch_fl._C._empty_strided: ", size.size(), " sizes and ",
                     stride.size(), " strides");
-        const c10::DeviceIndex i = static_cast<c10::DeviceIndex>(std::clamp<int64_t>(index, -1, runtime::kMaxDevices));
+        const auto i = static_cast<c10::DeviceIndex>(std::clamp<int64_t>(index, -1, runtime::kMaxDevices));
         return ops::empty_strided_on(size, stride, reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type, i);
       },
       py::arg("size"), py::arg("stride"), py::arg("dtype"), py::arg("index"),
