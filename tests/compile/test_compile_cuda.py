@@ -67,6 +67,22 @@ def test_sdpa_compiles_to_cudas_fused_kernel():
     assert any("attention" in r.op for r in routing.stats() if r.calls)
 
 
+def test_a_bmm_of_one_batch_compiles_as_native_cudas_does():
+    """No extern bmm for a batch of one (it would copy the expanded operand): mm, as inductor writes for cuda,
+    or no extern call where this torch decomposes the outer product; the generated code allocates with
+    torch_fl's C++ function."""
+    torch._dynamo.reset()
+
+    def fn(a, b):
+        return torch.bmm(a.expand(1, a.size(1), 1), b).cos() * 2
+
+    a, b = torch.randn(1, 64, 1, device="flagos"), torch.randn(1, 1, 512, device="flagos")
+    out, (code,) = _codes(torch.compile(fn, fullgraph=True), a, b)
+    torch.testing.assert_close(out, fn(a, b))
+    assert "extern_kernels.bmm(" not in code
+    assert "empty_strided_flagos(" in code and "device='flagos" not in code
+
+
 def test_reduce_overhead_warns_on_cuda_backing():
     torch._dynamo.reset()
     x = torch.randn(64, device="flagos")

@@ -33,15 +33,17 @@ def scheduling_class():
 
 
 def _graph_pass():
-    """A no-op post-grad pass whose uuid puts what shapes flagos code (backing, this package's source, the
-    operators kept as calls) into inductor's cache key: a cached graph compiled otherwise is not reused."""
+    """flagos's post-grad pass (graph_pass.py, on a CUDA backing), whose uuid also puts what shapes flagos code
+    (backing, this package's source, the operators kept as calls) into inductor's cache key: a cached graph
+    compiled otherwise is not reused."""
     from torch._inductor.custom_graph_pass import CustomGraphModulePass, get_hash_for_files
 
-    from torch_fl.compile import keep_calls
+    from torch_fl.compile import graph_pass, keep_calls
 
     class FlagosGraphPass(CustomGraphModulePass):
         def __call__(self, gm: torch.fx.GraphModule) -> None:
-            return None
+            if on_cuda():  # what inductor does for 'cuda' graphs; its CPU graphs keep bmm
+                graph_pass.bmm_batch_of_one_to_mm(gm)
 
         def uuid(self):
             sources = tuple(sorted(glob.glob(os.path.join(_HERE, "*.py"))))
