@@ -45,8 +45,9 @@ def bmm_batch_of_one_to_mm(gm: torch.fx.GraphModule) -> int:
             sa.meta["val"], sb.meta["val"] = va.squeeze(0), vb.squeeze(0)
             mm.meta["val"] = torch.mm(sa.meta["val"], sb.meta["val"])
             out.meta["val"] = mm.meta["val"].unsqueeze(0)
-        for new in (sa, sb, mm, out):
-            new.meta.setdefault("stack_trace", node.meta.get("stack_trace"))
+        if "stack_trace" in node.meta:  # where the code comments of the generated kernels point
+            for new in (sa, sb, mm, out):
+                new.meta["stack_trace"] = node.meta["stack_trace"]
         node.replace_all_uses_with(out)
         graph.erase_node(node)
         count += 1
