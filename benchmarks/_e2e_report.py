@@ -7,6 +7,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from _results import exception_line
+
 MODELS_DIR = Path(__file__).resolve().parents[1] / "torch_fl" / "models"
 
 
@@ -149,7 +151,7 @@ def table(summary: dict, tasks: list[str]) -> str:
             if not e.get("rounds"):
                 continue  # --rounds 0: the in-process pairs alone
             if "tokens_per_s" not in e:
-                err = "; ".join(e.get("errors", ["no result"]))[:90].replace("|", "/")
+                err = "; ".join(exception_line(x) for x in e.get("errors", ["no result"]))[:120].replace("|", "/")
                 lines.append(f"| {v} | {t} | error: {err} | | | | |")
                 continue
             ratio = f"{e['ratio_to_native']:.3f}x" if "ratio_to_native" in e else ""
@@ -162,11 +164,11 @@ def table(summary: dict, tasks: list[str]) -> str:
 
 def paired_brief(paired: dict) -> str:
     if "error" in paired:
-        return f"error: {paired['error'][:200]}"
+        return f"error: {exception_line(paired['error'])[:200]}"
     parts = []
     for t, r in paired["tasks"].items():
         if "error" in r:
-            parts.append(f"{t} error: {r['error'][:200]}")
+            parts.append(f"{t} error: {exception_line(r['error'])[:200]}")
             continue
         match = {True: ", greedy = native", False: ", greedy differs"}.get(r.get("tokens_match_native"), "")
         if t == "decode_tokens":

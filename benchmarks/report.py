@@ -127,7 +127,7 @@ def e2e_tables(d: dict) -> list[str]:
         ]
         for v, t, e in rows:
             if "tokens_per_s" not in e:
-                err = "; ".join(e.get("errors", ["no result"]))[:80].replace("|", "/")
+                err = "; ".join(exception_line(x) for x in e.get("errors", ["no result"]))[:120].replace("|", "/")
                 out.append(f"| {v} | {t} | {e['rounds_ok']}/{e['rounds']} | error: {err} | | | | |")
                 continue
             base = d["summary"].get("native", {}).get(t, {}).get("tokens_per_s_all") or []

@@ -130,3 +130,16 @@ def test_overhead_targets_judge_throughput_by_its_floor_and_host_time_by_its_cei
     }
     slower = judged([row("mm 8192^3 bf16", "TFLOP/s", 0.979), row("mm 64x64", "us/call", 1.18, 2.46)])
     assert not any(slower.values())
+
+
+@pytest.mark.anyplatform
+def test_an_error_row_names_the_exception_that_ended_the_child():
+    results = load_benchmark("_results")
+    stderr = (
+        "UserWarning: Logical operators 'and' and 'or' are deprecated\n  mask = a and b\nTraceback (most recent "
+        'call last):\n  File "e2e.py", line 1, in <module>\ntorch.AcceleratorError: CUDA error: an illegal memory '
+        "access was encountered\nSearch for `cudaErrorIllegalAddress' in the CUDA docs\n"
+    )
+    expected = "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
+    assert results.exception_line(stderr) == expected
+    assert results.exception_line("killed\n") == "killed" and results.exception_line("") == "no output"
