@@ -7,7 +7,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from _results import exception_line
+from _results import errors_brief, exception_line
 
 MODELS_DIR = Path(__file__).resolve().parents[1] / "torch_fl" / "models"
 
@@ -151,7 +151,7 @@ def table(summary: dict, tasks: list[str]) -> str:
             if not e.get("rounds"):
                 continue  # --rounds 0: the in-process pairs alone
             if "tokens_per_s" not in e:
-                err = "; ".join(exception_line(x) for x in e.get("errors", ["no result"]))[:120].replace("|", "/")
+                err = errors_brief(e.get("errors", ["no result"]))
                 lines.append(f"| {v} | {t} | error: {err} | | | | |")
                 continue
             ratio = f"{e['ratio_to_native']:.3f}x" if "ratio_to_native" in e else ""

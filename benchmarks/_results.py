@@ -163,3 +163,8 @@ def exception_line(text: str) -> str:
         if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b:?", ln):
             return ln
     return lines[-1] if lines else "no output"
+
+
+def errors_brief(errors: list[str]) -> str:
+    """A table cell for a task's errors: the exception of each, on one line, without the table's `|`."""
+    return "; ".join(exception_line(e) for e in errors)[:120].replace("|", "/")

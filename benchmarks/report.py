@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared modules, also when loaded by path
 from _report_distributed import ddp_tables, multigpu_tables, multigpu_targets  # noqa: E402
-from _results import exception_line  # noqa: E402
+from _results import errors_brief, exception_line  # noqa: E402
 from _timing import quartiles  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,7 +127,7 @@ def e2e_tables(d: dict) -> list[str]:
         ]
         for v, t, e in rows:
             if "tokens_per_s" not in e:
-                err = "; ".join(exception_line(x) for x in e.get("errors", ["no result"]))[:120].replace("|", "/")
+                err = errors_brief(e.get("errors", ["no result"]))
                 out.append(f"| {v} | {t} | {e['rounds_ok']}/{e['rounds']} | error: {err} | | | | |")
                 continue
             base = d["summary"].get("native", {}).get(t, {}).get("tokens_per_s_all") or []

@@ -63,5 +63,4 @@ def guarded(fn):
             raise FlagGemsDefect(why)
         return fn(*args, **kwargs)
 
-    checked.defect_check = check
     return checked
