@@ -22,7 +22,7 @@ import torch
 
 import torch_fl
 from torch_fl import backends
-from torch_fl.calibration import decide, measure, record
+from torch_fl.calibration import decide, isolate, measure, record
 from torch_fl.routing import config, native_only, rules
 from torch_fl.vocab.errors import RoutingError
 
@@ -114,6 +114,8 @@ def calibrate(
     include: str | None = "default",
     command: str | None = None,
     progress: bool = True,
+    excluded: dict[str, str] | None = None,
+    journal: isolate.Journal | None = None,
 ) -> Calibration:
     """Record `fn()`'s flagos calls, measure them on native and on `candidate`, and (with `output`) write the
     routing file that picks the faster correct backend per (operator, dtype, size class).
@@ -121,7 +123,8 @@ def calibrate(
     `timer(run, call, backend)` returns seconds per call (default: measure.SyncTimer on this machine, `reps`
     calls per sample); `include` is the file the rules refine ("default": this backing's shipped file, None:
     none). With the candidate unavailable (FlagGems not installed), nothing is measured and the file, if
-    written, says so and has no rules: check `Calibration.unavailable`."""
+    written, says so and has no rules: check `Calibration.unavailable`. `excluded` ({route key: why}) and
+    `journal` are the worker's side of isolate.py: operators kept off the candidate, phases written down."""
     if candidate not in backends.BACKENDS:
         raise RoutingError(config.check_backend(candidate))
     b = backends.get(candidate)
@@ -134,7 +137,9 @@ def calibrate(
     result = Calibration(candidate, "", rec, unavailable=unavailable)
     if unavailable is None:
         timer = timer or measure.SyncTimer(torch.device("flagos", torch.flagos.current_device()), reps)
-        result.measurements = measure.measure(list(rec.calls.values()), candidate, timer, rounds, progress=progress)
+        result.measurements = measure.measure(
+            list(rec.calls.values()), candidate, timer, rounds, progress=progress, excluded=excluded, journal=journal
+        )
         result.classes = decide.size_classes(result.measurements, candidate, min_speedup)
     header = [
         "flagos routing measured by `python -m torch_fl calibrate` (docs/routing.md, Measured routing).",

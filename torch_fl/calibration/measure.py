@@ -26,6 +26,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from torch_fl import backends, routing
+from torch_fl.calibration.isolate import Journal
 from torch_fl.calibration.record import Recorded
 from torch_fl.models.workloads import synchronize
 from torch_fl.vocab import ops
@@ -34,6 +35,12 @@ from torch_fl.vocab.errors import FallbackWarning
 
 #: timer(run, call, backend) -> seconds per call of `run` (which runs `call` once on `backend`'s route)
 Timer = Callable[[Callable[[], object], Recorded, str], float]
+
+#: Errors after which the device is unusable (a kernel's illegal memory access poisons the CUDA context):
+#: never a measurement, always the end of the process.
+DEVICE_FAULTS: tuple[type[BaseException], ...] = tuple(
+    t for t in (getattr(torch, "AcceleratorError", None),) if isinstance(t, type)
+)
 
 
 class SyncTimer:
@@ -114,6 +121,13 @@ def _outputs(call: Recorded) -> list:
     return [x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in leaves]
 
 
+def _synchronize(group: list[Recorded]) -> None:
+    """Wait for the device of the group's tensors: a kernel's fault surfaces here, inside its journal phase."""
+    first = next((a for a in tree_flatten((group[0].args, group[0].kwargs))[0] if isinstance(a, torch.Tensor)), None)
+    if first is not None:
+        synchronize(first.device)
+
+
 def _counts(op: str) -> dict[str, tuple[int, int, int]]:
     return {s.backend: (s.calls, s.fallbacks, s.failures) for s in routing.stats() if s.op == op}
 
@@ -157,6 +171,8 @@ def check(group: list[Recorded], candidate: str) -> dict[int, str | None]:
             before = _counts(op).get(name, (0, 0, 0))
             try:
                 actual = _outputs(c)
+            except DEVICE_FAULTS:
+                raise  # the device is unusable from here on: isolate.py's supervisor names this group
             except Exception as e:  # the candidate's error is the measurement: reported as the reason
                 reasons[id(c)] = f"{candidate} raised {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
                 continue
@@ -175,10 +191,18 @@ def measure(
     rounds: int = 5,
     warmup: int = 3,
     progress: bool = True,
+    excluded: dict[str, str] | None = None,
+    journal: Journal | None = None,
 ) -> list[Measurement]:
-    """Check each kept call on `candidate`, then time it on native and (if accepted) on the candidate."""
+    """Check each kept call on `candidate`, then time it on native and (if accepted) on the candidate.
+
+    `excluded` maps route keys (mm[bfloat16]) to why the candidate must not run them: those are timed on
+    native only, rejected with that reason. `journal` is told when each (operator, dtype)'s check and timing
+    begin and end, after the device finished them (isolate.py: a process that dies in between is blamed
+    on that operator)."""
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, not {rounds}")
+    excluded, journal = excluded or {}, journal or Journal(None)
     groups: dict[tuple, list[Recorded]] = {}
     for c in calls:
         if c.kept:
@@ -187,25 +211,32 @@ def measure(
     out: list[Measurement] = []
     try:
         for (op, dtype), group in groups.items():
-            reasons = check(group, candidate)
             key = route_key(op, dtype)
+            if key in excluded:
+                reasons = {id(c): excluded[key] for c in group}
+            else:
+                with journal.phase(key, "checking"):
+                    reasons = check(group, candidate)
+                    _synchronize(group)
             times: dict[tuple[int, str], list[float]] = {}
-            for r in range(rounds):
-                for backend in ("native", candidate):
-                    with routing.route({key: backend}):
-                        for c in group:
-                            if backend != "native" and reasons[id(c)] is not None:
-                                continue
-                            fn, args, kwargs = aten(op), c.args, c.kwargs
+            with journal.phase(key, "timing"):
+                for r in range(rounds):
+                    for backend in ("native", candidate):
+                        with routing.route({key: backend}):
+                            for c in group:
+                                if backend != "native" and reasons[id(c)] is not None:
+                                    continue
+                                fn, args, kwargs = aten(op), c.args, c.kwargs
 
-                            def run(fn=fn, args=args, kwargs=kwargs):
-                                return fn(*args, **kwargs)
+                                def run(fn=fn, args=args, kwargs=kwargs):
+                                    return fn(*args, **kwargs)
 
-                            # The fast path records a signature's first calls (again after a route change
-                            # where the operator has size rules, which drops its recordings).
-                            for _ in range(warmup if r == 0 else 1):
-                                run()
-                            times.setdefault((id(c), backend), []).append(timer(run, c, backend))
+                                # The fast path records a signature's first calls (again after a route
+                                # change where the operator has size rules, which drops its recordings).
+                                for _ in range(warmup if r == 0 else 1):
+                                    run()
+                                times.setdefault((id(c), backend), []).append(timer(run, c, backend))
+                _synchronize(group)
             for c in group:
                 cand = times.get((id(c), candidate))
                 native_s = statistics.median(times[(id(c), "native")])

@@ -8,14 +8,16 @@ checks FlagGems' results against native's, and writes a routing file
 
 from __future__ import annotations
 
+import argparse
 import os
 import runpy
+import shlex
 import sys
 
 import torch
 
 import torch_fl
-from torch_fl.calibration import measure
+from torch_fl.calibration import isolate, measure
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -65,7 +67,15 @@ def add_arguments(parser) -> None:
         default="default",
         help="the file the rules refine: default (this backing's shipped file), none, builtin:NAME or a path",
     )
+    parser.add_argument(
+        "--isolate",
+        default="auto",
+        choices=["auto", "on", "off"],
+        help="calibrate in a worker process and start a new one without the operator whose kernel ended it (a "
+        "GPU fault): auto (default) is on where flagos is backed by CUDA",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress output")
+    parser.add_argument("--worker-state", help=argparse.SUPPRESS)  # isolate.py: this process is the worker
 
 
 TASKS = ("decode", "prefill", "train")
@@ -137,6 +147,20 @@ def run(args) -> int:
     if args.script_args and not args.script:
         print(f"unexpected arguments {args.script_args}: only --script takes arguments (after --)", file=sys.stderr)
         return 2
+    say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
+    command, excluded, journal = shlex.join(sys.argv), None, None
+    if args.worker_state:
+        command, excluded = isolate.read_state(args.worker_state)
+        journal = isolate.Journal(args.worker_state)
+    elif args.isolate == "on" or (args.isolate == "auto" and torch_fl.backing() == "cuda"):
+        say(f"[calibrate] calibrating in a worker process (--isolate {args.isolate})")
+        # The worker's option goes before the command's own arguments: --script's follow a "--".
+        argv = args.argv
+
+        def worker(state: str) -> list[str]:
+            return [sys.executable, "-m", "torch_fl", argv[0], "--worker-state", state, *argv[1:]]
+
+        return isolate.supervise(worker, args.candidate, command, lambda m: print(m, file=sys.stderr, flush=True))
     try:
         fn, desc = script_workload(args.script, args.script_args) if args.script else model_workload(args)
     except (ValueError, FileNotFoundError) as e:
@@ -145,7 +169,8 @@ def run(args) -> int:
     except ImportError as e:
         print(f"error: the model workload needs transformers ({e}): pip install -e .[models]", file=sys.stderr)
         return 2
-    say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
+    if excluded:
+        say(f"[calibrate] on native only: {', '.join(excluded)}")
     say(f"[calibrate] workload: {desc}; candidate: {args.candidate}")
     try:
         result = calibrate(
@@ -159,10 +184,18 @@ def run(args) -> int:
             per_op=args.per_op,
             include=None if args.include == "none" else args.include,
             progress=not args.quiet,
+            command=command,
+            excluded=excluded,
+            journal=journal,
         )
     except (RoutingError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except measure.DEVICE_FAULTS as e:
+        if journal is None:
+            raise
+        print(f"[calibrate] worker: {isolate.exception_line(e)}", file=sys.stderr)  # the supervisor goes on
+        return 3
     print(result.summary())
     if result.unavailable:
         print(
