@@ -4,9 +4,12 @@ A FlagGems function that faults the GPU (an illegal memory access) leaves the
 CUDA context unusable: no fallback can recover, the process must end. One that
 reads the wrong memory without faulting returns wrong values. Neither can be
 told apart from a good call after the fact, so the calls such a function gets
-wrong are named here, per function (matched by its module and name, so a
-release that fixes it by moving or renaming it is no longer matched), and
-refused before it runs: FlagGemsDefect, which the route's error policy
+wrong are named here, per function, and refused before it runs. A function is
+matched by its source file under the flag_gems package and its name
+(FlagGems imports its per-architecture ops as top-level modules, e.g.
+`hopper.ops.mul`, so the module name says less than the file), and a release
+that fixes it by moving or renaming it is no longer matched. The refusal,
+FlagGemsDefect, is what the route's error policy
 (routing/policy.py) treats like any backend defect: the call runs natively,
 a fallback is counted, a warning says why once, and later calls of that dtype
 run natively.
@@ -15,6 +18,7 @@ run natively.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 
 import torch
@@ -33,26 +37,63 @@ def _hopper_mul(a, b, *_, **__) -> str | None:
         return None  # its other branches are FlagGems' general pointwise kernels
     if a.is_complex() or b.is_complex():
         return None
-    if a.shape == b.shape and a.dtype == b.dtype and a.is_contiguous() and b.is_contiguous():
+    same = a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
+    if same and a.is_contiguous() and b.is_contiguous():
         return None
     return (
-        "FlagGems' Hopper mul treats two tensors of the same rank as flat arrays of one shape, dtype and layout "
-        f"(got {tuple(a.shape)} {a.dtype} and {tuple(b.shape)} {b.dtype}, contiguous: "
-        f"{a.is_contiguous()}/{b.is_contiguous()}); it would read outside its inputs"
+        "FlagGems' Hopper mul treats two tensors of the same rank as flat arrays of one shape, dtype, device "
+        f"and layout (got {tuple(a.shape)} {a.dtype} on {a.device} and {tuple(b.shape)} {b.dtype} on {b.device}, "
+        f"contiguous: {a.is_contiguous()}/{b.is_contiguous()}); it would read outside its inputs"
     )
 
 
-#: (module, function name) -> check(*args, **kwargs): None for a call the function gets right, else why not
+def _flat(what: str, name: str, floating: bool = False) -> Callable[..., str | None]:
+    """A Hopper function that runs one flat kernel over the element count of its argument `name` (keyword
+    `out`, else the first), ignoring its strides: anything but a contiguous tensor reads or writes the wrong
+    elements; with `floating`, it also keeps an integer input's dtype where PyTorch promotes to float."""
+
+    def check(*args, **kwargs) -> str | None:
+        t = kwargs.get("out") if name == "out" else kwargs.get(name, args[0] if args else None)
+        if not isinstance(t, torch.Tensor) or t.is_contiguous() and (not floating or t.is_floating_point()):
+            return None
+        return (
+            f"FlagGems' Hopper {what} runs a flat kernel over its {name} (got {tuple(t.shape)} {t.dtype}, "
+            f"strides {t.stride()}): only contiguous{' floating-point' if floating else ''} tensors reach it"
+        )
+
+    return check
+
+
+_HOPPER = "runtime/backend/_nvidia/hopper/ops/"
+
+#: (source file under flag_gems/, function name) -> check(*args, **kwargs): None for a call the function
+#: gets right, else why not
 _DEFECTS: dict[tuple[str, str], Callable[..., str | None]] = {
-    ("flag_gems.runtime.backend._nvidia.hopper.ops.mul", "mul"): _hopper_mul,
+    (_HOPPER + "mul.py", "mul"): _hopper_mul,
+    (_HOPPER + "sqrt.py", "sqrt"): _flat("sqrt", "A", floating=True),
+    (_HOPPER + "sqrt.py", "sqrt_"): _flat("sqrt_", "A", floating=True),
+    (_HOPPER + "fill.py", "fill_scalar_"): _flat("fill_", "self"),
+    (_HOPPER + "fill.py", "fill_tensor_"): _flat("fill_", "self"),
+    (_HOPPER + "fill.py", "fill_scalar_out"): _flat("fill (out=)", "out"),
+    (_HOPPER + "fill.py", "fill_tensor_out"): _flat("fill (out=)", "out"),
 }
+
+
+def location(fn) -> tuple[str, str] | None:
+    """(source file under the flag_gems package, function name) of a FlagGems function, else None."""
+    filename = getattr(getattr(fn, "__code__", None), "co_filename", None)
+    if not filename:
+        return None
+    path = filename.replace(os.sep, "/")
+    at = path.rfind("flag_gems/")
+    return None if at < 0 else (path[at + len("flag_gems/") :], getattr(fn, "__name__", ""))
 
 
 def guarded(fn):
     """`fn` itself, or for a function with a known defect a wrapper that raises FlagGemsDefect for the calls
     it gets wrong (the check runs on the Python path and when the fast path records a signature; replays
     run only signatures that passed it)."""
-    check = _DEFECTS.get((getattr(fn, "__module__", None), getattr(fn, "__name__", None)))
+    check = _DEFECTS.get(location(fn))
     if check is None:
         return fn
 
