@@ -157,6 +157,8 @@ def test_cli_isolated_calibration_survives_a_candidate_that_ends_the_worker(rout
     assert "abs[float32] = native" in rules
     assert "ended the calibrating process (exit code 9)" in out.read_text()  # the rule's reason
     assert any(r.startswith("mm[float32]") for r in rules)  # the other operator was measured
-    assert "--isolate on" in out.read_text()  # the header has the user's command, not the worker's
+    # the header has the user's command, not the worker's
+    assert "# command: python -m torch_fl calibrate --script" in out.read_text()
+    assert "--isolate on" in out.read_text()
     assert "--worker-state" not in out.read_text()
     assert main(["validate", str(out)]) == 0

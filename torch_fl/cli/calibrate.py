@@ -148,7 +148,7 @@ def run(args) -> int:
         print(f"unexpected arguments {args.script_args}: only --script takes arguments (after --)", file=sys.stderr)
         return 2
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
-    command, excluded, journal = shlex.join(sys.argv), None, None
+    command, excluded, journal = "python -m torch_fl " + shlex.join(args.argv), None, None
     if args.worker_state:
         command, excluded = isolate.read_state(args.worker_state)
         journal = isolate.Journal(args.worker_state)
