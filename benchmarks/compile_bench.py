@@ -4,7 +4,8 @@
     python benchmarks/compile_bench.py --quick         # host smoke: tiny Qwen3, 1 layer, small sizes (to /tmp)
 
 Prefill: native and flagos models compiled in one process (native CUDA inference works next to torch_fl),
-timed in alternation (ABBA pairs, benchmarks/_timing.py); the figure is the median of per-pair ratios
+timed in alternation (ABBA pairs, benchmarks/_timing.py), each sample --calls calls (a compiled prefill is
+host-bound, and one call's time swings with the host); the figure is the median of per-pair ratios
 native time / flagos time (above 1: flagos faster). Training step (forward, backward, AdamW step of the
 compiled model): native CUDA backward cannot run in a process that imported torch_fl (PyTorch issue 161129),
 so each round runs one child per variant, alternating which goes first; a child compiles, warms up and
@@ -100,7 +101,12 @@ def prefill_child(args) -> dict:
             run()
         runs[variant] = run
     devices = {"native": native, "flagos": "flagos"}
-    secs = _timing.paired_seconds(runs, args.pairs, lambda k: _sync(devices[k]))
+
+    def sample(run):
+        return lambda: [run() for _ in range(args.calls)]
+
+    secs = _timing.paired_seconds({k: sample(run) for k, run in runs.items()}, args.pairs, lambda k: _sync(devices[k]))
+    secs = {k: [t / args.calls for t in ts] for k, ts in secs.items()}
     ratios = [n / f for n, f in zip(secs["native"], secs["flagos"], strict=True)]
     profiled = {}
     if args.profile:
@@ -180,6 +186,7 @@ def train_child(args) -> dict:
 
 def _child(task: str, args, cache: str, variant: str | None = None) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", task, "--pairs", str(args.pairs)]
+    cmd += ["--calls", str(args.calls)]
     cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup)] + (["--quick"] if args.quick else [])
     cmd += ["--variant", variant] if variant else []
     cmd += ["--profile", str(Path(args.profile).resolve())] if args.profile else []
@@ -200,6 +207,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="host smoke sizes (tiny Qwen3); writes to the temp folder")
     p.add_argument("--pairs", type=int, default=12, help="prefill pairs (default 12)")
+    p.add_argument("--calls", type=int, default=5, help="prefill calls per timed sample (default 5)")
     p.add_argument("--rounds", type=int, default=3, help="training rounds, one child per variant each (default 3)")
     p.add_argument("--steps", type=int, default=10, help="timed training steps per child (default 10)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls after compiling (default 3)")

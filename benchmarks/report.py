@@ -211,9 +211,12 @@ def alias_tables(d: dict) -> list[str]:
 def compile_tables(d: dict) -> list[str]:
     sizes = d.get("sizes", {})
     pre, train = d["prefill"], d["train"]
+    calls = d.get("args", {}).get("calls", 1)  # prefill calls per timed sample
+    per_sample = f" ({calls} calls per sample)" if calls > 1 else ""
     out = [
         f"Qwen3 `{sizes.get('variant')}` in {sizes.get('dtype')}, both variants compiled with torch.compile "
-        f"(inductor). Prefill {sizes.get('prefill')} (batch x length) in alternating pairs in one process; training "
+        f"(inductor). Prefill {sizes.get('prefill')} (batch x length) in alternating pairs{per_sample} in one "
+        "process; training "
         f"step {sizes.get('train')} (forward, backward, AdamW) in one child per variant and round. Ratio: native "
         "time / flagos time. Compile time: first call minus a steady call, from an empty inductor cache.",
         "",

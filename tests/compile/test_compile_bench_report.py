@@ -55,6 +55,8 @@ def test_compile_benchmark_quick_with_profile(tmp_path):
         "--quick",
         "--pairs",
         "2",
+        "--calls",
+        "2",
         "--rounds",
         "1",
     ]
@@ -65,6 +67,8 @@ def test_compile_benchmark_quick_with_profile(tmp_path):
     pre, train = report["prefill"], report["train"]
     assert pre["pairs"] == 2 and len(pre["native_ms"]) == len(pre["flagos_ms"]) == 2 and pre["ratio_median"] > 0
     assert set(pre["compile_s"]) == {"native", "flagos"}
+    assert report["args"]["calls"] == 2
+    assert "alternating pairs (2 calls per sample)" in "\n".join(load_benchmark("report").compile_tables(report))
     assert train["pairs"] == 1 and train["noise"] is None and train["rounds"][0]["flagos"]["step_ms"] > 0
     for variant in ("native", "flagos"):
         assert pre["profile_ms_per_call"][variant]["host"] > 0
