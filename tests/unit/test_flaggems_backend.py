@@ -490,3 +490,33 @@ def test_the_profiler_trace_names_the_backend_of_a_routed_call(fake_gems, op, ca
     with torch.autograd.profiler.profile() as prof:
         call(x)
     assert f"flagos::{op} -> flagos_python" in {e.name for e in prof.function_events}
+
+
+# mm.out, bmm.out, addmm.out and baddbmm.out have typed fronts (what compiled graphs call): an out= operator
+# returns its out argument, the caller's tensor, as the boxed kernel does.
+@pytest.mark.parametrize("op", ["mm.out", "bmm.out", "addmm.out", "baddbmm.out"])
+def test_an_out_operator_returns_its_out_tensor_on_python_and_native_routes(routed_to_kernel, op):
+    if op.startswith("b"):
+        a, b, bias = torch.randn(2, 3, 4), torch.randn(2, 4, 5), torch.randn(2, 3, 5)
+    else:
+        a, b, bias = torch.randn(3, 4), torch.randn(4, 5), torch.randn(3, 5)
+    name = op.removesuffix(".out")
+    fn = getattr(torch, name)
+    args = (a, b) if name in ("mm", "bmm") else (bias, a, b)
+    expected = fn(*args)
+    flagos_args = [t.to("flagos") for t in args]
+    for route in ("native", "python"):
+        seen = []
+        if route == "python":
+
+            def kernel(*xs, out, seen=seen, **scalars):  # addmm, baddbmm: beta, alpha
+                seen.append(out.shape)
+                return fn(*xs, out=out, **scalars)
+
+            routed_to_kernel(op, kernel)
+        for out in (torch.empty(expected.shape, device="flagos"), torch.empty(0, device="flagos")):
+            returned = fn(*flagos_args, out=out)
+            assert returned is out, route  # the caller's tensor, not an alias and not the first input
+            assert out.shape == expected.shape  # an empty out is resized
+            torch.testing.assert_close(out.cpu(), expected)
+        assert len(seen) == (2 if route == "python" else 0)

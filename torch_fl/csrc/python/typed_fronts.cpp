@@ -275,8 +275,21 @@ struct PyFront<Op, Ret(Args...)> {
   }
 
   // In-place operators return their first argument, the caller's own tensor.
+  // What an in-place or out= operator returns: its first non-const tensor
+  // reference (self for add_, out for mm.out).
   static at::Tensor& self(Args&... args) {
-    return std::get<0>(std::forward_as_tuple(args...));
+    at::Tensor* found = nullptr;
+    (
+        [&] {
+          if constexpr (std::is_same_v<Args, at::Tensor&>) {
+            if (found == nullptr) {
+              found = &args;
+            }
+          }
+        }(),
+        ...);
+    TORCH_INTERNAL_ASSERT(found != nullptr, "flagos: ", handle->schema().name(), " returns no tensor it writes");
+    return *found;
   }
 
   // fn raised: the routing layer's policy decides (a fallback, once logged,

@@ -3,14 +3,16 @@
 // autograd kernel (route/autograd_shortcut.cpp), and a route to a Python
 // backend gets a typed front beside its boxed kernel
 // (python/typed_fronts.cpp). What Qwen3 (and most transformers) call per
-// token, per training step and per optimizer step. Views are not here: they stay
+// token, per training step and per optimizer step; the out= matrix products
+// are what torch.compile's generated code calls (extern_kernels.mm(..., out=)). Views are not here: they stay
 // metadata operations on flagos.
 #pragma once
 
 // clang-format off
 #define FLAGOS_TYPED_OPS(X) \
   /* linear layers, attention */ \
-  X(mm) X(bmm) X(addmm) X(baddbmm) X(_scaled_dot_product_cudnn_attention) \
+  X(mm) X(bmm) X(addmm) X(baddbmm) X(mm_out) X(bmm_out) X(addmm_out) X(baddbmm_out) \
+  X(_scaled_dot_product_cudnn_attention) \
   X(_scaled_dot_product_cudnn_attention_backward) X(_scaled_dot_product_flash_attention) \
   X(_scaled_dot_product_flash_attention_backward) X(_scaled_dot_product_efficient_attention) \
   X(_scaled_dot_product_efficient_attention_backward) X(_scaled_dot_product_flash_attention_for_cpu) \
