@@ -90,3 +90,18 @@ def test_reference_child_never_imports_torch_fl():
     out = native_reference.train("tiny", "cpu", steps=2)
     assert out["torch_fl_imported"] is False
     assert len(out["losses"]) == 2 and out["device"] == "cpu"
+
+
+@pytest.mark.anyplatform
+def test_a_checkpoint_trains_on_flagos(tmp_path):
+    """A model loaded from a checkpoint switches to training mode and steps on flagos. (transformers turns its
+    hub-kernels integration on for checkpoints where the `kernels` package is installed; switching modes then
+    re-kernelizes, which raises for device type 'flagos'. qwen3.build loads with it off.)"""
+    qwen3.build("tiny", seed=0).save_pretrained(tmp_path)
+    model = qwen3.build(str(tmp_path)).to("flagos")
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = qwen3.tokens(model.config.vocab_size, 1, 8, seed=1).to("flagos")
+    loss = workloads.train_step(model, opt, ids)
+    assert math.isfinite(loss)
+    assert not getattr(model, "use_kernels", False)

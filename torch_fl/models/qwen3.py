@@ -111,9 +111,13 @@ def build(spec: str = "tiny", seed: int = 0, dtype: torch.dtype = torch.float32,
         finally:
             torch.random.set_rng_state(rng_state)
     else:
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM, PreTrainedModel
 
-        model = AutoModelForCausalLM.from_pretrained(spec, local_files_only=True, attn_implementation="sdpa")
+        # Hub kernels (transformers' `kernels` integration, on by default where the kernels package is
+        # installed) are off: they know only their own device types, so model.train() on flagos would raise
+        # re-kernelizing for 'flagos', and on flagos the routes decide what runs.
+        off = {"use_kernels": False} if hasattr(PreTrainedModel, "set_use_kernels") else {}
+        model = AutoModelForCausalLM.from_pretrained(spec, local_files_only=True, attn_implementation="sdpa", **off)
     model = model.to(dtype=dtype).eval()
     model.generation_config.pad_token_id = model.generation_config.eos_token_id or 0
     return model
