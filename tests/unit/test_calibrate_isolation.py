@@ -74,6 +74,26 @@ def test_an_excluded_operator_is_timed_on_native_only(routing_state):  # noqa: F
     assert (m.reason, m.candidate_s, m.native_s) == (why, None, 1e-5)
 
 
+def test_a_device_fault_in_the_check_is_never_a_rejection(routing_state):  # noqa: F811
+    """A candidate's illegal memory access leaves the process's device unusable: the check raises it (the
+    worker dies, isolate.py blames the operator) instead of recording a rejection and measuring on."""
+
+    def faulting_abs(a):
+        raise torch.AcceleratorError("CUDA error: an illegal memory access was encountered")
+
+    flaggems.LOADER.use_module(flag_gems_with({"abs": faulting_abs, "neg": lambda a: torch.neg(a) + 1}))
+    try:
+        x = torch.ones(4, 4, device="flagos")
+        rec = record.record(lambda: (torch.abs(x), torch.neg(x)), lambda op: op in ("abs", "neg"))
+        groups = {c.key.op: [c] for c in rec.calls.values()}
+        with pytest.raises(torch.AcceleratorError, match="illegal memory access"):
+            measure.check(groups["abs"], "flaggems")
+        (reason,) = measure.check(groups["neg"], "flaggems").values()  # a wrong result is a rejection
+        assert reason.startswith("results differ from native")
+    finally:
+        flaggems.LOADER.reset()
+
+
 WORKER = """
 import json, os, sys
 from torch_fl.calibration import isolate

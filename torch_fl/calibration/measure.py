@@ -29,18 +29,13 @@ from torch_fl import backends, routing
 from torch_fl.calibration.isolate import Journal
 from torch_fl.calibration.record import Recorded
 from torch_fl.models.workloads import synchronize
+from torch_fl.routing.policy import device_fault
 from torch_fl.vocab import ops
 from torch_fl.vocab.dtypes import dtype_name
 from torch_fl.vocab.errors import FallbackWarning
 
 #: timer(run, call, backend) -> seconds per call of `run` (which runs `call` once on `backend`'s route)
 Timer = Callable[[Callable[[], object], Recorded, str], float]
-
-#: Errors after which the device is unusable (a kernel's illegal memory access poisons the CUDA context):
-#: never a measurement, always the end of the process.
-DEVICE_FAULTS: tuple[type[BaseException], ...] = tuple(
-    t for t in (getattr(torch, "AcceleratorError", None),) if isinstance(t, type)
-)
 
 
 class SyncTimer:
@@ -171,9 +166,9 @@ def check(group: list[Recorded], candidate: str) -> dict[int, str | None]:
             before = _counts(op).get(name, (0, 0, 0))
             try:
                 actual = _outputs(c)
-            except DEVICE_FAULTS:
-                raise  # the device is unusable from here on: isolate.py's supervisor names this group
             except Exception as e:  # the candidate's error is the measurement: reported as the reason
+                if device_fault(e):
+                    raise  # the device is unusable from here on: isolate.py's supervisor names this group
                 reasons[id(c)] = f"{candidate} raised {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
                 continue
             after = _counts(op).get(name, (0, 0, 0))

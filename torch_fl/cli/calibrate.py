@@ -18,6 +18,7 @@ import torch
 
 import torch_fl
 from torch_fl.calibration import isolate, measure
+from torch_fl.routing.policy import device_fault
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -191,8 +192,8 @@ def run(args) -> int:
     except (RoutingError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except measure.DEVICE_FAULTS as e:
-        if journal is None:
+    except Exception as e:
+        if journal is None or not device_fault(e):
             raise
         print(f"[calibrate] worker: {isolate.exception_line(e)}", file=sys.stderr)  # the supervisor goes on
         return 3

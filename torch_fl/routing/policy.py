@@ -35,6 +35,16 @@ KernelFailed = Callable[[str, str, "torch.dtype | None"], None]
 _DEVICE_FAULTS = ("CUDA error", "illegal memory access", "device-side assert", "CUBLAS_STATUS", "cudaError")
 
 
+def device_fault(e: BaseException) -> bool:
+    """Whether `e` says the device itself is in trouble (a kernel's illegal memory access leaves the CUDA
+    context unusable): never a fallback or a measurement, always the caller's error."""
+    accelerator_error = getattr(torch, "AcceleratorError", None)
+    if isinstance(accelerator_error, type) and isinstance(e, accelerator_error):
+        return True
+    text = str(e)
+    return any(s in text for s in _DEVICE_FAULTS)
+
+
 @dataclass(frozen=True)
 class Fallback:
     """A call routed to `backend` that runs natively instead: counted in `counters`, or an error under
@@ -188,7 +198,7 @@ def error_policy(fb: Fallback, mutable: bool, run_native: Callable, kernel_faile
         if not isinstance(e, Exception) or from_signal_handler(e):
             raise e
         text = str(e)
-        if any(s in text for s in _DEVICE_FAULTS):
+        if device_fault(e):
             counters[2] += 1
             raise e  # a device fault: the device state is suspect, running it again elsewhere would hide it
         why = f"its kernel raised {type(e).__name__}: {text.splitlines()[0] if text else ''}"
