@@ -142,6 +142,11 @@ def test_the_supervisor_stops_when_the_fault_is_not_the_candidates(tmp_path, imp
     said = []
     assert isolate.supervise(argv, "flaggems", "cmd", said.append) == 4
     assert "again; giving up" in said[-1]
+    script.write_text(WORKER)  # blames abs, then neg: past max_excluded=1, stop
+    said = []
+    worker = lambda d: [sys.executable, str(script), str(tmp_path / "runs.jsonl"), "--worker-state", d]  # noqa: E731
+    assert isolate.supervise(worker, "flaggems", "cmd", said.append, max_excluded=1) == 1
+    assert said[-1].endswith("checking neg[float32] after 1 operators excluded; giving up")
 
 
 FAULTING_WORKLOAD = """

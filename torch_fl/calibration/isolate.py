@@ -124,7 +124,8 @@ def supervise(
                 return rc if rc > 0 else 1
             key, phase, error = blamed
             if key in excluded or len(excluded) >= max_excluded:
-                say(f"[calibrate] the worker ended ({_ended(rc)}) {phase} {key} again; giving up")
+                again = "again" if key in excluded else f"after {max_excluded} operators excluded"
+                say(f"[calibrate] the worker ended ({_ended(rc)}) {phase} {key} {again}; giving up")
                 return rc if rc > 0 else 1
             excluded[key] = f"{phase} it on {candidate} ended the calibrating process ({error or _ended(rc)})"
             say(f"[calibrate] {key}: {excluded[key]}; calibrating again with {key} timed on native only")

@@ -26,8 +26,8 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from torch_fl import backends, routing
-from torch_fl.calibration.isolate import Journal
-from torch_fl.calibration.record import Recorded
+from torch_fl.calibration.isolate import Journal, exception_line
+from torch_fl.calibration.record import Recorded, first_tensor
 from torch_fl.models.workloads import synchronize
 from torch_fl.routing.policy import device_fault
 from torch_fl.vocab import ops
@@ -118,7 +118,7 @@ def _outputs(call: Recorded) -> list:
 
 def _synchronize(group: list[Recorded]) -> None:
     """Wait for the device of the group's tensors: a kernel's fault surfaces here, inside its journal phase."""
-    first = next((a for a in tree_flatten((group[0].args, group[0].kwargs))[0] if isinstance(a, torch.Tensor)), None)
+    first = first_tensor((group[0].args, group[0].kwargs))
     if first is not None:
         synchronize(first.device)
 
@@ -169,7 +169,7 @@ def check(group: list[Recorded], candidate: str) -> dict[int, str | None]:
             except Exception as e:  # the candidate's error is the measurement: reported as the reason
                 if device_fault(e):
                     raise  # the device is unusable from here on: isolate.py's supervisor names this group
-                reasons[id(c)] = f"{candidate} raised {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+                reasons[id(c)] = f"{candidate} raised {exception_line(e)}"
                 continue
             after = _counts(op).get(name, (0, 0, 0))
         if after[1] > before[1] or after[2] > before[2]:

@@ -64,7 +64,7 @@ def _describe(a) -> object:
     return repr(a)
 
 
-def _first_tensor(args) -> torch.Tensor | None:
+def first_tensor(args) -> torch.Tensor | None:
     for leaf in tree_flatten(args)[0]:
         if isinstance(leaf, torch.Tensor):
             return leaf
@@ -111,7 +111,7 @@ class Recorder(TorchDispatchMode):
     def _note(self, func, args, kwargs) -> None:
         if not isinstance(func, torch._ops.OpOverload) or func.namespace != "aten":
             return
-        first = _first_tensor((args, kwargs))
+        first = first_tensor((args, kwargs))
         if first is None or first.device.type != self.device_type:
             return
         self.total += 1

@@ -4,8 +4,8 @@
 // backend gets a typed front beside its boxed kernel
 // (python/typed_fronts.cpp). What Qwen3 (and most transformers) call per
 // token, per training step and per optimizer step; the out= matrix products
-// are what torch.compile's generated code calls (extern_kernels.mm(..., out=)). Views are not here: they stay
-// metadata operations on flagos.
+// are what torch.compile's generated code calls (extern_kernels.mm(..., out=)).
+// Views are not here: they stay metadata operations on flagos.
 #pragma once
 
 // clang-format off
