@@ -59,17 +59,22 @@ def paired_worker(args) -> dict:
     import torch
 
     import torch_fl
+    from torch_fl import routing
+    from torch_fl.routing import summary as stats
 
     native = torch.device("cuda", 0) if torch_fl.backing() == "cuda" else torch.device("cpu")
     flagos = torch.device("flagos", 0)
     dtype = infer_dtype(args, torch_fl.backing() == "cuda")
     sizes = json.loads(args.sizes)
     out: dict = {"variant": "paired", "pid": os.getpid(), "backing": torch_fl.backing(), "tasks": {}}
+    out["routing_file"] = routing.config_file()  # e2e.py --paired-variants: how this child's flagos routes
     models = {d: qwen3.build(args.ckpt, dtype=dtype).to(d) for d in (native, flagos)}
     paired = ("decode", "prefill", "graphs") if torch_fl.backing() == "cuda" else ("decode", "prefill")
     for task in [t for t in args.tasks.split(",") if t in paired and args.paired > 0]:
         try:
+            routing.reset_stats()
             out["tasks"][task] = _pair_task(task, models, native, flagos, sizes[task], args)
+            out["tasks"][task]["backends"] = stats.backends_used(stats.stats())  # the flagos calls, by backend
         except Exception as e:  # recorded as a result, as the child rounds do: the other tasks still pair
             out["tasks"][task] = {"error": f"{type(e).__name__}: {str(e)[:800]}"}
     if args.step_pairs > 0 and "decode" in args.tasks.split(","):

@@ -84,6 +84,7 @@ REPO = _results.REPO
 MODELS_DIR = _e2e_child.MODELS_DIR
 RESULT_TAG = _e2e_child.RESULT_TAG
 VARIANTS = ("native", "flagos", "flagos_flaggems", "flagos_calibrated", "cuda_flaggems")
+PAIRABLE = ("flagos", "flagos_flaggems", "flagos_calibrated")  # flagos routings that share a process with native
 TASKS = ("decode", "prefill", "train", "graphs")
 HOST_TASKS = ("decode", "prefill", "train")  # graphs needs CUDA
 SIZES = {
@@ -116,8 +117,9 @@ def _variant_env(variant: str, calibrated: str | None = None) -> dict:
     return env
 
 
-def _run_child(variant, args, ckpt, sizes, gpu: int | None = None) -> dict:
-    """One child process for `variant` (on CUDA device `gpu` alone when given); its JSON result."""
+def _run_child(variant, args, ckpt, sizes, gpu: int | None = None, routes: str | None = None) -> dict:
+    """One child process for `variant` (on CUDA device `gpu` alone when given; routed as the variant `routes`
+    says, default `variant`); its JSON result."""
     cmd = [
         sys.executable,
         str(Path(__file__).resolve()),
@@ -139,7 +141,7 @@ def _run_child(variant, args, ckpt, sizes, gpu: int | None = None) -> dict:
         str(args.step_pairs),
     ]
     cmd += ["--logits-dir", args.logits_dir] if args.logits_dir else []
-    env = _variant_env(variant, args.calibrated)
+    env = _variant_env(routes or variant, args.calibrated)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     t = time.perf_counter()
@@ -206,6 +208,12 @@ def _parse(argv=None):
         "pairs (before the rounds; the steadier ratio on a shared machine)",
     )
     p.add_argument(
+        "--paired-variants",
+        default="flagos",
+        help="the flagos variants that --paired and --step-pairs pair with native, each in a process of its own "
+        f"(comma list of {','.join(PAIRABLE)}; default flagos)",
+    )
+    p.add_argument(
         "--step-pairs",
         type=int,
         default=0,
@@ -270,13 +278,21 @@ def main(argv=None) -> int:
         skipped = {v: why for v, why in skipped.items() if v in wanted}
     if "native" not in variants:
         variants.insert(0, "native")  # ratios and token checks need it
+    pair_with = [v for v in args.paired_variants.split(",") if v]
+    if bad := [v for v in pair_with if v not in PAIRABLE]:
+        print(f"--paired-variants: cannot pair {bad}; choose from {PAIRABLE}", file=sys.stderr)
+        return 2
+    if "flagos_calibrated" in pair_with and not args.calibrated:
+        print("--paired-variants flagos_calibrated needs --calibrated FILE", file=sys.stderr)
+        return 2
     if args.concurrent and (torch.cuda.device_count() < 2 or "flagos" not in variants):
         print("--concurrent needs two CUDA GPUs and the flagos variant", file=sys.stderr)
         return 2
     spec = qwen3.canonical(args.model if args.model != "auto" else ("0.6b" if on_gpu else "tiny"))
     sizes = SIZES["quick" if args.quick else "full"]
     json_path = _results.out_path("e2e", args.out, smoke=args.quick)
-    paired: dict | None = None
+    paired: dict | None = None  # native against flagos's native routes
+    paired_routed: dict = {}  # native against each other flagos routing in --paired-variants
 
     def write_json(raw: list, rounds: int) -> dict:
         """The report so far (written after every round: a run cut short keeps what it measured)."""
@@ -291,6 +307,7 @@ def main(argv=None) -> int:
             "skipped": skipped,
             "summary": _e2e_report.summarise(raw, variants, args.tasks),
             "paired": paired,
+            "paired_routed": paired_routed,
             "concurrent": _e2e_report.concurrent_ratios(raw, args.tasks) if args.concurrent else None,
             "raw": raw,
         }
@@ -314,9 +331,14 @@ def main(argv=None) -> int:
             args.step_pairs > 0 and "decode" in args.tasks
         ):
             what = f"{args.paired} pairs" + (f", {args.step_pairs} sequences token by token" if args.step_pairs else "")
-            print(f"paired: native and flagos alternating in one process, {what} ...", end=" ", flush=True)
-            paired = _run_child("paired", args, ckpt, sizes)
-            print(_e2e_report.paired_brief(paired), f"[{paired.get('wall_s', '?')} s]", flush=True)
+            for v in pair_with:
+                print(f"paired: native and {v} alternating in one process, {what} ...", end=" ", flush=True)
+                res = _run_child("paired", args, ckpt, sizes, routes=v)
+                print(_e2e_report.paired_brief(res), f"[{res.get('wall_s', '?')} s]", flush=True)
+                if v == "flagos":
+                    paired = res
+                else:
+                    paired_routed[v] = res
         done = 0
         for r in _timing.rounds_within(args.rounds, args.deadline, started):
             order = variants[r % len(variants) :] + variants[: r % len(variants)]
@@ -343,6 +365,8 @@ def main(argv=None) -> int:
     print(_e2e_report.table(summary, args.tasks))
     if paired:
         print(f"\npaired in one process: {_e2e_report.paired_brief(paired)}")
+    for v, res in paired_routed.items():
+        print(f"paired in one process, {v}: {_e2e_report.paired_brief(res)}")
     if report["concurrent"]:
         print(f"concurrent on two GPUs: {_e2e_report.concurrent_brief(report['concurrent'])}")
     for v, why in skipped.items():

@@ -250,8 +250,9 @@ def test_calibrated_variant_routes_by_its_file_and_only_when_given(tmp_path):
     cmd += ["--tasks", "decode", "--variants", "native,flagos,flagos_calibrated", "--out", str(tmp_path / "c.json")]
     # The calibrated file reaches flagos_calibrated alone: a routing file set in the shell reaches no child.
     env = dict(os.environ, FLAGOS_BACKEND_CONFIG=str(tmp_path / "missing.conf"))
+    pairs = ["--paired", "1", "--paired-variants", "flagos,flagos_calibrated"]
     proc = subprocess.run(
-        [*cmd, "--calibrated", str(routes)], capture_output=True, text=True, timeout=240, cwd=REPO, env=env
+        [*cmd, "--calibrated", str(routes), *pairs], capture_output=True, text=True, timeout=240, cwd=REPO, env=env
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "c.json").read_text())
@@ -262,6 +263,13 @@ def test_calibrated_variant_routes_by_its_file_and_only_when_given(tmp_path):
     assert cal["rounds_ok"] == 1 and cal["backends"].get("cpu_fallback", 0) > 0, cal
     assert cal["tokens_match_native"] is True
     assert "cpu_fallback" not in report["summary"]["flagos"]["decode"]["backends"]
+    # --paired-variants: native against each routing in a process of its own, routed as in the rounds
+    routed = report["paired_routed"]["flagos_calibrated"]
+    assert routed["routing_file"] == str(routes) and routed["tasks"]["decode"]["backends"]["cpu_fallback"] > 0
+    assert "cpu_fallback" not in report["paired"]["tasks"]["decode"]["backends"]
+    assert report["paired"]["routing_file"] != str(routes)
+    bad = subprocess.run([*cmd, "--paired-variants", "flagos_calibrated"], capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2 and "needs --calibrated FILE" in bad.stderr
     # Without --calibrated the variant is skipped, saying why; a missing file is an error.
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -281,13 +289,22 @@ def test_calibrated_targets_in_the_readme_table():
             "train": {"ratio_to_native": 1.01, "rounds_ok": 2},
         }
     }
-    [(target, text, met, src)] = report.calibrated_targets(summary)
+    [(target, text, met, src)] = report.calibrated_targets({"summary": summary})
     assert target.startswith("calibrated routing") and src == "e2e-h200"
     assert text == "decode 1.001x (2 rounds), prefill 1.050x (2 rounds), train 1.010x (2 rounds)"
     assert met is False  # training below 1.02x
     summary["flagos_calibrated"]["train"]["ratio_to_native"] = 1.02
-    assert report.calibrated_targets(summary)[0][2] is True
-    assert report.calibrated_targets({"flagos": {}}) == []
+    assert report.calibrated_targets({"summary": summary})[0][2] is True
+    assert report.calibrated_targets({"summary": {"flagos": {}}}) == []
+    # pairs in one process (e2e.py --paired-variants) judge decode and prefill where present: the steadier figure
+    pair = {"pairs": 3, "ratio_quartiles": [0.97, 0.99], "native_tokens_per_s": 1.0, "flagos_tokens_per_s": 1.0}
+    routed = {"tasks": {"prefill": {**pair, "ratio_median": 0.98, "backends": {"native": 9, "flaggems": 3}}}}
+    e2e = {"summary": summary, "paired_routed": {"flagos_calibrated": routed}}
+    [(_, text, met, _)] = report.calibrated_targets(e2e)
+    assert text == "decode 1.001x (2 rounds), prefill 0.980x ± 0.010 (3 pairs), train 1.020x (2 rounds)"
+    assert met is False  # the pairs' prefill, not the rounds' 1.05x
+    table = "\n".join(report.e2e_tables(e2e))
+    assert "| flagos_calibrated | prefill pairs | 3 | 0.980x ± 0.010 |" in table and "native 9, flaggems 3 |" in table
 
 
 @pytest.mark.anyplatform
@@ -329,7 +346,7 @@ def test_differing_tokens_are_explained_only_by_other_kernels_and_close_logits()
 
     def row(tokens, backends, within):
         summary = e2e.summarise(_agreement_raw(tokens, backends, within), ["native", "flagos_flaggems"], ["decode"])
-        rows = [r for r in report.flaggems_profile_targets(summary) if r[0] == target]
+        rows = [r for r in report.flaggems_profile_targets({"summary": summary}) if r[0] == target]
         return summary["flagos_flaggems"]["decode"], rows[0]
 
     entry, (_, text, met, _) = row([1, 2, 9, 9], {"native": 5, "flaggems": 3}, True)

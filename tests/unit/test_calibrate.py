@@ -336,7 +336,9 @@ def test_cli_calibrates_a_script_and_reports(routing_state, tmp_path, monkeypatc
     )
     out = tmp_path / "cal.conf"
     monkeypatch.setattr(calibrate_cli, "TIMER", fake_timer(1))
+    # in this process (--isolate off): a worker process would not see the fake timer
     argv = ["calibrate", "--script", str(script), "-o", str(out), "--candidate", "cpu_fallback", "--rounds", "1"]
+    argv.extend(["--isolate", "off"])
     assert main([*argv, "--", "16"]) == 0
     captured = capsys.readouterr()
     assert "mm[float32] = cpu_fallback" in out.read_text()
@@ -349,13 +351,23 @@ def test_cli_without_flaggems_exits_1_and_says_why(no_flag_gems, tmp_path, capsy
     script = tmp_path / "w.py"
     script.write_text("import torch, torch_fl\ntorch.ones(2, device='flagos') + 1\n")
     out = tmp_path / "cal.conf"
-    assert main(["calibrate", "--script", str(script), "-o", str(out), "--quiet"]) == 1
+    assert main(["calibrate", "--script", str(script), "-o", str(out), "--quiet", "--isolate", "off"]) == 1
     assert "WITHOUT RULES: flaggems is unavailable here" in capsys.readouterr().err
 
 
 def test_bad_arguments_are_errors(routing_state, tmp_path, capsys):  # noqa: F811
-    assert main(["calibrate", "--script", str(tmp_path / "missing.py")]) == 2
-    assert "no such file" in capsys.readouterr().err
+    # found before any work, in a worker process (--isolate on) or not
+    for isolate in ("on", "off"):
+        assert main(["calibrate", "--script", str(tmp_path / "missing.py"), "--isolate", isolate]) == 2
+        assert "no such file" in capsys.readouterr().err
+        assert main(["calibrate", "--tasks", "decode,sample", "--isolate", isolate]) == 2
+        assert "expected a comma list of decode, prefill, train" in capsys.readouterr().err
+        assert main(["calibrate", "--candidate", "flagem", "--isolate", isolate]) == 2
+        assert "unknown backend 'flagem'" in capsys.readouterr().err
+        assert main(["calibrate", "--candidate", "native", "--isolate", isolate]) == 2
+        assert "is the native route" in capsys.readouterr().err
+        assert main(["calibrate", "--isolate", isolate, "--", "x"]) == 2
+        assert "only --script takes arguments" in capsys.readouterr().err
     with pytest.raises(RoutingError, match="is the native route"):
         torch_fl.calibrate(workload, candidate="native")
     with pytest.raises(RoutingError, match="unknown backend 'flagem'"):
@@ -375,6 +387,7 @@ def test_cli_calibrates_the_demo_model(routing_state, tmp_path, monkeypatch):  #
     out = tmp_path / "cal.conf"
     monkeypatch.setattr(calibrate_cli, "TIMER", fake_timer(4096))
     argv = ["calibrate", "--model", "demo", "--tokens", "1", "--prompt-len", "4", "--rounds", "1", "--quiet"]
+    argv.extend(["--isolate", "off"])
     assert main([*argv, "--candidate", "cpu_fallback", "-o", str(out)]) == 0
     rs = [r for r in config.load_file(str(out)) if r.file == str(out)]
     assert any(r.pattern == "mm" for r in rs)
@@ -391,6 +404,7 @@ def test_cli_model_tasks_cover_prefill_and_training(routing_state, tmp_path, mon
     for tasks in ("prefill", "train"):
         out = tmp_path / f"{tasks}.conf"
         argv = ["calibrate", "--model", "tiny", "--tasks", tasks, "--seq", "8", "--rounds", "1", "--quiet"]
+        argv.extend(["--isolate", "off"])
         assert main([*argv, "--candidate", "cpu_fallback", "-o", str(out)]) == 0
         ops_of[tasks] = {r.pattern for r in config.load_file(str(out)) if r.file == str(out)}
     assert not any("backward" in op for op in ops_of["prefill"])

@@ -101,6 +101,16 @@ def _machine() -> str:
     return f"{platform.node()} ({platform.machine()}{gpu}), backing {torch_fl.backing()}"
 
 
+def check_candidate(candidate: str) -> backends.Backend:
+    """The backend calibrate measures against native; RoutingError for an unknown name or a native route."""
+    if candidate not in backends.BACKENDS:
+        raise RoutingError(config.check_backend(candidate))
+    b = backends.get(candidate)
+    if b.native:
+        raise RoutingError(f"'{candidate}' is the native route: calibrate compares native with another backend")
+    return b
+
+
 def calibrate(
     fn: Callable[[], object],
     output: str | None = None,
@@ -125,11 +135,7 @@ def calibrate(
     none). With the candidate unavailable (FlagGems not installed), nothing is measured and the file, if
     written, says so and has no rules: check `Calibration.unavailable`. `excluded` ({route key: why}) and
     `journal` are the worker's side of isolate.py: operators kept off the candidate, phases written down."""
-    if candidate not in backends.BACKENDS:
-        raise RoutingError(config.check_backend(candidate))
-    b = backends.get(candidate)
-    if b.native:
-        raise RoutingError(f"'{candidate}' is the native route: calibrate compares native with another backend")
+    b = check_candidate(candidate)
     include = default_include() if include == "default" else include
     unavailable = b.unavailable_reason()
     wanted = candidate_ops(candidate) if unavailable is None else (lambda op: False)

@@ -82,14 +82,31 @@ def add_arguments(parser) -> None:
 TASKS = ("decode", "prefill", "train")
 
 
+def parse_tasks(text: str) -> list[str]:
+    tasks = [t.strip() for t in text.split(",") if t.strip()]
+    if not tasks or set(tasks) - set(TASKS):
+        raise ValueError(f"--tasks {text!r}: expected a comma list of {', '.join(TASKS)}")
+    return tasks
+
+
+def check_arguments(args) -> None:
+    """What can be wrong with the arguments, found before any work starts (or any worker process: isolate.py)."""
+    from torch_fl.calibration import check_candidate
+
+    if args.script_args and not args.script:
+        raise ValueError(f"unexpected arguments {args.script_args}: only --script takes arguments (after --)")
+    if args.script and not os.path.isfile(args.script):
+        raise ValueError(f"--script {args.script}: no such file")
+    if not args.script:
+        parse_tasks(args.tasks)
+    check_candidate(args.candidate)
+
+
 def model_workload(args):
     """The model's tasks (--tasks: what e2e.py measures) as one workload: (fn, description)."""
     from torch_fl.models import qwen3, workloads
 
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    unknown = sorted(set(tasks) - set(TASKS))
-    if unknown or not tasks:
-        raise ValueError(f"--tasks {args.tasks!r}: expected a comma list of {', '.join(TASKS)}")
+    tasks = parse_tasks(args.tasks)
     on_gpu = torch_fl.backing() == "cuda"
     spec = args.model or "demo"
     spec = ("0.6b" if on_gpu else "tiny") if spec == "demo" else qwen3.canonical(spec)
@@ -127,9 +144,6 @@ def model_workload(args):
 
 
 def script_workload(path: str, argv: list[str]):
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"--script {path}: no such file")
-
     def run():
         saved = sys.argv
         sys.argv = [path, *argv]
@@ -145,8 +159,10 @@ def run(args) -> int:
     from torch_fl.calibration import calibrate
     from torch_fl.vocab.errors import RoutingError
 
-    if args.script_args and not args.script:
-        print(f"unexpected arguments {args.script_args}: only --script takes arguments (after --)", file=sys.stderr)
+    try:
+        check_arguments(args)
+    except (ValueError, RoutingError) as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
     command, excluded, journal = "python -m torch_fl " + shlex.join(args.argv), None, None
@@ -164,7 +180,7 @@ def run(args) -> int:
         return isolate.supervise(worker, args.candidate, command, lambda m: print(m, file=sys.stderr, flush=True))
     try:
         fn, desc = script_workload(args.script, args.script_args) if args.script else model_workload(args)
-    except (ValueError, FileNotFoundError) as e:
+    except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except ImportError as e:
