@@ -303,6 +303,11 @@ def test_calibrated_targets_in_the_readme_table():
     [(_, text, met, _)] = report.calibrated_targets(e2e)
     assert text == "decode 1.001x (2 rounds), prefill 0.980x ± 0.010 (3 pairs), train 1.020x (2 rounds)"
     assert met is False  # the pairs' prefill, not the rounds' 1.05x
+    # decode: token-by-token pairs (many short calls) before generate() pairs
+    routed["tasks"]["decode"] = {**pair, "ratio_median": 0.9, "noise": 0.1}
+    routed["tasks"]["decode_tokens"] = {**pair, "pairs": 64, "ratio_median": 1.01, "noise": 0.01}
+    [(_, text, _, _)] = report.calibrated_targets(e2e)
+    assert text.startswith("decode 1.010x ± 0.010 (64 pairs), prefill 0.980x")
     table = "\n".join(report.e2e_tables(e2e))
     assert "| flagos_calibrated | prefill pairs | 3 | 0.980x ± 0.010 |" in table and "native 9, flaggems 3 |" in table
 
