@@ -3,7 +3,9 @@
 The candidate backends here are cpu_fallback (always available) and a stand-in
 FlagGems whose functions use ATen (tests/unit/routing_fixtures.py); timings
 come from a fake timer, so the tests assert what calibrate decides and writes
-from given times, not how fast anything is.
+from given times, not how fast anything is. The workload timer that confirms
+the routed classes (confirm.py) is a fake as well: by default it finds the
+workload faster with every call routed off native.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from tests.unit.routing_fixtures import flag_gems_with, no_flag_gems, routing_st
 from torch_fl import backends, calibration, routing
 from torch_fl.__main__ import main
 from torch_fl.backends import flaggems
-from torch_fl.calibration import decide, measure, record
+from torch_fl.calibration import confirm, decide, measure, record
 from torch_fl.calibration.record import CallKey, Recorded
 from torch_fl.cli import calibrate as calibrate_cli
 from torch_fl.routing import config, planner, rules
@@ -260,6 +262,27 @@ def test_rendered_rules_reparse_and_carry_their_measurements():
 # --- calibrate end to end, with a fake timer ------------------------------------------------------------------
 
 
+def workload_timer(cost: dict[str, float], calls: list | None = None):
+    """A fake workload timer: 1 s per run, plus cost[op] for each call of op that ran off native (negative:
+    faster); `calls` collects which routing each run had (the routed ops' backends)."""
+
+    def timer(fn):
+        routing.reset_stats()
+        fn()
+        off = [s for s in routing.stats() if s.backend != "native"]
+        if calls is not None:
+            calls.append(sorted({s.op for s in off}))
+        return 1.0 + sum(cost.get(s.op, -1e-3) * s.calls for s in off)
+
+    return timer
+
+
+@pytest.fixture(autouse=True)
+def routed_is_faster(monkeypatch):
+    """calibrate's default workload timer, faked: every call routed off native makes the workload faster."""
+    monkeypatch.setattr(confirm, "synchronized_timer", lambda device: workload_timer({}))
+
+
 def fake_timer(fast_from: int):
     """The candidate takes 1 us from `fast_from` elements up and 20 us below; native always 10 us."""
 
@@ -411,3 +434,85 @@ def test_cli_model_tasks_cover_prefill_and_training(routing_state, tmp_path, mon
     assert any("backward" in op for op in ops_of["train"])
     assert main(["calibrate", "--model", "tiny", "--tasks", "decode,sample", "-o", str(tmp_path / "x.conf")]) == 2
     assert "expected a comma list of decode, prefill, train" in capsys.readouterr().err
+
+
+def mixed_workload():
+    x = torch.ones(8, 8, device="flagos")
+    for _ in range(4):
+        x @ x
+    torch.abs(x)
+
+
+def test_confirmation_keeps_the_classes_the_workload_confirms(routing_state, tmp_path):  # noqa: F811
+    """Every class wins alone (the fake per-call timer); on the workload routed abs costs more than routed mm
+    saves, so the set loses, and the half with the largest measured saving (mm: more calls) is kept."""
+    out, runs = tmp_path / "cal.conf", []
+    before = routing.config_file()
+    result = torch_fl.calibrate(
+        mixed_workload,
+        str(out),
+        candidate="cpu_fallback",
+        timer=fake_timer(1),
+        rounds=1,
+        progress=False,
+        confirm_pairs=2,
+        workload_timer=workload_timer({"mm": -1e-3, "abs": 1e-2}, runs),
+    )
+    assert [(t.kept, t.won) for t in result.trials] == [(2, False), (1, True)]
+    assert result.trials[0].ratio == pytest.approx(1.0 / (1 + 1e-2 - 4e-3))
+    assert result.trials[1].ratio == pytest.approx(1.0 / (1 - 4e-3)) and result.trials[1].noise == 0
+    # each trial: a warm run of each, then pairs in ABBA order (all native: no call off native)
+    assert runs == [[], ["abs", "mm"], [], ["abs", "mm"], ["abs", "mm"], []] + [[], ["mm"], [], ["mm"], ["mm"], []]
+    assert {c.rule for c in result.classes} == {"mm[float32] = cpu_fallback", "abs[float32] = native"}
+    [dropped] = [c for c in result.classes if c.op == "abs"]
+    assert dropped.note == confirm.DROPPED and dropped.saved_s == 0
+    text = out.read_text()
+    assert "abs[float32] = native" in text and confirm.DROPPED in text
+    assert "confirmed on the workload: 1 classes routed" in result.summary()
+    assert "1 classes that won alone left native" in result.summary()
+    assert config.check_file(str(out))[1] == []
+    assert routing.config_file() == before  # the trials' routing is undone
+
+
+def test_no_confirmed_set_leaves_every_class_native(routing_state, tmp_path):  # noqa: F811
+    result = torch_fl.calibrate(
+        mixed_workload,
+        str(tmp_path / "c.conf"),
+        candidate="cpu_fallback",
+        timer=fake_timer(1),
+        rounds=1,
+        progress=False,
+        confirm_pairs=1,
+        workload_timer=workload_timer({"mm": 1e-3, "abs": 1e-3}),
+    )
+    assert [t.kept for t in result.trials] == [2, 1] and not result.trials[-1].won
+    assert result.routed == [] and all(c.note == confirm.DROPPED for c in result.classes)
+    assert "not confirmed on the workload (2 classes routed: 0.99" in result.summary()
+    assert "no class is faster" not in result.summary()  # they were, alone
+
+
+def test_confirmation_can_be_turned_off_and_is_checked(routing_state, tmp_path, capsys):  # noqa: F811
+    result = torch_fl.calibrate(
+        mixed_workload, candidate="cpu_fallback", timer=fake_timer(1), rounds=1, progress=False, confirm_pairs=0
+    )
+    assert result.trials == [] and len(result.routed) == 2
+    assert "confirmation pairs" in result.text and "confirmed on the workload" not in result.text
+    with pytest.raises(ValueError, match="confirm_pairs must be 0"):
+        torch_fl.calibrate(mixed_workload, candidate="cpu_fallback", confirm_pairs=-1)
+    assert main(["calibrate", "--confirm", "-1", "--isolate", "on"]) == 2
+    assert "--confirm -1" in capsys.readouterr().err
+
+
+def test_using_config_swaps_the_file_layer_for_a_block(routing_state, tmp_path):  # noqa: F811
+    path = tmp_path / "swap.conf"
+    path.write_text(f"include {calibration.default_include()}\nabs = cpu_fallback\n")
+    before, x = routing.config_file(), torch.ones(2, device="flagos")
+    with routing.using_config(str(path)):
+        assert routing.config_file() == str(path)
+        routing.reset_stats()
+        torch.abs(x)
+        assert calls_of("abs") == {"cpu_fallback": 1}
+    assert routing.config_file() == before
+    routing.reset_stats()
+    torch.abs(x)
+    assert "cpu_fallback" not in calls_of("abs")

@@ -3,8 +3,9 @@
 Records the (operator, dtype, signature) calls a workload makes on flagos
 (record.py), times each on native and on a candidate backend (FlagGems'
 fast path by default) and checks the candidate's results against native's
-(measure.py), then writes a routing file that gives each (operator, dtype,
-size class) to the faster correct backend (decide.py). docs/routing.md,
+(measure.py), decides which backend each (operator, dtype, size class) gets
+(decide.py), confirms the candidate's classes on the whole workload
+(confirm.py) and writes the routing file. docs/routing.md,
 "Measured routing", describes the workflow and the file.
 """
 
@@ -22,7 +23,7 @@ import torch
 
 import torch_fl
 from torch_fl import backends
-from torch_fl.calibration import decide, isolate, measure, record
+from torch_fl.calibration import confirm, decide, isolate, measure, record
 from torch_fl.routing import config, native_only, rules
 from torch_fl.vocab.errors import RoutingError
 
@@ -38,6 +39,7 @@ class Calibration:
     classes: list[decide.SizeClass] = field(default_factory=list)
     unavailable: str | None = None  # why the candidate could not be measured: the file routes nothing
     path: str | None = None
+    trials: list[confirm.Trial] = field(default_factory=list)  # the workload routed against native (confirm.py)
 
     @property
     def saved_s(self) -> float:
@@ -73,7 +75,15 @@ class Calibration:
             f"estimated time saved per run: {self.saved_s * 1e3:.3f} ms of {native_total * 1e3:.3f} ms "
             "in the measured operators"
         )
-        if not self.routed:
+        dropped = sum(1 for c in self.classes if c.note == confirm.DROPPED)
+        if self.trials and self.trials[-1].won:
+            lines.append(
+                f"confirmed on the workload: {self.trials[-1]}"
+                + (f"; {dropped} classes that won alone left native" if dropped else "")
+            )
+        elif self.trials:
+            lines.append(f"not confirmed on the workload ({self.trials[0]}; no smaller set won either): all native")
+        if not self.routed and not dropped:
             lines.append(f"no class is faster on {self.candidate}: the file routes every measured call natively")
         return "\n".join(lines)
 
@@ -126,6 +136,8 @@ def calibrate(
     progress: bool = True,
     excluded: dict[str, str] | None = None,
     journal: isolate.Journal | None = None,
+    confirm_pairs: int = 3,
+    workload_timer: confirm.WorkloadTimer | None = None,
 ) -> Calibration:
     """Record `fn()`'s flagos calls, measure them on native and on `candidate`, and (with `output`) write the
     routing file that picks the faster correct backend per (operator, dtype, size class).
@@ -134,19 +146,28 @@ def calibrate(
     calls per sample); `include` is the file the rules refine ("default": this backing's shipped file, None:
     none). With the candidate unavailable (FlagGems not installed), nothing is measured and the file, if
     written, says so and has no rules: check `Calibration.unavailable`. `excluded` ({route key: why}) and
-    `journal` are the worker's side of isolate.py: operators kept off the candidate, phases written down."""
+    `journal` are the worker's side of isolate.py: operators kept off the candidate, phases written down.
+    The candidate's classes are then confirmed on the whole workload, `confirm_pairs` pairs of runs timed by
+    `workload_timer(fn)` (default: from a synchronized device to a synchronized device; 0 pairs: not
+    confirmed); the classes it cannot confirm are written native, saying why (confirm.py)."""
     b = check_candidate(candidate)
+    if confirm_pairs < 0:
+        raise ValueError(f"confirm_pairs must be 0 (no confirmation) or more, not {confirm_pairs}")
     include = default_include() if include == "default" else include
     unavailable = b.unavailable_reason()
     wanted = candidate_ops(candidate) if unavailable is None else (lambda op: False)
     rec = record.record(fn, wanted, per_op)
     result = Calibration(candidate, "", rec, unavailable=unavailable)
     if unavailable is None:
-        timer = timer or measure.SyncTimer(torch.device("flagos", torch.flagos.current_device()), reps)
+        device = torch.device("flagos", torch.flagos.current_device())
+        timer = timer or measure.SyncTimer(device, reps)
         result.measurements = measure.measure(
             list(rec.calls.values()), candidate, timer, rounds, progress=progress, excluded=excluded, journal=journal
         )
         result.classes = decide.size_classes(result.measurements, candidate, min_speedup)
+        if result.routed and confirm_pairs > 0:
+            workload_timer = workload_timer or confirm.synchronized_timer(device)
+            result.trials = confirm.confirm(fn, result.classes, include, confirm_pairs, workload_timer, progress)
     header = [
         "flagos routing measured by `python -m torch_fl calibrate` (docs/routing.md, Measured routing).",
         "Each rule's comment gives its measurements: median time per call on native and on the candidate,",
@@ -155,7 +176,7 @@ def calibrate(
         f"machine: {_machine()}",
         f"versions: {_versions()}",
         f"date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
-        f"candidate: {candidate}; {rounds} rounds, min speedup {min_speedup}",
+        f"candidate: {candidate}; {rounds} rounds, min speedup {min_speedup}, {confirm_pairs} confirmation pairs",
         *result.summary().splitlines(),
     ]
     if unavailable:

@@ -38,6 +38,7 @@ class SizeClass:
     candidate_s: float | None = 0.0  # None: some signature was rejected
     rejected: list[str] = field(default_factory=list)
     first: bool = True  # the dtype's base rule (no size condition)
+    note: str | None = None  # why the class is not routed as its measurements say (confirm.py)
 
     @property
     def saved_s(self) -> float:
@@ -63,7 +64,7 @@ class SizeClass:
         ratio = self.native_s / self.candidate_s if self.candidate_s > 0 else float("inf")
         return (
             f"{MEASURED_TAG} native {per(self.native_s)}, {self.candidate} {per(self.candidate_s)} "
-            f"({ratio:.2f}x), {where}"
+            f"({ratio:.2f}x), {where}" + (f"; {self.note}" if self.note else "")
         )
 
 

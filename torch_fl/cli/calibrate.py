@@ -17,13 +17,15 @@ import sys
 import torch
 
 import torch_fl
-from torch_fl.calibration import isolate, measure
+from torch_fl.calibration import confirm, isolate, measure
 from torch_fl.routing.policy import device_fault
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 #: timer(run, call, backend) -> seconds per call; None: measure.SyncTimer (tests put a fake one here)
 TIMER: measure.Timer | None = None
+#: workload_timer(fn) -> seconds per run of the workload; None: confirm.synchronized_timer (tests: a fake one)
+WORKLOAD_TIMER: confirm.WorkloadTimer | None = None
 
 
 def add_arguments(parser) -> None:
@@ -62,6 +64,14 @@ def add_arguments(parser) -> None:
         default=1.05,
         help="the candidate must be this many times faster than native to take a class (1.05)",
     )
+    parser.add_argument(
+        "--confirm",
+        type=int,
+        default=3,
+        metavar="PAIRS",
+        help="pairs of workload runs, routed against all native, that must confirm the candidate's classes "
+        "before they are written (3; 0: write them unconfirmed)",
+    )
     parser.add_argument("--per-op", type=int, default=32, help="signatures measured per operator, at most (32)")
     parser.add_argument(
         "--include",
@@ -99,6 +109,8 @@ def check_arguments(args) -> None:
         raise ValueError(f"--script {args.script}: no such file")
     if not args.script:
         parse_tasks(args.tasks)
+    if args.confirm < 0:
+        raise ValueError(f"--confirm {args.confirm}: the number of pairs is 0 (no confirmation) or more")
     check_candidate(args.candidate)
 
 
@@ -204,6 +216,8 @@ def run(args) -> int:
             command=command,
             excluded=excluded,
             journal=journal,
+            confirm_pairs=args.confirm,
+            workload_timer=WORKLOAD_TIMER,
         )
     except (RoutingError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

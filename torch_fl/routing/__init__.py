@@ -183,6 +183,20 @@ def load_config(path: str, origin: str = "user file") -> None:
         planner.apply()
 
 
+@contextlib.contextmanager
+def using_config(path: str, origin: str = "user file"):
+    """`with using_config("other.conf"): ...` -- the file layer replaced by `path`, restored on exit."""
+    with LOCK:
+        saved = STATE.file_rules, STATE.config_file
+    load_config(path, origin)
+    try:
+        yield
+    finally:
+        with planner.changing():
+            STATE.file_rules, STATE.config_file = saved
+            planner.apply()
+
+
 def _startup(environ=None) -> None:
     """Read config and env once (at `import torch_fl`), validate, register kernels."""
     environ = os.environ if environ is None else environ
