@@ -11,6 +11,7 @@ import os
 import statistics
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from _timing import abba, paired_seconds, ratio_stats
@@ -50,8 +51,9 @@ def paired_worker(args) -> dict:
 
     Machine load that drifts between child processes (a shared host) hits
     both devices of a pair alike, so the median of per-pair ratios is far steadier than a
-    ratio of medians from different processes. Training is not paired: native
-    CUDA backward fails once torch_fl is imported (PyTorch issue 161129).
+    ratio of medians from different processes. Training is not paired with native: native
+    CUDA backward fails once torch_fl is imported (PyTorch issue 161129); a routing variant's training
+    pairs with flagos's native routes instead (train_route_pairs).
     """
     sys.path.insert(0, str(MODELS_DIR))
     sys.path.insert(0, str(REPO))
@@ -60,6 +62,7 @@ def paired_worker(args) -> dict:
 
     import torch_fl
     from torch_fl import routing
+    from torch_fl.routing import config
     from torch_fl.routing import summary as stats
 
     native = torch.device("cuda", 0) if torch_fl.backing() == "cuda" else torch.device("cpu")
@@ -79,7 +82,65 @@ def paired_worker(args) -> dict:
             out["tasks"][task] = {"error": f"{type(e).__name__}: {str(e)[:800]}"}
     if args.step_pairs > 0 and "decode" in args.tasks.split(","):
         out["tasks"]["decode_tokens"] = token_pairs(models, native, flagos, sizes["decode"], args)
+    native_routes = config.default_file(torch_fl.backing(), False)
+    if args.paired > 0 and "train" in args.tasks.split(",") and routing.config_file() != native_routes:
+        del models
+        try:
+            out["tasks"]["train"] = train_route_pairs(args, sizes["train"], flagos, native_routes)
+        except Exception as e:
+            out["tasks"]["train"] = {"error": f"{type(e).__name__}: {str(e)[:800]}"}
     return out
+
+
+def train_route_pairs(args, sz: dict, flagos, native_routes: str) -> dict:
+    """A routing variant's training step against flagos on its native routes (the shipped routing file),
+    two copies of the model in one process, alternating (ABBA): the steady training figure that pairing
+    with native CUDA cannot give (PyTorch issue 161129). Flagos's native routes run at native's speed (the
+    flagos pairs show it), so the ratio stands for one against native. The routing file is swapped
+    between the timed steps, never inside one."""
+    import qwen3
+    import torch
+    import workloads
+    from _timing import abba
+
+    from torch_fl import routing
+    from torch_fl.routing import summary as stats
+
+    sides = {}
+    for side in ("native_routes", "routed"):
+        model = qwen3.build(args.ckpt, dtype=torch.float32).to(flagos).train()
+        sides[side] = (model, torch.optim.AdamW(model.parameters(), lr=sz["lr"]))
+    vocab = sides["routed"][0].config.vocab_size
+    ids = qwen3.tokens(vocab, sz["batch"], sz["length"], seed=args.seed + 3).to(flagos)
+
+    def step(side: str) -> float:
+        model, opt = sides[side]
+        with routing.using_config(native_routes, "default file") if side == "native_routes" else nullcontext():
+            workloads.synchronize(flagos)
+            t = time.perf_counter()
+            workloads.train_step(model, opt, ids)
+            workloads.synchronize(flagos)
+            return time.perf_counter() - t
+
+    for side in sides:
+        for _ in range(sz["warmup"]):
+            step(side)
+    secs: dict = {"native_routes": [], "routed": []}
+    for i in range(args.paired):
+        for side in abba(i, "native_routes", "routed"):
+            secs[side].append(step(side))
+    routing.reset_stats()
+    step("routed")  # one more, counted: which backends the routed step ran
+    ratios = [n / r for n, r in zip(secs["native_routes"], secs["routed"], strict=True)]
+    tokens = sz["batch"] * sz["length"]
+    return {
+        **ratio_stats(ratios),
+        "ratios": [round(r, 4) for r in ratios],
+        "against": "flagos native routes",
+        "native_tokens_per_s": tokens / statistics.median(secs["native_routes"]),
+        "flagos_tokens_per_s": tokens / statistics.median(secs["routed"]),
+        "backends": stats.backends_used(stats.stats()),
+    }
 
 
 def _pair_task(task: str, models: dict, native, flagos, sz: dict, args) -> dict:

@@ -178,7 +178,8 @@ def paired_brief(paired: dict) -> str:
                 f"{r['ratio_of_sums']:.3f}x summed{match}; alone {alone:.3f}x)"
             )
         else:
-            parts.append(f"{t} {r['ratio_median']:.3f}x (median of {r['pairs']} pairs{match})")
+            against = f", against {r['against']}" if r.get("against") else ""
+            parts.append(f"{t} {r['ratio_median']:.3f}x (median of {r['pairs']} pairs{against}{match})")
     return "; ".join(parts)
 
 

@@ -45,8 +45,11 @@ difference is a defect.
 --paired N first runs decode and prefill (and graphs, on a GPU) on native
 and flagos in one child process, alternating call by call for N pairs: on a
 shared machine whose load drifts between processes, the median of per-pair
-ratios is the steadier number (training is not paired: native CUDA backward cannot share a process
-with torch_fl). --concurrent (two GPUs) pairs all three tasks another way:
+ratios is the steadier number (training is not paired with native: native CUDA backward cannot share
+a process with torch_fl). --paired-variants pairs each flagos routing listed (flagos_flaggems,
+flagos_calibrated) with native the same way, each in a process of its own, and pairs its training step
+with flagos on its native routes (the shipped routing file swapped in between steps), which run at
+native's speed. --concurrent (two GPUs) pairs all three tasks another way:
 each round runs the native and the flagos child at the same time, one per
 GPU, swapping GPUs every round, so load on the shared host hits both alike;
 the median of the rounds' ratios is reported beside the other numbers.

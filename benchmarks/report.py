@@ -83,6 +83,7 @@ def e2e_pairs(d: dict, variant: str = "flagos") -> list[tuple[str, dict]]:
         "prefill": "prefill pairs",
         "decode_tokens": "decode token by token",
         "graphs": "graph decode pairs",
+        "train": "train pairs, against flagos's native routes",
     }
     return [(label.get(t, t), e) for t, e in tasks.items() if "ratio_median" in e]  # not a task that errored
 
@@ -379,7 +380,11 @@ def graph_targets(summary: dict, pair: dict | None = None) -> list[tuple]:
 
 
 # the in-process pairs that judge a task, steadiest first (token by token: 64 pairs of short calls)
-PAIR_LABELS = {"decode": ("decode token by token", "decode, generate() pairs"), "prefill": ("prefill pairs",)}
+PAIR_LABELS = {
+    "decode": ("decode token by token", "decode, generate() pairs"),
+    "prefill": ("prefill pairs",),
+    "train": ("train pairs, against flagos's native routes",),
+}
 
 
 def _rounds(n, kind: str = "") -> str:

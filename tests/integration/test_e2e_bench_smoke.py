@@ -247,7 +247,14 @@ def test_calibrated_variant_routes_by_its_file_and_only_when_given(tmp_path):
     routes = tmp_path / "calibrated.conf"
     routes.write_text("include builtin:backends_cpu.conf\nadd.Tensor = cpu_fallback\n")
     cmd = [sys.executable, str(REPO / "benchmarks" / "e2e.py"), "--model", "tiny", "--quick", "--rounds", "1"]
-    cmd += ["--tasks", "decode", "--variants", "native,flagos,flagos_calibrated", "--out", str(tmp_path / "c.json")]
+    cmd += [
+        "--tasks",
+        "decode,train",
+        "--variants",
+        "native,flagos,flagos_calibrated",
+        "--out",
+        str(tmp_path / "c.json"),
+    ]
     # The calibrated file reaches flagos_calibrated alone: a routing file set in the shell reaches no child.
     env = dict(os.environ, FLAGOS_BACKEND_CONFIG=str(tmp_path / "missing.conf"))
     pairs = ["--paired", "1", "--paired-variants", "flagos,flagos_calibrated"]
@@ -268,6 +275,11 @@ def test_calibrated_variant_routes_by_its_file_and_only_when_given(tmp_path):
     assert routed["routing_file"] == str(routes) and routed["tasks"]["decode"]["backends"]["cpu_fallback"] > 0
     assert "cpu_fallback" not in report["paired"]["tasks"]["decode"]["backends"]
     assert report["paired"]["routing_file"] != str(routes)
+    # training pairs with flagos's native routes (native CUDA backward cannot share the process)
+    train = routed["tasks"]["train"]
+    assert train["against"] == "flagos native routes" and train["pairs"] == 1 and train["ratio_median"] > 0, train
+    assert train["backends"]["cpu_fallback"] > 0
+    assert "train" not in report["paired"]["tasks"]  # flagos on its native routes: nothing to pair with
     bad = subprocess.run([*cmd, "--paired-variants", "flagos_calibrated"], capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and "needs --calibrated FILE" in bad.stderr
     # Without --calibrated the variant is skipped, saying why; a missing file is an error.
