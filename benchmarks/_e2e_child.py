@@ -73,11 +73,16 @@ def paired_worker(args) -> dict:
     out["routing_file"] = routing.config_file()  # e2e.py --paired-variants: how this child's flagos routes
     models = {d: qwen3.build(args.ckpt, dtype=dtype).to(d) for d in (native, flagos)}
     paired = ("decode", "prefill", "graphs") if torch_fl.backing() == "cuda" else ("decode", "prefill")
+    seen: dict = {}  # the fast path's counts at the end of the tasks so far
     for task in [t for t in args.tasks.split(",") if t in paired and args.paired > 0]:
         try:
             routing.reset_stats()
             out["tasks"][task] = _pair_task(task, models, native, flagos, sizes[task], args)
             out["tasks"][task]["backends"] = stats.backends_used(stats.stats())  # the flagos calls, by backend
+            now = fast_path_counts()
+            if fast := fast_path_since(now, seen):
+                out["tasks"][task]["fast_path"] = fast
+            seen.update(now)
         except Exception as e:  # recorded as a result, as the child rounds do: the other tasks still pair
             out["tasks"][task] = {"error": f"{type(e).__name__}: {str(e)[:800]}"}
     if args.step_pairs > 0 and "decode" in args.tasks.split(","):
@@ -89,6 +94,32 @@ def paired_worker(args) -> dict:
             out["tasks"]["train"] = train_route_pairs(args, sizes["train"], flagos, native_routes)
         except Exception as e:
             out["tasks"]["train"] = {"error": f"{type(e).__name__}: {str(e)[:800]}"}
+    return out
+
+
+def fast_path_counts() -> dict:
+    """{op: {hits, recorded, python, evicted, reasons}} of the FlagGems fast path, since the process began,
+    for each operator that ran on it since the last reset of the routing statistics: calls that replayed,
+    recorded a new signature, or stayed on FlagGems' Python function and why (backends/flaggems_fast.py)."""
+    import torch_fl
+    from torch_fl.routing import summary as stats
+
+    out = {}
+    for op in sorted({r.op for r in stats.stats() if r.backend == "flaggems"}):
+        s = torch_fl._C.PyRoute(op).fast_stats()
+        out[op] = {**{k: s[k] for k in ("hits", "recorded", "python", "evicted")}, "reasons": dict(s["reasons"])}
+    return out
+
+
+def fast_path_since(now: dict, before: dict) -> dict:
+    """The counts of fast_path_counts() `now` less those of `before`, for operators with calls in between."""
+    out = {}
+    for op, c in now.items():
+        was = before.get(op, {})
+        d = {k: c[k] - was.get(k, 0) for k in ("hits", "recorded", "python", "evicted")}
+        reasons = {why: n - was.get("reasons", {}).get(why, 0) for why, n in c["reasons"].items()}
+        if d["hits"] or d["recorded"] or d["python"]:
+            out[op] = {**d, "reasons": {why: n for why, n in reasons.items() if n}}
     return out
 
 

@@ -88,6 +88,19 @@ def e2e_pairs(d: dict, variant: str = "flagos") -> list[tuple[str, dict]]:
     return [(label.get(t, t), e) for t, e in tasks.items() if "ratio_median" in e]  # not a task that errored
 
 
+def fast_path_brief(fast: dict, top: int = 3) -> str:
+    """One line of e2e's per-operator fast path counts: totals, then the operators most often not replayed."""
+    total = {k: sum(c[k] for c in fast.values()) for k in ("hits", "recorded", "python")}
+    text = f"{total['hits']:,} replayed, {total['recorded']:,} recorded, {total['python']:,} on Python"
+    worst = sorted(fast.items(), key=lambda kv: -(kv[1]["recorded"] + kv[1]["python"]))[:top]
+    parts = []
+    for op, c in worst:
+        if c["recorded"] + c["python"]:
+            why = max(c["reasons"], key=c["reasons"].get) if c["reasons"] else ""
+            parts.append(f"`{op}` {c['recorded']:,} recorded, {c['python']:,} on Python" + (f" ({why})" if why else ""))
+    return text + ("; " + "; ".join(parts) if parts else "")
+
+
 def pair_noise(e: dict) -> float | None:
     """The noise of a paired or per-round entry; None for a single pair or round, which has no spread."""
     if e.get("pairs", 2) < 2:
@@ -121,6 +134,14 @@ def e2e_tables(d: dict) -> list[str]:
                 f"{e['native_tokens_per_s']:,.1f} | {e['flagos_tokens_per_s']:,.1f} | {match} | {routed} |"
             )
         out.append("")
+        fast = [(v, label, fast_path_brief(e["fast_path"])) for v, label, e in pairs if e.get("fast_path")]
+        if fast:
+            out += [
+                "FlagGems fast path in those pairs (calls replayed, recording a new signature, or left on "
+                "FlagGems' Python function; the operators with the most calls not replayed):",
+                "",
+            ]
+            out += [f"- {v}, {label}: {brief}" for v, label, brief in fast] + [""]
     rows = [(v, t, e) for v, per in d.get("summary", {}).items() for t, e in per.items() if e.get("rounds")]
     if rows:
         out += [
