@@ -461,8 +461,11 @@ def test_confirmation_keeps_the_classes_the_workload_confirms(routing_state, tmp
     assert [(t.kept, t.won) for t in result.trials] == [(2, False), (1, True)]
     assert result.trials[0].ratio == pytest.approx(1.0 / (1 + 1e-2 - 4e-3))
     assert result.trials[1].ratio == pytest.approx(1.0 / (1 - 4e-3)) and result.trials[1].noise == 0
-    # each trial: a warm run of each, then pairs in ABBA order (all native: no call off native)
-    assert runs == [[], ["abs", "mm"], [], ["abs", "mm"], ["abs", "mm"], []] + [[], ["mm"], [], ["mm"], ["mm"], []]
+    # each trial: pairs in ABBA order, each run of one side in a row after an untimed run of that side
+    # (the routing change before it drops recordings): [] is all native
+    n, r = [], ["abs", "mm"]
+    assert runs[:7] == [n, n, r, r, r, n, n]
+    assert runs[7:] == [n, n, ["mm"], ["mm"], ["mm"], n, n]
     assert {c.rule for c in result.classes} == {"mm[float32] = cpu_fallback", "abs[float32] = native"}
     [dropped] = [c for c in result.classes if c.op == "abs"]
     assert dropped.note == confirm.DROPPED and dropped.saved_s == 0
