@@ -471,8 +471,8 @@ def test_confirmation_keeps_the_classes_the_workload_confirms(routing_state, tmp
     assert dropped.note == confirm.DROPPED and dropped.saved_s == 0
     text = out.read_text()
     assert "abs[float32] = native" in text and confirm.DROPPED in text
-    assert "confirmed on the workload: 1 classes routed" in result.summary()
-    assert "1 classes that won alone left native" in result.summary()
+    assert "confirmed on the workload: 1 class routed: 1.004x" in result.summary()
+    assert "; 1 class that won alone left native" in result.summary()
     assert config.check_file(str(out))[1] == []
     assert routing.config_file() == before  # the trials' routing is undone
 

@@ -79,7 +79,11 @@ class Calibration:
         if self.trials and self.trials[-1].won:
             lines.append(
                 f"confirmed on the workload: {self.trials[-1]}"
-                + (f"; {dropped} classes that won alone left native" if dropped else "")
+                + (
+                    f"; {dropped} {'class' if dropped == 1 else 'classes'} that won alone left native"
+                    if dropped
+                    else ""
+                )
             )
         elif self.trials:
             lines.append(f"not confirmed on the workload ({self.trials[0]}; no smaller set won either): all native")

@@ -45,7 +45,8 @@ class Trial:
         return self.ratio >= 1.0
 
     def __str__(self) -> str:
-        return f"{self.kept} classes routed: {self.ratio:.3f}x the workload's speed with none (noise {self.noise:.3f})"
+        routed = f"{self.kept} class{'es' if self.kept != 1 else ''} routed"
+        return f"{routed}: {self.ratio:.3f}x the workload's speed with none (noise {self.noise:.3f})"
 
 
 def _quartiles(values: list[float]) -> tuple[float, float]:
