@@ -133,7 +133,6 @@ def train_route_pairs(args, sz: dict, flagos, native_routes: str) -> dict:
     import qwen3
     import torch
     import workloads
-    from _timing import abba
 
     from torch_fl import routing
     from torch_fl.routing import summary as stats

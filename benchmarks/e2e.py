@@ -272,6 +272,7 @@ def main(argv=None) -> int:
             return 2
         args.calibrated = str(calibrated)
     variants, skipped = _available_variants(on_gpu, args.calibrated)
+    unavailable = dict(skipped)  # before --variants narrows them: --paired-variants may name others
     if args.variants:
         wanted = args.variants.split(",")
         if bad := [v for v in wanted if v not in VARIANTS]:
@@ -288,6 +289,9 @@ def main(argv=None) -> int:
     if "flagos_calibrated" in pair_with and not args.calibrated:
         print("--paired-variants flagos_calibrated needs --calibrated FILE", file=sys.stderr)
         return 2
+    for v in [v for v in pair_with if v in unavailable]:
+        print(f"not pairing {v}: {unavailable[v]}", file=sys.stderr)
+        pair_with.remove(v)
     if args.concurrent and (torch.cuda.device_count() < 2 or "flagos" not in variants):
         print("--concurrent needs two CUDA GPUs and the flagos variant", file=sys.stderr)
         return 2

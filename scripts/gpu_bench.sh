@@ -60,8 +60,14 @@ if [[ $STEP == all || $STEP == e2e ]]; then
   # one after the other, and needs a second GPU.
   concurrent=()
   (( $(nvidia-smi -L | wc -l) > 1 )) && [[ ${CONCURRENT:-0} == 1 ]] && concurrent=(--concurrent)
+  # Every flagos routing is paired with native in a process of its own: the FlagGems profile, and the
+  # committed calibrated file where there is one for this machine (--calibrated).
+  calibrated=(); pair_with=flagos,flagos_flaggems
+  if [[ -f benchmarks/results/calibrated-h200.conf ]] && nvidia-smi -L | grep -q H200; then
+    calibrated=(--calibrated benchmarks/results/calibrated-h200.conf); pair_with+=,flagos_calibrated
+  fi
   python3 benchmarks/e2e.py --rounds "${ROUNDS:-3}" ${E2E_DEADLINE:+--deadline "$E2E_DEADLINE"} \
     ${E2E_VARIANTS:+--variants "$E2E_VARIANTS"} --paired "${PAIRS:-6}" --step-pairs "${STEP_PAIRS:-4}" \
-    "${concurrent[@]}" --out "$OUT" 2>&1 | tail -30
+    --paired-variants "${PAIRED_VARIANTS:-$pair_with}" "${calibrated[@]}" "${concurrent[@]}" --out "$OUT" 2>&1 | tail -30
 fi
 echo "total: $(( $(date +%s) - start )) s"

@@ -282,6 +282,8 @@ def test_calibrated_variant_routes_by_its_file_and_only_when_given(tmp_path):
     assert "train" not in report["paired"]["tasks"]  # flagos on its native routes: nothing to pair with
     bad = subprocess.run([*cmd, "--paired-variants", "flagos_calibrated"], capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and "needs --calibrated FILE" in bad.stderr
+    bad = subprocess.run([*cmd, "--paired-variants", "native"], capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2 and "cannot pair ['native']" in bad.stderr
     # Without --calibrated the variant is skipped, saying why; a missing file is an error.
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
