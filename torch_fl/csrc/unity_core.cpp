@@ -21,3 +21,4 @@
 #include "ops/metadata_ops.cpp"
 #include "ops/autocast.cpp"
 #include "ops/sdpa.cpp"
+#include "route/host_rnn.cpp"

@@ -12,6 +12,7 @@
 #include "route/counters.h"
 #include "route/device_check.h"
 #include "route/dtype_gaps.h"
+#include "route/host_rnn.h"
 #include "route/profiling.h"
 #include "route/routed_args.h"
 #include "route/typed_native.h"
@@ -240,6 +241,9 @@ void register_native_route() {
   // widened (route/dtype_gaps.cpp); registered here so that the dispatch
   // dump names this file, as for the native route's other registrations.
   register_dtype_gaps(direct_library);
+  // On host backing, CUDA's fused LSTM/GRU cells and a packed sequence's CPU
+  // batch_sizes (route/host_rnn.cpp).
+  register_host_rnn(direct_library);
   auto& dispatcher = c10::Dispatcher::singleton();
   // Operators any overload of which takes a Generator: randn draws as
   // randn.generator does.
