@@ -334,11 +334,11 @@ def main(argv=None) -> int:
         args.logits_dir = tempfile.mkdtemp(prefix="logits-", dir=tmp)  # each decode child's prompt logits
         reference: dict = {}  # native's, for compare_logits
         raw = []
-        if (args.paired > 0 and {"decode", "prefill", "graphs"} & set(args.tasks)) or (
-            args.step_pairs > 0 and "decode" in args.tasks
-        ):
-            what = f"{args.paired} pairs" + (f", {args.step_pairs} sequences token by token" if args.step_pairs else "")
-            for v in pair_with:
+        what = f"{args.paired} pairs" + (f", {args.step_pairs} sequences token by token" if args.step_pairs else "")
+        for v in pair_with:
+            # a routing variant pairs its training step too (with flagos's native routes)
+            pairable = {"decode", "prefill", "graphs"} | ({"train"} if v != "flagos" else set())
+            if (args.paired > 0 and pairable & set(args.tasks)) or (args.step_pairs > 0 and "decode" in args.tasks):
                 print(f"paired: native and {v} alternating in one process, {what} ...", end=" ", flush=True)
                 res = _run_child("paired", args, ckpt, sizes, routes=v)
                 print(_e2e_report.paired_brief(res), f"[{res.get('wall_s', '?')} s]", flush=True)
