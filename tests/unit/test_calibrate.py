@@ -10,6 +10,8 @@ workload faster with every call routed off native.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -410,7 +412,7 @@ def test_cli_calibrates_the_demo_model(routing_state, tmp_path, monkeypatch):  #
     out = tmp_path / "cal.conf"
     monkeypatch.setattr(calibrate_cli, "TIMER", fake_timer(4096))
     argv = ["calibrate", "--model", "demo", "--tokens", "1", "--prompt-len", "4", "--rounds", "1", "--quiet"]
-    argv.extend(["--isolate", "off"])
+    argv.extend(["--tasks", "decode", "--isolate", "off"])  # on a GPU the demo's model is Qwen3-0.6B's size
     assert main([*argv, "--candidate", "cpu_fallback", "-o", str(out)]) == 0
     rs = [r for r in config.load_file(str(out)) if r.file == str(out)]
     assert any(r.pattern == "mm" for r in rs)
@@ -492,6 +494,33 @@ def test_no_confirmed_set_leaves_every_class_native(routing_state, tmp_path):  #
     assert result.routed == [] and all(c.note == confirm.DROPPED for c in result.classes)
     assert "not confirmed on the workload (2 classes routed: 0.99" in result.summary()
     assert "no class is faster" not in result.summary()  # they were, alone
+
+
+def test_a_gain_inside_the_noise_is_not_confirmed(routing_state, tmp_path):  # noqa: F811
+    """Routed is faster in the median pair, but the pairs scatter more than that: no evidence, so no class
+    is kept (a trial wins only by more than its noise)."""
+    native_runs = itertools.count()
+
+    def noisy(fn):
+        seconds = workload_timer({"mm": -1e-3, "abs": -1e-3})(fn)
+        if seconds == 1.0:  # a native run: 3 % slower or faster, in turn
+            seconds += 0.03 if next(native_runs) % 2 else -0.03
+        return seconds
+
+    result = torch_fl.calibrate(
+        mixed_workload,
+        str(tmp_path / "c.conf"),
+        candidate="cpu_fallback",
+        timer=fake_timer(1),
+        rounds=1,
+        progress=False,
+        confirm_pairs=4,
+        workload_timer=noisy,
+    )
+    first = result.trials[0]
+    assert first.ratio > 1.0 and first.noise > first.ratio - 1.0 and not first.won
+    assert all(not t.won for t in result.trials) and result.routed == []
+    assert all(c.backend == "native" and c.note == confirm.DROPPED for c in result.classes)
 
 
 def test_confirmation_can_be_turned_off_and_is_checked(routing_state, tmp_path, capsys):  # noqa: F811
