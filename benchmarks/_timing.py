@@ -33,6 +33,25 @@ def rounds_within(count: int, deadline: float | None, started: float):
         last = time.perf_counter() - t
 
 
+class Deadline:
+    """Whether the next step of a benchmark (a child process, a pairing) may start: not if, as long as the
+    last step of its kind, it would end more than `seconds` after `started`. A kind not yet timed starts
+    while the deadline has not passed; no deadline: every step. Finer than rounds_within for a benchmark
+    whose steps are long (e2e's children run for minutes): its report is written after each step, so a run
+    stopped here or killed keeps what it measured."""
+
+    def __init__(self, seconds: float | None, started: float):
+        self.stop_at = started + seconds if seconds is not None else float("inf")
+        self.last: dict[str, float] = {}
+
+    def allows(self, kind: str) -> bool:
+        return time.perf_counter() + self.last.get(kind, 0.0) <= self.stop_at
+
+    def took(self, kind: str, since: float) -> None:
+        """Record that a step of `kind`, started at perf_counter() `since`, has ended."""
+        self.last[kind] = time.perf_counter() - since
+
+
 def alternating(rounds: int, measure: dict) -> dict:
     """{key: [one sample per round]}: each `measure[key]()` once a round, the order reversed every
     other round (ABBA), so drift on a shared machine hits every key alike."""

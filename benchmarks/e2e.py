@@ -67,6 +67,7 @@ prints a Markdown table.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -201,7 +202,13 @@ def _parse(argv=None):
         default=None,
         help="JSON path, or a folder for e2e-<machine>.json (default benchmarks/results/e2e-<machine>.json)",
     )
-    p.add_argument("--deadline", type=float, default=None, help="start no round that would end after this many seconds")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="start no child (a pairing, a variant's round) that, as long as the last of its kind, would end after "
+        "this many seconds",
+    )
     p.add_argument("--child-timeout", type=int, default=300, help="seconds per child process")
     p.add_argument(
         "--paired",
@@ -315,6 +322,8 @@ def main(argv=None) -> int:
             "summary": _e2e_report.summarise(raw, variants, args.tasks),
             "paired": paired,
             "paired_routed": paired_routed,
+            # which file the calibrated variant measured: report.py notes when the committed one has changed
+            "calibrated_sha256": _sha256(args.calibrated) if args.calibrated else None,
             "concurrent": _e2e_report.concurrent_ratios(raw, args.tasks) if args.concurrent else None,
             "raw": raw,
         }
@@ -335,33 +344,61 @@ def main(argv=None) -> int:
         reference: dict = {}  # native's, for compare_logits
         raw = []
         what = f"{args.paired} pairs" + (f", {args.step_pairs} sequences token by token" if args.step_pairs else "")
+        # Each child runs for tens of seconds to minutes: the deadline is judged before each one, and the
+        # report is written after each one, so a run stopped early, or killed, keeps what it measured.
+        deadline = _timing.Deadline(args.deadline, started)
+
+        def may_start(kind: str, what: str) -> bool:
+            if deadline.allows(kind):
+                return True
+            print(f"deadline ({args.deadline:g} s): not starting {what}", flush=True)
+            return False
+
+        stopped = False
         for v in pair_with:
             # a routing variant pairs its training step too (with flagos's native routes)
             pairable = {"decode", "prefill", "graphs"} | ({"train"} if v != "flagos" else set())
             if (args.paired > 0 and pairable & set(args.tasks)) or (args.step_pairs > 0 and "decode" in args.tasks):
+                if not may_start("paired", f"the pairs of {v} or anything after them"):
+                    stopped = True
+                    break
                 print(f"paired: native and {v} alternating in one process, {what} ...", end=" ", flush=True)
+                t = time.perf_counter()
                 res = _run_child("paired", args, ckpt, sizes, routes=v)
+                deadline.took("paired", t)
                 print(_e2e_report.paired_brief(res), f"[{res.get('wall_s', '?')} s]", flush=True)
                 if v == "flagos":
                     paired = res
                 else:
                     paired_routed[v] = res
+                write_json(raw, 0)
         done = 0
-        for r in _timing.rounds_within(args.rounds, args.deadline, started):
+        for r in range(0 if stopped else args.rounds):
             order = variants[r % len(variants) :] + variants[: r % len(variants)]
             if args.concurrent:
+                if not may_start("concurrent", f"round {r + 1}"):
+                    break
                 # native and flagos at once, each on its own GPU, which they swap every round
                 jobs = [("native", r % 2), ("flagos", 1 - r % 2)]
                 print(f"round {r + 1}/{args.rounds}: native on GPU {r % 2}, flagos on GPU {1 - r % 2} ...", flush=True)
+                t = time.perf_counter()
                 for res in _run_concurrently(jobs, args, ckpt, sizes):
                     _record(raw, res, r, f"  {res['variant']}:", reference)
+                deadline.took("concurrent", t)
                 order = [v for v in order if v not in ("native", "flagos")]
             for v in order:
+                if not may_start(v, f"{v} in round {r + 1} or anything after it"):
+                    stopped = True
+                    break
                 print(f"round {r + 1}/{args.rounds}: {v} ...", end=" ", flush=True)
+                t = time.perf_counter()
                 _record(raw, _run_child(v, args, ckpt, sizes), r, "", reference)
+                deadline.took(v, t)
+                write_json(raw, r + 1)
+            if stopped:
+                break
             done = r + 1
-            write_json(raw, done)
-        args.rounds = done  # the rounds that ran (a deadline may stop them early)
+        args.rounds = max(done, len({x["round"] for x in raw}))  # rounds begun (a deadline may stop them early)
 
     report = write_json(raw, args.rounds)
     summary = report["summary"]
@@ -381,6 +418,10 @@ def main(argv=None) -> int:
     print(f"\nwrote {json_path}" + (f" and {png}" if png else " (no PNG: matplotlib is not installed)"))
     print(f"total {report['wall_s']} s")
     return 0
+
+
+def _sha256(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _record(raw: list, res: dict, round_index: int, prefix: str, reference: dict) -> None:

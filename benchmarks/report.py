@@ -13,6 +13,7 @@ without them the script says so, leaves README.md alone and exits 1.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -114,6 +115,8 @@ def pair_noise(e: dict) -> float | None:
 
 def e2e_tables(d: dict) -> list[str]:
     out = []
+    if note := calibrated_file_changed(d):
+        out += [f"The flagos_calibrated rows were {note}: run e2e.py again to measure it.", ""]
     pairs = [(v, *p) for v in ("flagos", *(d.get("paired_routed") or {})) for p in e2e_pairs(d, v)]
     if pairs:
         out += [
@@ -472,9 +475,30 @@ def calibrated_targets(e2e: dict) -> list[tuple]:
     floors = {"decode": 1.0, "prefill": 1.02, "train": 1.02}
     target = "calibrated routing Qwen3-0.6B >= 1.02x native (decode >= 1.0x)"
     agree = "calibrated routing greedy tokens native's or explained, logits within tolerance"
-    return variant_targets(e2e, "flagos_calibrated", target, floors) + agreement_targets(
+    rows = variant_targets(e2e, "flagos_calibrated", target, floors) + agreement_targets(
         e2e.get("summary", {}), "flagos_calibrated", agree
     )
+    if rows and (note := calibrated_file_changed(e2e)):
+        rows[0] = (rows[0][0], f"{rows[0][1]}; {note}", *rows[0][2:])
+    return rows
+
+
+def calibrated_file_changed(e2e: dict) -> str | None:
+    """A note when the routing file e2e.py measured (--calibrated, a committed result) is not the one
+    committed now: the calibrated figures then describe an earlier file."""
+    words = (e2e.get("meta", {}).get("command") or "").split()
+    if "--calibrated" not in words or words.index("--calibrated") + 1 >= len(words):
+        return None
+    path = REPO / words[words.index("--calibrated") + 1]
+    if not path.is_file() or REPO not in path.resolve().parents:
+        return None
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    if e2e.get("calibrated_sha256") == sha:
+        return None
+    date = next(
+        (line.split(":", 1)[1].strip() for line in path.read_text().splitlines() if line.startswith("# date:")), ""
+    )
+    return f"measured with an earlier {path.name} than the committed one" + (f" (written {date[:10]})" if date else "")
 
 
 def readme_table(results: dict[str, dict]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -97,6 +98,19 @@ def test_pairs_only_report_has_no_empty_rounds():
     ]
     table = e2e.table(e2e.summarise(raw, ["native", "flagos"], ["prefill"]), ["prefill"])
     assert "| native | prefill | 10.0 |" in table and "| flagos | prefill | error: child timed out |" in table
+
+
+@pytest.mark.anyplatform
+def test_a_deadline_stops_before_the_next_child_and_keeps_what_ran(tmp_path):
+    """The deadline is judged before each child process (its pairs, each variant's round): past it, nothing
+    more starts and the report has what ran."""
+    cmd = [sys.executable, str(REPO / "benchmarks" / "e2e.py"), "--model", "tiny", "--quick", "--rounds", "3"]
+    cmd += ["--variants", "native,flagos", "--out", str(tmp_path / "e2e.json"), "--paired", "1", "--deadline", "0"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "deadline (0 s): not starting the pairs of flagos or anything after them" in proc.stdout
+    report = json.loads((tmp_path / "e2e.json").read_text())
+    assert report["paired"] is None and report["raw"] == [] and report["rounds"] == 0
 
 
 @pytest.mark.anyplatform
@@ -264,6 +278,7 @@ def test_calibrated_variant_routes_by_its_file_and_only_when_given(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "c.json").read_text())
     assert report["variants"] == ["native", "flagos", "flagos_calibrated"]
+    assert report["calibrated_sha256"] == hashlib.sha256(routes.read_bytes()).hexdigest()
     files = {r["variant"]: r.get("routing_file") for r in report["raw"]}
     assert files["flagos_calibrated"] == str(routes) and files["flagos"] != str(routes)  # flagos: the shipped file
     cal = report["summary"]["flagos_calibrated"]["decode"]
@@ -291,6 +306,22 @@ def test_calibrated_variant_routes_by_its_file_and_only_when_given(tmp_path):
     assert "--calibrated FILE" in skipped["flagos_calibrated"]
     proc = subprocess.run([*cmd, "--calibrated", str(tmp_path / "nope.conf")], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 2 and "no such file" in proc.stderr
+
+
+@pytest.mark.anyplatform
+def test_calibrated_figures_say_when_the_committed_file_is_not_the_one_measured(tmp_path):
+    report = load_benchmark("report")
+    conf = "benchmarks/results/calibrated-h200.conf"
+    sha = hashlib.sha256((REPO / conf).read_bytes()).hexdigest()
+    summary = {"flagos_calibrated": {"decode": {"ratio_to_native": 1.001, "rounds_ok": 2}}}
+    e2e = {"meta": {"command": f"python benchmarks/e2e.py --calibrated {conf} --paired 3"}, "summary": summary}
+    assert report.calibrated_file_changed({**e2e, "calibrated_sha256": sha}) is None
+    for measured in ({**e2e, "calibrated_sha256": "0" * 64}, e2e):  # another file, or not recorded
+        note = report.calibrated_file_changed(measured)
+        assert note.startswith("measured with an earlier calibrated-h200.conf than the committed one")
+        assert note in report.calibrated_targets(measured)[0][1]
+        assert f"rows were {note}" in "\n".join(report.e2e_tables(measured))
+    assert report.calibrated_file_changed({"meta": {"command": "python benchmarks/e2e.py"}}) is None
 
 
 @pytest.mark.anyplatform

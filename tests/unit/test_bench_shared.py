@@ -113,6 +113,22 @@ def test_rounds_within_a_deadline_run_the_first_round_and_stop_before_a_late_one
 
 
 @pytest.mark.anyplatform
+def test_a_deadline_stops_a_step_that_would_end_late_judged_by_the_last_of_its_kind():
+    import time
+
+    timing = load_benchmark("_timing")
+    now = time.perf_counter()
+    assert timing.Deadline(None, now - 1e6).allows("child")
+    d = timing.Deadline(60.0, now)
+    assert d.allows("child") and d.allows("pairs")  # not yet timed: may start while time is left
+    d.took("child", now - 65.0)  # a child took 65 s: another would end past 60 s
+    assert not d.allows("child") and d.allows("pairs")
+    d.took("pairs", now - 1.0)
+    assert d.allows("pairs")
+    assert not timing.Deadline(0.0, now - 1.0).allows("pairs")  # past the deadline: nothing starts
+
+
+@pytest.mark.anyplatform
 def test_overhead_targets_judge_throughput_by_its_floor_and_host_time_by_its_ceiling():
     report = load_benchmark("report")
 
