@@ -20,7 +20,7 @@ import torch
 from torch.testing._internal.common_modules import module_db
 from torch.utils._pytree import tree_flatten, tree_map
 
-import torch_fl  # noqa: F401
+import torch_fl
 
 pytestmark = [pytest.mark.anyplatform, pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -53,12 +53,15 @@ def _cases():
                 yield pytest.param(info, training, id=f"{info.name}-{'train' if training else 'eval'}")
 
 
+# Host backing runs the CPU's own kernels (composed ones, such as the RNN cells, sum in another order); CUDA's
+# kernels reduce in other orders again, over the larger sums of a backward.
+TOLERANCE = {"cpu": {"rtol": 1e-4, "atol": 1e-5}}.get(torch_fl.backing(), {"rtol": 1e-3, "atol": 1e-4})
+
+
 def _close(actual, expected, what):
     assert actual.shape == expected.shape and actual.dtype == expected.dtype, what
     assert actual.device.type == "flagos", f"{what} is on {actual.device}, not flagos"
-    torch.testing.assert_close(
-        actual.cpu(), expected, rtol=1e-4, atol=1e-5, equal_nan=True, msg=lambda m: f"{what}: {m}"
-    )
+    torch.testing.assert_close(actual.cpu(), expected, **TOLERANCE, equal_nan=True, msg=lambda m: f"{what}: {m}")
 
 
 @pytest.fixture(autouse=True)
