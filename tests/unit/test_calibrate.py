@@ -479,17 +479,22 @@ def test_confirmation_keeps_the_classes_the_workload_confirms(routing_state, tmp
     assert routing.config_file() == before  # the trials' routing is undone
 
 
-def test_no_confirmed_set_leaves_every_class_native(routing_state, tmp_path):  # noqa: F811
-    result = torch_fl.calibrate(
+def calibrate_mixed(tmp_path, pairs: int, timer):
+    """mixed_workload calibrated with every class winning alone, confirmed by `timer` over `pairs` pairs."""
+    return torch_fl.calibrate(
         mixed_workload,
         str(tmp_path / "c.conf"),
         candidate="cpu_fallback",
         timer=fake_timer(1),
         rounds=1,
         progress=False,
-        confirm_pairs=1,
-        workload_timer=workload_timer({"mm": 1e-3, "abs": 1e-3}),
+        confirm_pairs=pairs,
+        workload_timer=timer,
     )
+
+
+def test_no_confirmed_set_leaves_every_class_native(routing_state, tmp_path):  # noqa: F811
+    result = calibrate_mixed(tmp_path, 1, workload_timer({"mm": 1e-3, "abs": 1e-3}))
     assert [t.kept for t in result.trials] == [2, 1] and not result.trials[-1].won
     assert result.routed == [] and all(c.note == confirm.DROPPED for c in result.classes)
     assert "not confirmed on the workload (2 classes routed: 0.99" in result.summary()
@@ -507,16 +512,7 @@ def test_a_gain_inside_the_noise_is_not_confirmed(routing_state, tmp_path):  # n
             seconds += 0.03 if next(native_runs) % 2 else -0.03
         return seconds
 
-    result = torch_fl.calibrate(
-        mixed_workload,
-        str(tmp_path / "c.conf"),
-        candidate="cpu_fallback",
-        timer=fake_timer(1),
-        rounds=1,
-        progress=False,
-        confirm_pairs=4,
-        workload_timer=noisy,
-    )
+    result = calibrate_mixed(tmp_path, 4, noisy)
     first = result.trials[0]
     assert first.ratio > 1.0 and first.noise > first.ratio - 1.0 and not first.won
     assert all(not t.won for t in result.trials) and result.routed == []
