@@ -21,6 +21,7 @@ from torch.testing._internal.common_modules import module_db
 from torch.utils._pytree import tree_flatten, tree_map
 
 import torch_fl
+from torch_fl.conformance.runner import full_precision_on_cuda
 
 pytestmark = [pytest.mark.anyplatform, pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -64,15 +65,11 @@ def _close(actual, expected, what):
     torch.testing.assert_close(actual.cpu(), expected, **TOLERANCE, equal_nan=True, msg=lambda m: f"{what}: {m}")
 
 
-@pytest.fixture(autouse=True)
-def full_float32(monkeypatch):
-    """On a CUDA backing, float32 convolutions and matmuls without TF32: the CPU computes them in full float32."""
-    cudnn = torch.backends.cudnn  # its flags are set through flags() once common_utils is imported
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    with cudnn.flags(
-        enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic, allow_tf32=False
-    ):
-        yield
+@pytest.fixture(autouse=True, scope="module")
+def full_float32():
+    """On a CUDA backing, float32 convolutions and matmuls without TF32 (for the rest of the process, as the
+    OpInfo sweep does): the CPU computes them in full float32."""
+    full_precision_on_cuda()
 
 
 @pytest.mark.parametrize("info, training", list(_cases()))
