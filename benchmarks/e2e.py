@@ -348,10 +348,10 @@ def main(argv=None) -> int:
         # report is written after each one, so a run stopped early, or killed, keeps what it measured.
         deadline = _timing.Deadline(args.deadline, started)
 
-        def may_start(kind: str, what: str) -> bool:
+        def may_start(kind: str, step: str) -> bool:
             if deadline.allows(kind):
                 return True
-            print(f"deadline ({args.deadline:g} s): not starting {what}", flush=True)
+            print(f"deadline ({args.deadline:g} s): not starting {step}", flush=True)
             return False
 
         stopped = False
