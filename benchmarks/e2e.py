@@ -372,7 +372,6 @@ def main(argv=None) -> int:
                 else:
                     paired_routed[v] = res
                 write_json(raw, 0)
-        done = 0
         for r in range(0 if stopped else args.rounds):
             order = variants[r % len(variants) :] + variants[: r % len(variants)]
             if args.concurrent:
@@ -397,8 +396,7 @@ def main(argv=None) -> int:
                 write_json(raw, r + 1)
             if stopped:
                 break
-            done = r + 1
-        args.rounds = max(done, len({x["round"] for x in raw}))  # rounds begun (a deadline may stop them early)
+        args.rounds = len({x["round"] for x in raw})  # rounds begun (a deadline may stop them early)
 
     report = write_json(raw, args.rounds)
     summary = report["summary"]

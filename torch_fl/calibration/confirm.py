@@ -2,16 +2,14 @@
 
 measure.py times each signature alone, called again and again: its caches
 warm, nothing else in flight. In a model the calls interleave and the host
-launches while the device runs, so a class that wins alone can lose there
-(on the H200, a file of 42 classes that each won alone decoded Qwen3-0.6B at
-0.89x native). So calibrate runs the workload routed by the classes that won
-and with every class native, alternating (ABBA) in this process, and keeps
-them only if the workload is faster with them by more than the trial's noise:
-a gain inside the noise is no evidence, and routing off native without one
-only adds risk (on the H200 a set measured 1.005x with noise 0.024 ran the
-model slower in the e2e benchmark). Otherwise it keeps the half with the
-largest measured saving and tries again, until a set is confirmed or none is
-left; the classes it drops say so in their comments.
+launches while the device runs, so a class that wins alone can lose there,
+and a set of small wins can add up to a loss. So calibrate runs the workload
+routed by the classes that won and with every class native, alternating
+(ABBA) in this process, and keeps them only if the workload is faster with
+them by more than the trial's noise: a gain inside the noise is no evidence,
+and routing off native without one only adds risk. Otherwise it keeps the
+half with the largest measured saving and tries again, until a set is
+confirmed or none is left; the classes it drops say so in their comments.
 """
 
 from __future__ import annotations
