@@ -167,8 +167,10 @@ def train_route_pairs(args, sz: dict, flagos, native_routes: str) -> dict:
         with routes(side):
             step(side)
             secs[side].extend(step(side) for _ in block)
+    before = fast_path_counts()  # every FlagGems operator the steps so far ran, with its counts
     routing.reset_stats()
-    step("routed")  # one more, counted: which backends the routed step ran
+    step("routed")  # one more, counted: which backends the routed step ran, and the fast path's counts
+    fast = fast_path_since(fast_path_counts(), before)
     ratios = [n / r for n, r in zip(secs["native_routes"], secs["routed"], strict=True)]
     tokens = sz["batch"] * sz["length"]
     return {
@@ -178,6 +180,7 @@ def train_route_pairs(args, sz: dict, flagos, native_routes: str) -> dict:
         "native_tokens_per_s": tokens / statistics.median(secs["native_routes"]),
         "flagos_tokens_per_s": tokens / statistics.median(secs["routed"]),
         "backends": stats.backends_used(stats.stats()),
+        **({"fast_path": fast} if fast else {}),
     }
 
 
