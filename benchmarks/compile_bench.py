@@ -8,12 +8,15 @@ timed in alternation (ABBA pairs, benchmarks/_timing.py), each sample --calls ca
 host-bound, and one call's time swings with the host); the figure is the median of per-pair ratios
 native time / flagos time (above 1: flagos faster). Training step (forward, backward, AdamW step of the
 compiled model): native CUDA backward cannot run in a process that imported torch_fl (PyTorch issue 161129),
-so each round runs one child per variant, alternating which goes first; a child compiles, warms up and
-times its steps, and the native child never imports torch_fl. Compile time: the first call (Dynamo,
-AOTAutograd, inductor, its kernel compiles) minus a steady call, per variant and task, with inductor's on-disk
-cache empty (TORCHINDUCTOR_CACHE_DIR in a fresh folder per variant; later training rounds reuse it). Prefill's
-native model compiles first in its process, so flagos's prefill compile finds Dynamo, inductor and Triton
-already loaded; each training child compiles in a fresh process.
+so each variant trains in a worker process of its own (the native one never imports torch_fl) that
+compiles, warms up and then waits; the workers take turns in ABBA pairs, one at a time, each sample the
+median of --steps steps, timed inside the worker. Alternating live workers keeps a pair's two samples
+seconds apart under the same load (one child per variant and round swung by a quarter between processes).
+Compile time: the first call (Dynamo, AOTAutograd, inductor, its kernel compiles) minus a steady call, per
+variant and task, with inductor's on-disk cache empty (TORCHINDUCTOR_CACHE_DIR in a fresh folder per variant
+and task); the workers compile one after the other, each with the machine to itself. Prefill's native
+model compiles first in its process, so flagos's prefill compile finds Dynamo, inductor and Triton already
+loaded; each training worker compiles in a fresh process.
 
 Writes benchmarks/results/compile-<machine>.json (benchmarks/_results.py; --out redirects it).
 """
@@ -27,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -150,8 +154,9 @@ def _on_cuda(device: str) -> bool:
     return device.startswith("cuda") or (device.startswith("flagos") and torch.cuda.is_available())
 
 
-def train_child(args) -> dict:
-    """One variant's compiled training step: compile time, then the median of timed steps."""
+def train_worker(args) -> None:
+    """A training worker (--child train): compiles and warms up one variant's step, replies with its compile
+    time, then for each line on stdin times --steps steps and replies with their seconds, until stdin closes."""
     import torch
 
     if args.variant == "flagos":
@@ -175,32 +180,122 @@ def train_child(args) -> dict:
     first, steady = _first_and_steady(step, device)
     for _ in range(args.warmup):
         step()
-    times = []
-    for _ in range(args.steps):
-        t = time.perf_counter()
-        step()
-        _sync(device)
-        times.append(time.perf_counter() - t)
-    return {"compile_s": round(first - steady, 3), "step_ms": round(statistics.median(times) * 1e3, 3)}
+    _sync(device)
+    _reply({"compile_s": round(first - steady, 3)})
+    for _ in sys.stdin:  # the parent's turn: one sample
+        times = []
+        for _ in range(args.steps):
+            t = time.perf_counter()
+            step()
+            _sync(device)
+            times.append(time.perf_counter() - t)
+        _reply({"step_s": times})
 
 
-def _child(task: str, args, cache: str, variant: str | None = None) -> dict:
+def _reply(payload: dict) -> None:
+    print(RESULT_TAG + json.dumps(payload), flush=True)
+
+
+class TrainWorker:
+    """The parent's end of a training worker: started (compiling) by the constructor, which returns once the
+    worker is warm; sample() runs one timed sample in it. Killed after --timeout seconds of life."""
+
+    def __init__(self, args, cache: str, variant: str):
+        self.variant = variant
+        self.log = open(cache + "-stderr.log", "w+")  # noqa: SIM115 (closed by close())
+        os.makedirs(cache, exist_ok=True)
+        self.proc = subprocess.Popen(
+            _child_cmd("train", args, variant),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env=_child_env(cache),
+            cwd=_results.REPO,
+        )
+        self.watchdog = threading.Timer(args.timeout, self.proc.kill)
+        self.watchdog.daemon = True  # a failed run exits without waiting for it
+        self.watchdog.start()
+        self.compile_s = self._read()["compile_s"]
+
+    def _read(self) -> dict:
+        for line in self.proc.stdout:
+            if line.startswith(RESULT_TAG):
+                return json.loads(line[len(RESULT_TAG) :])
+        code = self.proc.wait()
+        self.watchdog.cancel()
+        self.log.seek(0)
+        tail = self.log.read().strip().splitlines()[-15:]
+        raise RuntimeError(f"train worker ({self.variant}) exited {code} without a result:\n" + "\n".join(tail))
+
+    def sample(self) -> float:
+        """The median seconds of one sample's steps."""
+        self.proc.stdin.write("time\n")
+        self.proc.stdin.flush()
+        return statistics.median(self._read()["step_s"])
+
+    def close(self) -> None:
+        if self.proc.stdin and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.watchdog.cancel()
+        self.log.close()
+
+
+def train_pairs(args, tmp: str) -> dict:
+    """Both variants' training workers, compiled one after the other, then --train-pairs samples each in ABBA
+    order; the ratio of each pair's median step times (native / flagos)."""
+    workers: dict = {}
+    try:
+        for variant in ("native", "flagos"):
+            workers[variant] = TrainWorker(args, os.path.join(tmp, f"train-{variant}"), variant)
+        secs = _timing.alternating(args.train_pairs, {v: w.sample for v, w in workers.items()})
+    finally:
+        for w in workers.values():
+            w.close()
+    ratios = [n / f for n, f in zip(secs["native"], secs["flagos"], strict=True)]
+    return {
+        "native_ms": [round(t * 1e3, 3) for t in secs["native"]],
+        "flagos_ms": [round(t * 1e3, 3) for t in secs["flagos"]],
+        "steps_per_sample": args.steps,
+        **_timing.ratio_stats(ratios),
+        "compile_s": {v: w.compile_s for v, w in workers.items()},
+    }
+
+
+def _child_cmd(task: str, args, variant: str | None = None) -> list[str]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", task, "--pairs", str(args.pairs)]
     cmd += ["--calls", str(args.calls)]
     cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup)] + (["--quick"] if args.quick else [])
     cmd += ["--variant", variant] if variant else []
     cmd += ["--profile", str(Path(args.profile).resolve())] if args.profile else []
+    return cmd
+
+
+def _child_env(cache: str) -> dict:
     # This checkout's torch_fl first, as for the parent run from the repository root.
     path = os.pathsep.join(filter(None, [str(_results.REPO), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, PYTHONPATH=path)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=_results.REPO, timeout=args.timeout)
+    return dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, PYTHONPATH=path)
+
+
+def _child(task: str, args, cache: str) -> dict:
+    proc = subprocess.run(
+        _child_cmd(task, args),
+        capture_output=True,
+        text=True,
+        env=_child_env(cache),
+        cwd=_results.REPO,
+        timeout=args.timeout,
+    )
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_TAG):
             return json.loads(line[len(RESULT_TAG) :])
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
-    raise RuntimeError(
-        f"{task} child ({variant or 'both'}) exited {proc.returncode} without a result:\n" + "\n".join(tail)
-    )
+    raise RuntimeError(f"{task} child exited {proc.returncode} without a result:\n" + "\n".join(tail))
 
 
 def main(argv=None) -> int:
@@ -208,16 +303,10 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="host smoke sizes (tiny Qwen3); writes to the temp folder")
     p.add_argument("--pairs", type=int, default=12, help="prefill pairs (default 12)")
     p.add_argument("--calls", type=int, default=5, help="prefill calls per timed sample (default 5)")
-    p.add_argument("--rounds", type=int, default=3, help="training rounds, one child per variant each (default 3)")
-    p.add_argument("--steps", type=int, default=10, help="timed training steps per child (default 10)")
+    p.add_argument("--train-pairs", type=int, default=16, help="training pairs, one sample per variant (default 16)")
+    p.add_argument("--steps", type=int, default=10, help="timed training steps per sample (default 10)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls after compiling (default 3)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per child process (default 1800)")
-    p.add_argument(
-        "--deadline",
-        type=float,
-        help="start no training round after the first that would end later than this many seconds after the "
-        "start (judged by the last round's length); the report says how many ran",
-    )
     p.add_argument("--out", help="JSON path or folder (default results/compile-<machine>.json)")
     p.add_argument(
         "--profile",
@@ -230,10 +319,12 @@ def main(argv=None) -> int:
     p.add_argument("--variant", choices=("native", "flagos"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
-        args.pairs, args.rounds, args.steps, args.warmup = min(args.pairs, 4), min(args.rounds, 2), 3, 1
-    if args.child:
-        out = prefill_child(args) if args.child == "prefill" else train_child(args)
-        print(RESULT_TAG + json.dumps(out), flush=True)
+        args.pairs, args.train_pairs, args.steps, args.warmup = min(args.pairs, 4), min(args.train_pairs, 2), 3, 1
+    if args.child == "prefill":
+        _reply(prefill_child(args))
+        return 0
+    if args.child == "train":
+        train_worker(args)
         return 0
 
     started = time.perf_counter()
@@ -243,24 +334,11 @@ def main(argv=None) -> int:
             f"prefill: flagos {_timing.format_ratio(prefill)} native ({args.pairs} pairs); "
             f"compile s: native {prefill['compile_s']['native']}, flagos {prefill['compile_s']['flagos']}"
         )
-        rounds = []
-        for r in _timing.rounds_within(args.rounds, args.deadline, started):
-            row = {}
-            for variant in _timing.abba(r, "native", "flagos"):
-                # One inductor cache per variant: round 0 compiles from scratch, later rounds reuse its kernels.
-                row[variant] = _child("train", args, os.path.join(tmp, f"train-{variant}"), variant)
-            row["ratio"] = row["native"]["step_ms"] / row["flagos"]["step_ms"]
-            rounds.append(row)
-            print(
-                f"train round {r}: native {row['native']['step_ms']} ms, flagos {row['flagos']['step_ms']} ms/step",
-                flush=True,
-            )
-    train = {
-        "rounds": rounds,
-        **_timing.ratio_stats([r["ratio"] for r in rounds]),
-        "compile_s": {v: rounds[0][v]["compile_s"] for v in ("native", "flagos")},  # the round with a cold cache
-    }
-    print(f"train: flagos {_timing.format_ratio(train)} native ({len(rounds)} rounds)")
+        train = train_pairs(args, tmp)
+    print(
+        f"train: flagos {_timing.format_ratio(train)} native ({train['pairs']} pairs of {args.steps} steps); "
+        f"compile s: native {train['compile_s']['native']}, flagos {train['compile_s']['flagos']}"
+    )
     payload = {
         "sizes": _sizes(args),
         "args": {k: v for k, v in vars(args).items() if k not in ("out", "child", "variant")},

@@ -15,7 +15,7 @@ from tests.helpers import REPO, load_benchmark
 pytestmark = pytest.mark.anyplatform
 
 
-def _result(prefill: float, train: float) -> dict:
+def _result(prefill: float, train: float, rounds: bool = False) -> dict:
     meta = {
         "benchmark": "compile",
         "machine": "h200",
@@ -29,7 +29,14 @@ def _result(prefill: float, train: float) -> dict:
         "meta": meta,
         "sizes": {"variant": "0.6b", "dtype": "bfloat16", "prefill": [8, 512], "train": [4, 512]},
         "prefill": {"pairs": 12, "ratio_median": prefill, "noise": 0.01, "compile_s": {"native": 40.0, "flagos": 41.5}},
-        "train": {"pairs": 4, "ratio_median": train, "noise": 0.02, "compile_s": {"native": 90.0, "flagos": 95.0}},
+        "train": {
+            "pairs": 4,
+            "ratio_median": train,
+            "noise": 0.02,
+            "compile_s": {"native": 90.0, "flagos": 95.0},
+            # the earlier method's result (one child per variant and round) lists its rounds
+            **({"rounds": [{}] * 4} if rounds else {"steps_per_sample": 10}),
+        },
     }
 
 
@@ -39,10 +46,15 @@ def test_compile_results_give_a_table_and_two_targets():
     page = report.benchmarks_md(results)
     assert "## compile-h200: torch.compile" in page
     assert "| prefill (12 pairs) | 0.990x ± 0.010 | 40.0 | 41.5 |" in page
-    assert "| training step (4 rounds) | 0.950x ± 0.020 | 90.0 | 95.0 |" in page
+    assert "| training step (4 pairs) | 0.950x ± 0.020 | 90.0 | 95.0 |" in page
+    assert "alternating pairs (10 steps per sample)" in page
     rows = {t: (m, ok) for t, m, ok, _ in report.targets(results)}
     assert rows["compiled Qwen3-0.6B prefill >= 0.97x compiled native"][1] is True
-    assert rows["compiled Qwen3-0.6B training step >= 0.97x compiled native"] == ("0.950x ± 0.020 (4 rounds)", False)
+    assert rows["compiled Qwen3-0.6B training step >= 0.97x compiled native"] == ("0.950x ± 0.020 (4 pairs)", False)
+    # a committed result of the one-child-per-round method still renders, in rounds
+    old = {"compile-h200": _result(0.99, 0.98, rounds=True)}
+    assert "| training step (4 rounds) | 0.980x ± 0.020 | 90.0 | 95.0 |" in report.benchmarks_md(old)
+    assert "one child per variant and round" in report.benchmarks_md(old)
 
 
 def test_compile_benchmark_quick_with_profile(tmp_path):
@@ -57,8 +69,8 @@ def test_compile_benchmark_quick_with_profile(tmp_path):
         "2",
         "--calls",
         "2",
-        "--rounds",
-        "1",
+        "--train-pairs",
+        "2",
     ]
     cmd += ["--profile", str(prof), "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
@@ -69,7 +81,25 @@ def test_compile_benchmark_quick_with_profile(tmp_path):
     assert set(pre["compile_s"]) == {"native", "flagos"}
     assert report["args"]["calls"] == 2
     assert "alternating pairs (2 calls per sample)" in "\n".join(load_benchmark("report").compile_tables(report))
-    assert train["pairs"] == 1 and train["noise"] is None and train["rounds"][0]["flagos"]["step_ms"] > 0
+    # training: each variant's worker compiled once, then alternating samples of 3 steps (--quick)
+    assert train["pairs"] == 2 and train["steps_per_sample"] == 3 and train["noise"] is not None
+    assert len(train["native_ms"]) == len(train["flagos_ms"]) == 2 and min(train["flagos_ms"]) > 0
+    assert train["compile_s"]["native"] > 0 and train["compile_s"]["flagos"] > 0
     for variant in ("native", "flagos"):
         assert pre["profile_ms_per_call"][variant]["host"] > 0
         assert "Self CPU" in (prof / f"compile-prefill-{variant}.txt").read_text()
+
+
+def test_a_training_worker_that_dies_says_why(tmp_path, monkeypatch):
+    bench = load_benchmark("compile_bench")
+    died = [
+        sys.executable,
+        "-c",
+        "import sys; print('loading'); sys.stderr.write('boom: out of memory\\n'); sys.exit(3)",
+    ]
+    monkeypatch.setattr(bench, "_child_cmd", lambda *a, **k: died)
+    args = bench.argparse.Namespace(timeout=60)
+    with pytest.raises(
+        RuntimeError, match=r"train worker \(flagos\) exited 3 without a result:\n.*boom: out of memory"
+    ):
+        bench.TrainWorker(args, str(tmp_path / "train-flagos"), "flagos")
