@@ -26,11 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -38,6 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the shared modules, also when loaded by path
 import _results  # noqa: E402
 import _timing  # noqa: E402
+import _workers  # noqa: E402
 
 MODELS_DIR = _results.REPO / "torch_fl" / "models"  # qwen3.py imports neither torch_fl nor workloads
 RESULT_TAG = "COMPILE_BENCH_RESULT "
@@ -181,69 +180,7 @@ def train_worker(args) -> None:
     for _ in range(args.warmup):
         step()
     _sync(device)
-    _reply({"compile_s": round(first - steady, 3)})
-    for _ in sys.stdin:  # the parent's turn: one sample
-        times = []
-        for _ in range(args.steps):
-            t = time.perf_counter()
-            step()
-            _sync(device)
-            times.append(time.perf_counter() - t)
-        _reply({"step_s": times})
-
-
-def _reply(payload: dict) -> None:
-    print(RESULT_TAG + json.dumps(payload), flush=True)
-
-
-class TrainWorker:
-    """The parent's end of a training worker: started (compiling) by the constructor, which returns once the
-    worker is warm; sample() runs one timed sample in it. Killed after --timeout seconds of life."""
-
-    def __init__(self, args, cache: str, variant: str):
-        self.variant = variant
-        self.log = open(cache + "-stderr.log", "w+")  # noqa: SIM115 (closed by close())
-        os.makedirs(cache, exist_ok=True)
-        self.proc = subprocess.Popen(
-            _child_cmd("train", args, variant),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            text=True,
-            env=_child_env(cache),
-            cwd=_results.REPO,
-        )
-        self.watchdog = threading.Timer(args.timeout, self.proc.kill)
-        self.watchdog.daemon = True  # a failed run exits without waiting for it
-        self.watchdog.start()
-        self.compile_s = self._read()["compile_s"]
-
-    def _read(self) -> dict:
-        for line in self.proc.stdout:
-            if line.startswith(RESULT_TAG):
-                return json.loads(line[len(RESULT_TAG) :])
-        code = self.proc.wait()
-        self.watchdog.cancel()
-        self.log.seek(0)
-        tail = self.log.read().strip().splitlines()[-15:]
-        raise RuntimeError(f"train worker ({self.variant}) exited {code} without a result:\n" + "\n".join(tail))
-
-    def sample(self) -> float:
-        """The median seconds of one sample's steps."""
-        self.proc.stdin.write("time\n")
-        self.proc.stdin.flush()
-        return statistics.median(self._read()["step_s"])
-
-    def close(self) -> None:
-        if self.proc.stdin and not self.proc.stdin.closed:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.watchdog.cancel()
-        self.log.close()
+    _workers.serve(step, lambda: _sync(device), args.steps, {"compile_s": round(first - steady, 3)})
 
 
 def train_pairs(args, tmp: str) -> dict:
@@ -252,7 +189,10 @@ def train_pairs(args, tmp: str) -> dict:
     workers: dict = {}
     try:
         for variant in ("native", "flagos"):
-            workers[variant] = TrainWorker(args, os.path.join(tmp, f"train-{variant}"), variant)
+            cache = os.path.join(tmp, f"train-{variant}")
+            cmd, env = _child_cmd("train", args, variant), _child_env(cache)
+            log = cache + "-stderr.log"
+            workers[variant] = _workers.Worker(f"train ({variant})", cmd, env, _results.REPO, log, args.timeout)
         secs = _timing.alternating(args.train_pairs, {v: w.sample for v, w in workers.items()})
     finally:
         for w in workers.values():
@@ -263,7 +203,7 @@ def train_pairs(args, tmp: str) -> dict:
         "flagos_ms": [round(t * 1e3, 3) for t in secs["flagos"]],
         "steps_per_sample": args.steps,
         **_timing.ratio_stats(ratios),
-        "compile_s": {v: w.compile_s for v, w in workers.items()},
+        "compile_s": {v: w.ready["compile_s"] for v, w in workers.items()},
     }
 
 
@@ -321,7 +261,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.pairs, args.train_pairs, args.steps, args.warmup = min(args.pairs, 4), min(args.train_pairs, 2), 3, 1
     if args.child == "prefill":
-        _reply(prefill_child(args))
+        print(RESULT_TAG + json.dumps(prefill_child(args)), flush=True)
         return 0
     if args.child == "train":
         train_worker(args)

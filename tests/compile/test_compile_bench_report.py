@@ -4,6 +4,7 @@ README targets."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -90,16 +91,29 @@ def test_compile_benchmark_quick_with_profile(tmp_path):
         assert "Self CPU" in (prof / f"compile-prefill-{variant}.txt").read_text()
 
 
-def test_a_training_worker_that_dies_says_why(tmp_path, monkeypatch):
-    bench = load_benchmark("compile_bench")
+def test_a_training_worker_that_dies_says_why(tmp_path):
+    workers = load_benchmark("_workers")
     died = [
         sys.executable,
         "-c",
         "import sys; print('loading'); sys.stderr.write('boom: out of memory\\n'); sys.exit(3)",
     ]
-    monkeypatch.setattr(bench, "_child_cmd", lambda *a, **k: died)
-    args = bench.argparse.Namespace(timeout=60)
     with pytest.raises(
-        RuntimeError, match=r"train worker \(flagos\) exited 3 without a result:\n.*boom: out of memory"
+        RuntimeError, match=r"train \(flagos\) worker exited 3 without a result:\n.*boom: out of memory"
     ):
-        bench.TrainWorker(args, str(tmp_path / "train-flagos"), "flagos")
+        workers.Worker("train (flagos)", died, dict(os.environ), tmp_path, str(tmp_path / "log"), timeout=60)
+
+
+def test_a_worker_answers_one_sample_per_request(tmp_path):
+    workers = load_benchmark("_workers")
+    code = "import _workers, time; _workers.serve(lambda: time.sleep(0.001), lambda: None, 3, {'compile_s': 1.5})"
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(Path(REPO) / "benchmarks"), os.environ.get("PYTHONPATH", "")])
+    )
+    w = workers.Worker("sleep", [sys.executable, "-c", code], env, tmp_path, str(tmp_path / "log"), timeout=60)
+    try:
+        assert w.ready == {"compile_s": 1.5}
+        assert all(0.001 <= w.sample() < 1.0 for _ in range(2))
+    finally:
+        w.close()
+    assert w.proc.returncode == 0  # stdin closed: the worker ended by itself

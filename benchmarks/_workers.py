@@ -1,0 +1,84 @@
+"""Timed workers: long-lived child processes that the parent asks for one timed sample at a time.
+
+Native CUDA backward cannot run in a process that imported torch_fl (PyTorch issue 161129), so a training
+step on flagos and one on native cannot alternate in one process as inference does. Two workers can: each
+builds (and compiles) its model once, then waits; the parent asks each in turn (ABBA) for a sample, so a
+pair's two samples are seconds apart under the same load, where one child per variant and round swung with
+the host by a quarter. Only one worker runs at a time: the other waits on its stdin.
+
+Protocol: the worker prints RESULT_TAG + JSON once it is ready ({"compile_s": ...} or {}), then for each
+line on its stdin times `steps` calls of its step and prints RESULT_TAG + {"step_s": [seconds, ...]}; it
+exits when stdin closes. Other output is ignored; stderr goes to a log file whose tail an error quotes.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+RESULT_TAG = "WORKER_RESULT "
+
+
+def reply(payload: dict) -> None:
+    print(RESULT_TAG + json.dumps(payload), flush=True)
+
+
+def serve(step: Callable[[], object], sync: Callable[[], None], steps: int, ready: dict | None = None) -> None:
+    """The worker's side, once warm: say so, then time `steps` steps (each to `sync()`) per line on stdin."""
+    reply(ready or {})
+    for _ in sys.stdin:
+        times = []
+        for _ in range(steps):
+            t = time.perf_counter()
+            step()
+            sync()
+            times.append(time.perf_counter() - t)
+        reply({"step_s": times})
+
+
+class Worker:
+    """The parent's end: the constructor starts the worker and returns once it is ready (its first reply,
+    in `ready`); sample() asks for one timed sample. Killed after `timeout` seconds of life."""
+
+    def __init__(self, label: str, cmd: list[str], env: dict, cwd, log_path: str, timeout: float):
+        self.label = label
+        self.log = open(log_path, "w+")  # noqa: SIM115 (closed by close())
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env, cwd=cwd
+        )
+        self.watchdog = threading.Timer(timeout, self.proc.kill)
+        self.watchdog.daemon = True  # a failed run exits without waiting for it
+        self.watchdog.start()
+        self.ready = self._read()
+
+    def _read(self) -> dict:
+        for line in self.proc.stdout:
+            if line.startswith(RESULT_TAG):
+                return json.loads(line[len(RESULT_TAG) :])
+        code = self.proc.wait()
+        self.watchdog.cancel()
+        self.log.seek(0)
+        tail = self.log.read().strip().splitlines()[-15:]
+        raise RuntimeError(f"{self.label} worker exited {code} without a result:\n" + "\n".join(tail))
+
+    def sample(self) -> float:
+        """The median seconds of one sample's steps."""
+        self.proc.stdin.write("time\n")
+        self.proc.stdin.flush()
+        return statistics.median(self._read()["step_s"])
+
+    def close(self) -> None:
+        if self.proc.stdin and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.watchdog.cancel()
+        self.log.close()
