@@ -317,6 +317,37 @@ def save_prompt_logits(model, sz: dict, seed: int, device, path: Path) -> dict:
     return {"logits_file": str(path), "logits_dtype": str(model.dtype).removeprefix("torch.")}
 
 
+def train_worker(args) -> None:
+    """A training worker (e2e.py --paired, `--worker VARIANT --serve-train`): builds the model for its variant
+    (native never imports torch_fl), warms up its training step, then serves timed samples of `iters` steps
+    (benchmarks/_workers.py) until the parent closes its stdin."""
+    sys.path.insert(0, str(MODELS_DIR))
+    import qwen3
+    import torch
+    import workloads
+    from _workers import serve
+
+    if args.worker.startswith("flagos"):
+        sys.path.insert(0, str(REPO))  # this checkout's torch_fl, even if another one is installed
+        import torch_fl  # noqa: F401
+
+        device = torch.device("flagos", 0)
+    else:
+        device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    sz = json.loads(args.sizes)["train"]
+    model = qwen3.build(args.ckpt, dtype=torch.float32).to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=sz["lr"])
+    ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["length"], seed=args.seed + 3).to(device)
+
+    def step():
+        workloads.train_step(model, opt, ids)
+
+    for _ in range(sz["warmup"]):
+        step()
+    workloads.synchronize(device)
+    serve(step, lambda: workloads.synchronize(device), sz["iters"])
+
+
 def infer_dtype(args, on_gpu: bool):
     import torch
 

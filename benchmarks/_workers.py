@@ -21,6 +21,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from _timing import alternating, ratio_stats
+
 RESULT_TAG = "WORKER_RESULT "
 
 
@@ -82,3 +84,34 @@ class Worker:
             self.proc.wait()
         self.watchdog.cancel()
         self.log.close()
+
+
+def take_turns(native: Worker, flagos: Worker, pairs: int) -> dict:
+    """`pairs` ABBA pairs of one sample from each worker: each side's median step seconds per sample, and
+    the statistics of the per-pair ratios native / flagos (above 1: flagos faster)."""
+    secs = alternating(pairs, {"native": native.sample, "flagos": flagos.sample})
+    ratios = [n / f for n, f in zip(secs["native"], secs["flagos"], strict=True)]
+    return {"native_s": secs["native"], "flagos_s": secs["flagos"], "ratios": [round(r, 4) for r in ratios]} | (
+        ratio_stats(ratios)
+    )
+
+
+def pair_each(start: Callable[[str], Worker], reference: str, others: list[str], pairs: int) -> dict:
+    """{other: take_turns(reference's worker, other's worker)} for each of `others` in turn, the reference's
+    worker started once (`start(name)` starts a ready worker); an other whose worker fails gets {"error"}."""
+    out: dict = {}
+    ref = start(reference)
+    try:
+        for name in others:
+            try:
+                other = start(name)
+            except RuntimeError as e:
+                out[name] = {"error": str(e)[-1500:]}
+                continue
+            try:
+                out[name] = take_turns(ref, other, pairs)
+            finally:
+                other.close()
+    finally:
+        ref.close()
+    return out

@@ -193,16 +193,15 @@ def train_pairs(args, tmp: str) -> dict:
             cmd, env = _child_cmd("train", args, variant), _child_env(cache)
             log = cache + "-stderr.log"
             workers[variant] = _workers.Worker(f"train ({variant})", cmd, env, _results.REPO, log, args.timeout)
-        secs = _timing.alternating(args.train_pairs, {v: w.sample for v, w in workers.items()})
+        res = _workers.take_turns(workers["native"], workers["flagos"], args.train_pairs)
     finally:
         for w in workers.values():
             w.close()
-    ratios = [n / f for n, f in zip(secs["native"], secs["flagos"], strict=True)]
     return {
-        "native_ms": [round(t * 1e3, 3) for t in secs["native"]],
-        "flagos_ms": [round(t * 1e3, 3) for t in secs["flagos"]],
+        "native_ms": [round(t * 1e3, 3) for t in res["native_s"]],
+        "flagos_ms": [round(t * 1e3, 3) for t in res["flagos_s"]],
         "steps_per_sample": args.steps,
-        **_timing.ratio_stats(ratios),
+        **{k: res[k] for k in ("pairs", "ratio_median", "ratio_quartiles", "noise")},
         "compile_s": {v: w.ready["compile_s"] for v, w in workers.items()},
     }
 

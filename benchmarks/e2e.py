@@ -45,11 +45,13 @@ difference is a defect.
 --paired N first runs decode and prefill (and graphs, on a GPU) on native
 and flagos in one child process, alternating call by call for N pairs: on a
 shared machine whose load drifts between processes, the median of per-pair
-ratios is the steadier number (training is not paired with native: native CUDA backward cannot share
-a process with torch_fl). --paired-variants pairs each flagos routing listed (flagos_flaggems,
-flagos_calibrated) with native the same way, each in a process of its own, and pairs its training step
-with flagos on its native routes (the shipped routing file swapped in between steps), which run at
-native's speed. --concurrent (two GPUs) pairs all three tasks another way:
+ratios is the steadier number. Training cannot pair in one process (native CUDA backward fails once
+torch_fl is imported): with "train" in --tasks, a native training worker process and a flagos one
+(benchmarks/_workers.py) build their models once and take turns, N ABBA pairs of samples of the
+training step. --paired-variants pairs each flagos routing listed (flagos_flaggems,
+flagos_calibrated) with native the same way, each in a process of its own (and a training worker of its
+own), and also pairs its training step in one process with flagos on its native routes (the shipped
+routing file swapped in between steps). --concurrent (two GPUs) pairs all three tasks another way:
 each round runs the native and the flagos child at the same time, one per
 GPU, swapping GPUs every round, so load on the shared host hits both alike;
 the median of the rounds' ratios is reported beside the other numbers.
@@ -71,6 +73,7 @@ import hashlib
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -83,6 +86,7 @@ import _e2e_child  # noqa: E402
 import _e2e_report  # noqa: E402
 import _results  # noqa: E402
 import _timing  # noqa: E402
+import _workers  # noqa: E402
 
 REPO = _results.REPO
 MODELS_DIR = _e2e_child.MODELS_DIR
@@ -167,6 +171,30 @@ def _run_child(variant, args, ckpt, sizes, gpu: int | None = None, routes: str |
     return out
 
 
+def _train_worker_pairs(routings: list[str], args, ckpt, sizes, tmp: str) -> dict:
+    """{routing: pairs} of the training step: a native worker process (never imports torch_fl) against a
+    worker per flagos routing in turn, ABBA samples of `iters` steps (benchmarks/_workers.py: native CUDA
+    backward cannot share a process with torch_fl)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--ckpt", ckpt, "--sizes", json.dumps(sizes)]
+    cmd += ["--seed", str(args.seed), "--serve-train", "--worker"]
+
+    def start(v: str) -> _workers.Worker:
+        log = os.path.join(tmp, f"train-worker-{v}.log")
+        return _workers.Worker(
+            f"train ({v})", [*cmd, v], _variant_env(v, args.calibrated), REPO, log, args.child_timeout
+        )
+
+    sz = sizes["train"]
+    tokens = sz["batch"] * sz["length"]
+    out = _workers.pair_each(start, "native", routings, args.paired)
+    for res in out.values():
+        if "error" not in res:
+            res.update(against="native, worker processes", steps_per_sample=sz["iters"])
+            res["native_tokens_per_s"] = tokens / statistics.median(res.pop("native_s"))
+            res["flagos_tokens_per_s"] = tokens / statistics.median(res.pop("flagos_s"))
+    return out
+
+
 def _run_concurrently(jobs: list[tuple[str, int]], args, ckpt, sizes) -> list[dict]:
     """Children for (variant, GPU) pairs, all at once, each on its own GPU."""
     with ThreadPoolExecutor(len(jobs)) as pool:
@@ -247,6 +275,7 @@ def _parse(argv=None):
     p.add_argument("--ckpt", default=None, help=argparse.SUPPRESS)
     p.add_argument("--sizes", default=None, help=argparse.SUPPRESS)
     p.add_argument("--logits-dir", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--serve-train", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -254,6 +283,9 @@ def main(argv=None) -> int:
     args = _parse(argv)
     if args.replot:
         return replot(args.replot)
+    if args.worker and args.serve_train:
+        _e2e_child.train_worker(args)
+        return 0
     if args.worker:
         worker = _e2e_child.paired_worker if args.worker == "paired" else _e2e_child.worker
         print(RESULT_TAG + json.dumps(worker(args)), flush=True)
@@ -372,6 +404,18 @@ def main(argv=None) -> int:
                 else:
                     paired_routed[v] = res
                 write_json(raw, 0)
+        if not stopped and args.paired > 0 and "train" in args.tasks and pair_with:
+            stopped = not may_start("train_workers", "the training pairs or anything after them")
+            t = time.perf_counter()
+            for v, res in ({} if stopped else _train_worker_pairs(pair_with, args, ckpt, sizes, tmp)).items():
+                if v == "flagos":
+                    paired = home = paired or {"variant": "paired", "tasks": {}}
+                else:
+                    home = paired_routed.setdefault(v, {"variant": "paired", "tasks": {}})
+                home["tasks"]["train_native"] = res
+                print(f"{v} and native in worker processes:", _e2e_report.paired_brief({"tasks": {"train": res}}))
+            deadline.took("train_workers", t)
+            write_json(raw, 0)
         for r in range(0 if stopped else args.rounds):
             order = variants[r % len(variants) :] + variants[: r % len(variants)]
             if args.concurrent:

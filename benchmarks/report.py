@@ -85,6 +85,7 @@ def e2e_pairs(d: dict, variant: str = "flagos") -> list[tuple[str, dict]]:
         "decode_tokens": "decode token by token",
         "graphs": "graph decode pairs",
         "train": "train pairs, against flagos's native routes",
+        "train_native": "train pairs, against native (worker processes)",
     }
     return [(label.get(t, t), e) for t, e in tasks.items() if "ratio_median" in e]  # not a task that errored
 
@@ -120,9 +121,10 @@ def e2e_tables(d: dict) -> list[str]:
     pairs = [(v, *p) for v in ("flagos", *(d.get("paired_routed") or {})) for p in e2e_pairs(d, v)]
     if pairs:
         out += [
-            "Native and a flagos variant in one process, alternating (the steadier figure on a shared host): the "
-            "median of per-pair tokens/s ratios flagos / native, ± half their interquartile range; routed: the "
-            "flagos calls by backend.",
+            "Native and a flagos variant in one process, alternating (the steadier figure on a shared host; "
+            "training against native: a native and a flagos worker process taking turns, since native CUDA "
+            "backward cannot share a process with torch_fl): the median of per-pair tokens/s ratios flagos / "
+            "native, ± half their interquartile range; routed: the flagos calls by backend.",
             "",
             "| variant | task | pairs | flagos / native | native tokens/s | flagos tokens/s | greedy = native "
             "| routed |",
@@ -356,7 +358,12 @@ def targets(results: dict[str, dict]) -> list[tuple[str, str, bool, str]]:
                 )
                 rows.append((f"Qwen3-0.6B {task} >= 0.97x native", text, got[0][1]["ratio_median"] >= 0.97, "e2e-h200"))
         train = flagos.get("train", {})
-        if "ratio_to_native" in train:
+        worker_pairs = pairs.get("train pairs, against native (worker processes)")
+        if worker_pairs:  # the steadier figure: native and flagos training workers taking turns
+            e = worker_pairs
+            text = f"{_ratio(e['ratio_median'], pair_noise(e))} (train pairs in worker processes, {e['pairs']} pairs)"
+            rows.append(("Qwen3-0.6B training >= 0.97x native", text, e["ratio_median"] >= 0.97, "e2e-h200"))
+        elif "ratio_to_native" in train:
             text = f"{train['ratio_to_native']:.3f}x ({_rounds(train['rounds_ok'], 'child ')})"
             rows.append(("Qwen3-0.6B training >= 0.97x native", text, train["ratio_to_native"] >= 0.97, "e2e-h200"))
         summary = e2e.get("summary", {})
@@ -415,7 +422,7 @@ def graph_targets(summary: dict, pair: dict | None = None) -> list[tuple]:
 PAIR_LABELS = {
     "decode": ("decode token by token", "decode, generate() pairs"),
     "prefill": ("prefill pairs",),
-    "train": ("train pairs, against flagos's native routes",),
+    "train": ("train pairs, against native (worker processes)", "train pairs, against flagos's native routes"),
 }
 
 
