@@ -9,6 +9,7 @@ inductor module it belongs to (importing those at `import torch_fl` would cost m
 - wrapper: the generated Python wrapper's flagos rules and device lines;
 - triton_target: on a CUDA backing, inductor's GPU paths and Triton's CUDA target for flagos;
 - attention: scaled_dot_product_attention traceable on flagos (traced from metadata);
+- convolution: fake convolutions on flagos predict the backing kernel's output layout;
 - keep_calls: keep chosen (routed) operators as calls instead of fused kernels.
 docs/compile.md says what maps to what.
 """
@@ -22,6 +23,7 @@ _DYNAMO_MODULE = "torch._dynamo.device_interface"
 _CALLBACK_MODULE = "torch._dynamo.callback"  # Dynamo's per-compilation context
 # Imported by torch.compile's inductor backend; it imports the rest of inductor that registration touches.
 _INDUCTOR_MODULE = "torch._inductor.compile_fx"
+_FAKE_KERNELS_MODULE = "torch._subclasses.fake_impls"  # fake tensors' kernels (Dynamo, export, FakeTensorMode)
 
 
 def _register_device_interface(module) -> None:
@@ -52,6 +54,12 @@ def torch_version() -> str:
     import torch
 
     return torch.__version__
+
+
+def _fake_convolutions(module) -> None:
+    from torch_fl.compile import convolution
+
+    convolution.install(module)
 
 
 def _register_inductor(_module) -> None:
@@ -93,6 +101,7 @@ def install() -> None:
     """Register flagos with Dynamo and inductor as soon as each is imported (now, if it already is)."""
     when_imported(_DYNAMO_MODULE, _register_device_interface)
     when_imported(_CALLBACK_MODULE, _compile_window)
+    when_imported(_FAKE_KERNELS_MODULE, _fake_convolutions)
     when_imported(_INDUCTOR_MODULE, _register_inductor)
 
 
@@ -102,6 +111,7 @@ def register() -> None:
 
     _register_device_interface(importlib.import_module(_DYNAMO_MODULE))
     _compile_window(importlib.import_module(_CALLBACK_MODULE))
+    _fake_convolutions(importlib.import_module(_FAKE_KERNELS_MODULE))
     _register_inductor(importlib.import_module(_INDUCTOR_MODULE))
 
 
