@@ -98,9 +98,13 @@ def take_turns(native: Worker, flagos: Worker, pairs: int) -> dict:
 
 def pair_each(start: Callable[[str], Worker], reference: str, others: list[str], pairs: int) -> dict:
     """{other: take_turns(reference's worker, other's worker)} for each of `others` in turn, the reference's
-    worker started once (`start(name)` starts a ready worker); an other whose worker fails gets {"error"}."""
+    worker started once (`start(name)` starts a ready worker). A worker that fails (to start, or while it
+    samples) gives {"error": ...} for the pairs it was in; the others still run."""
+    try:
+        ref = start(reference)
+    except RuntimeError as e:
+        return {name: {"error": str(e)[-1500:]} for name in others}
     out: dict = {}
-    ref = start(reference)
     try:
         for name in others:
             try:
@@ -110,6 +114,11 @@ def pair_each(start: Callable[[str], Worker], reference: str, others: list[str],
                 continue
             try:
                 out[name] = take_turns(ref, other, pairs)
+            except RuntimeError as e:
+                out[name] = {"error": str(e)[-1500:]}
+                if ref.proc.poll() is not None:  # the reference died: nothing left to pair with
+                    out.update({n: {"error": str(e)[-1500:]} for n in others if n not in out})
+                    break
             finally:
                 other.close()
     finally:

@@ -117,3 +117,21 @@ def test_a_worker_answers_one_sample_per_request(tmp_path):
     finally:
         w.close()
     assert w.proc.returncode == 0  # stdin closed: the worker ended by itself
+
+
+def test_pairs_of_workers_record_a_failed_worker_and_go_on(tmp_path):
+    workers = load_benchmark("_workers")
+    serve = "import _workers, time; _workers.serve(lambda: time.sleep(0.001), lambda: None, 2)"
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(Path(REPO) / "benchmarks"), os.environ.get("PYTHONPATH", "")])
+    )
+
+    def start(name):
+        code = "import sys; sys.stderr.write('no device\\n'); sys.exit(1)" if name == "broken" else serve
+        return workers.Worker(name, [sys.executable, "-c", code], env, tmp_path, str(tmp_path / f"{name}.log"), 60)
+
+    out = workers.pair_each(start, "native", ["broken", "good"], pairs=2)
+    assert "no device" in out["broken"]["error"]
+    assert out["good"]["pairs"] == 2 and out["good"]["ratio_median"] > 0
+    out = workers.pair_each(start, "broken", ["good"], pairs=2)  # no reference: every pair says why
+    assert "no device" in out["good"]["error"]
