@@ -265,3 +265,32 @@ def test_tiny_qwen3_forward_matches_eager():
     attention = [op for op in steady if "attention" in op]
     assert attention, steady  # SDPA: an extern call on its flagos route
     assert steady.get("mm.out", 0) + steady.get("mm", 0) > 0
+
+
+INPLACE_VIEWS = {
+    "transpose_": lambda t: t.transpose_(1, 2),
+    "t_": lambda t: t[0].t_(),
+    "unsqueeze_": lambda t: t.unsqueeze_(0),
+    "squeeze_": lambda t: t[:1].squeeze_(0),
+    "squeeze_.dims": lambda t: t[:1, :1].squeeze_((0, 1)),
+    "as_strided_": lambda t: t.as_strided_((4, 6), (48, 8)),
+    "swapdims_": lambda t: t.swapdims_(0, 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INPLACE_VIEWS))
+def test_inplace_views_compile_and_keep_eager_semantics(name):
+    """In-place views change only sizes and strides: compiled (functionalization replays them on tensors
+    without data) and eager (the result is the input, with new metadata, sharing its memory)."""
+    torch._dynamo.reset()
+    op = INPLACE_VIEWS[name]
+    x = torch.randn(4, 6, 8, device="flagos")
+    y = x.clone()
+    out = op(y)
+    want = op(x.cpu().clone())
+    assert (out.shape, out.stride(), out.device) == (want.shape, want.stride(), torch.device("flagos", 0))
+    assert out.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+    torch.testing.assert_close(out.cpu(), want)
+    for backend in ("aot_eager", "inductor"):
+        compiled = torch.compile(lambda t: op(t * 2), backend=backend)(x)
+        torch.testing.assert_close(compiled.cpu(), op(x.cpu() * 2))

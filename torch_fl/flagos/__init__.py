@@ -125,6 +125,10 @@ def __getattr__(name):
         from torch_fl.flagos._random import default_generators
 
         return default_generators()
+    if name == "_initialized":
+        # What torch.cuda keeps as a flag, and what torch.utils.checkpoint reads to decide whether to save and
+        # restore the device's RNG state around a recomputed forward (dropout masks): a value, not a callable.
+        return is_initialized()
     if name == "has_magma":
         # flagos's linear algebra on a CUDA backing runs CUDA's kernels, MAGMA's where torch was built with it.
         import torch

@@ -204,10 +204,18 @@ void call_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
 
 namespace {
 
-// True for operators whose results may view an input (an input annotated
-// Tensor(a) without '!'): transpose, split, expand, ...
-bool makes_views(const c10::FunctionSchema& schema) {
-  for (const auto& arg : schema.arguments()) {
+// True for view operators: those whose results may view an input (an input
+// annotated Tensor(a) without '!': transpose, split, expand, ...) and the
+// in-place views, which change only their input's sizes and strides
+// (transpose_, unsqueeze_, as_strided_, ...: tagged inplace_view). Their
+// composite kernels work on any tensor's metadata. A native kernel would
+// read the data pointer of an alias, which fake and functional tensors do
+// not have: torch.compile replays in-place views on such tensors.
+bool is_view_op(const c10::OperatorHandle& op) {
+  if (op.hasTag(at::Tag::inplace_view)) {
+    return true;
+  }
+  for (const auto& arg : op.schema().arguments()) {
     if (arg.alias_info() != nullptr && !arg.alias_info()->isWrite()) {
       return true;
     }
@@ -220,7 +228,7 @@ bool makes_views(const c10::FunctionSchema& schema) {
 bool native_route_may_own(const c10::OperatorHandle& op) {
   return !op.hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) &&
          !op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
-         op.hasComputedKernelForDispatchKey(g_backing.key) && !makes_views(op.schema());
+         op.hasComputedKernelForDispatchKey(g_backing.key) && !is_view_op(op);
 }
 
 void register_native_route() {
@@ -292,7 +300,7 @@ void register_native_route() {
     // per inner operator, and the dispatch log names the operator called
     // (FEP 0025 scripts expect `abs -> cuda`, not `abs.out -> cuda`). Views
     // stay composite on flagos, where they are cheapest.
-    const bool whole = composite && op->hasComputedKernelForDispatchKey(g_backing.key) && !makes_views(op->schema()) &&
+    const bool whole = composite && op->hasComputedKernelForDispatchKey(g_backing.key) && !is_view_op(*op) &&
                        name.name != "aten::_unsafe_view" && !host_random;
     // A backing kernel that takes a generator (normal_, uniform_,
     // multinomial, ...) is registered as native_random, not left to the
