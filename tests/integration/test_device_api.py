@@ -129,3 +129,12 @@ def test_kernel_results_count_as_flagos_memory():
 
 def test_backing_name():
     assert torch_fl.backing() == ("cuda" if ON_CUDA else "cpu")
+
+
+def test_a_negative_index_changes_no_device_as_on_cuda():
+    torch.flagos.set_device(0)
+    torch.flagos.set_device(-1)  # torch.cuda.set_device(-1) does nothing
+    assert torch.flagos.current_device() == 0
+    with torch.flagos.device(-1):
+        assert torch.flagos.current_device() == 0
+    assert torch.flagos.current_device() == 0

@@ -86,6 +86,8 @@ def current_device() -> int:
 
 
 def set_device(device) -> None:
+    if isinstance(device, int) and device < 0:
+        return  # a negative index leaves the current device, as torch.cuda.set_device(-1) does
     torch.accelerator.set_device_index(_index(device))
 
 
@@ -93,7 +95,8 @@ class device(contextlib.ContextDecorator):  # noqa: N801  (named like torch.cuda
     """Context manager that makes `device` the current flagos device."""
 
     def __init__(self, device):
-        self.idx = -1 if device is None else _index(device)
+        # None or a negative index: a context that changes nothing, as torch.cuda.device(-1)
+        self.idx = -1 if device is None or (isinstance(device, int) and device < 0) else _index(device)
         self.prev = -1
 
     def __enter__(self):
