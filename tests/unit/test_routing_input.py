@@ -179,3 +179,13 @@ def test_validate_prints_the_glob_note(tmp_path, capsys):
     assert main(["validate", path]) == 0
     out = capsys.readouterr().out
     assert "OK (1 rule(s))" in out and "note: " in out and "_to_copy" in out
+
+
+def test_a_name_without_a_default_overload_suggests_its_own_overloads():
+    from torch_fl.vocab import ops
+
+    # `add` has no default overload; `addr` looks alike but is another operator
+    assert ops.closest("add") == ["add.Tensor", "add.Scalar", "add.Scalar_out"]
+    assert "Did you mean add.Tensor, add.Scalar" in ops.unknown_op_message("add")
+    assert ops.closest("Add.tensor")[0] == "add.Tensor"  # case-folded
+    assert "softmax.int" in ops.closest("sofmax.int")

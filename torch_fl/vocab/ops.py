@@ -68,12 +68,23 @@ def matching(pattern: str) -> list[str]:
 def closest(op: str, n: int = 3) -> list[str]:
     """The nearest ATen operator names, for 'did you mean' messages."""
     ops = _sorted_ops()
+    # A name whose operator has overloads but no default one (`add`): its own overloads, before names that
+    # merely look alike (`addr`).
+    own = [o for o in ops if o.startswith(op + ".")]
+    if own:
+        return sorted(own, key=_overload_rank)[:n]
     found = difflib.get_close_matches(op, ops, n=n, cutoff=0.6)
-    if not found:
-        # `Add.tensor` or a name without its overload: try case-folded and by prefix.
+    if not found:  # `Add.tensor`: case-folded
         lower = op.lower()
-        found = [o for o in ops if o.lower() == lower][:n] or [o for o in ops if o.startswith(op + ".")][:n]
+        found = [o for o in ops if o.lower() == lower][:n]
     return found
+
+
+def _overload_rank(name: str) -> tuple:
+    """The functional overloads first (add.Tensor, add.Scalar), then out= and the others, by name."""
+    overload = name.partition(".")[2].lower()
+    order = ("tensor", "scalar")
+    return (order.index(overload) if overload in order else len(order) + ("out" in overload), name)
 
 
 def unknown_op_message(op: str, suggest: bool = True) -> str:
