@@ -104,12 +104,17 @@ def test_a_training_worker_that_dies_says_why(tmp_path):
         workers.Worker("train (flagos)", died, dict(os.environ), tmp_path, str(tmp_path / "log"), timeout=60)
 
 
+def _benchmarks_on_path() -> dict:
+    """The environment of a child that imports the benchmarks' shared modules (_workers, _timing) by name."""
+    return dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(Path(REPO) / "benchmarks"), os.environ.get("PYTHONPATH", "")])
+    )
+
+
 def test_a_worker_answers_one_sample_per_request(tmp_path):
     workers = load_benchmark("_workers")
     code = "import _workers, time; _workers.serve(lambda: time.sleep(0.001), lambda: None, 3, {'compile_s': 1.5})"
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(Path(REPO) / "benchmarks"), os.environ.get("PYTHONPATH", "")])
-    )
+    env = _benchmarks_on_path()
     w = workers.Worker("sleep", [sys.executable, "-c", code], env, tmp_path, str(tmp_path / "log"), timeout=60)
     try:
         assert w.ready == {"compile_s": 1.5}
@@ -122,9 +127,7 @@ def test_a_worker_answers_one_sample_per_request(tmp_path):
 def test_pairs_of_workers_record_a_failed_worker_and_go_on(tmp_path):
     workers = load_benchmark("_workers")
     serve = "import _workers, time; _workers.serve(lambda: time.sleep(0.001), lambda: None, 2)"
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(Path(REPO) / "benchmarks"), os.environ.get("PYTHONPATH", "")])
-    )
+    env = _benchmarks_on_path()
 
     def start(name):
         code = "import sys; sys.stderr.write('no device\\n'); sys.exit(1)" if name == "broken" else serve

@@ -18,7 +18,7 @@ import math
 import torch
 
 from torch_fl._loader import DEVICE_NAME
-from torch_fl.flagos._device import on_cuda
+from torch_fl.flagos._device import backing_device, on_cuda
 
 _SDPA = torch.ops.aten.scaled_dot_product_attention.default
 _CHOICE = torch.ops.aten._fused_sdp_choice.default
@@ -49,15 +49,11 @@ def install_compile_window(handler) -> None:
     handler.install_callbacks = install_callbacks
 
 
-def _backing_device(t: torch.Tensor) -> torch.device:
-    return torch.device("cuda", t.device.index or 0) if on_cuda() else torch.device("cpu")
-
-
 def _twin(t):
     """A tensor on the backing device with t's metadata (fake under fake mode: no memory)."""
     if not isinstance(t, torch.Tensor) or t.device.type != DEVICE_NAME:
         return t
-    twin = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=_backing_device(t))
+    twin = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=backing_device(t.device))
     # The choice depends on which inputs need gradients (flagos's choice function passes that on too).
     return twin.requires_grad_(t.requires_grad) if t.is_floating_point() else twin
 

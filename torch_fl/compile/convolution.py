@@ -21,7 +21,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from torch_fl._loader import DEVICE_NAME
-from torch_fl.flagos._device import on_cuda
+from torch_fl.flagos._device import backing_device
 
 _aten = torch.ops.aten
 OPS = (
@@ -52,7 +52,7 @@ def _as_on_backing(impl):
         device = next((t.fake_device for t in pytree.tree_leaves((args, kwargs)) if is_flagos(t)), None)
         if device is None:
             return impl(fake_mode, func, *args, **kwargs)
-        backing = torch.device("cuda", device.index or 0) if on_cuda() else torch.device("cpu")
+        backing = backing_device(device)
 
         def to_backing(t):
             return _moved(fake_mode, t, backing) if is_flagos(t) else t

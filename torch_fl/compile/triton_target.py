@@ -14,11 +14,7 @@ from __future__ import annotations
 import torch
 
 from torch_fl._loader import DEVICE_NAME
-
-
-def _as_cuda(device: torch.device) -> torch.device:
-    index = device.index if device.index is not None else torch.flagos.current_device()
-    return torch.device("cuda", index)
+from torch_fl.flagos._device import backing_device
 
 
 def install() -> None:
@@ -39,7 +35,7 @@ def install() -> None:
 
     def flagos_create(cls, device):
         if isinstance(device, torch.device) and device.type == DEVICE_NAME:
-            device = _as_cuda(device)
+            device = backing_device(device)  # on a CUDA backing: cuda:i
         return create(device)
 
     flagos_create._flagos = True

@@ -21,6 +21,14 @@ def on_cuda() -> bool:
     return _C._backing() == "cuda"
 
 
+def backing_device(device: torch.device) -> torch.device:
+    """The backing device behind flagos `device`: cuda:i behind flagos:i on a CUDA backing (no index: the current
+    device's), the CPU on host backing."""
+    if not on_cuda():
+        return torch.device("cpu")
+    return torch.device("cuda", device.index if device.index is not None else current_device())
+
+
 def invalid_index_error(idx: int, count: int) -> torch.AcceleratorError:
     """The error for a device index out of range: CUDA raises torch.AcceleratorError for an invalid ordinal."""
     where = "host memory; set FLAGOS_HOST_DEVICES=N for more" if not on_cuda() else "one per CUDA device"
