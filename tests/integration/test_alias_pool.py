@@ -155,7 +155,8 @@ def test_a_kernel_that_raises_leaves_the_pool_usable():
     for _ in range(10):
         _ = a * a
     after = pool_stats()
-    assert after[0] == warm[0] + 20 and after[1:] == warm[1:]
+    # one borrow a call: one tensor twice is one alias twice, as the native call gets one tensor twice
+    assert after[0] == warm[0] + 10 and after[1:] == warm[1:]
 
 
 def test_each_thread_borrows_from_a_pool_of_its_own():
@@ -176,7 +177,7 @@ def test_each_thread_borrows_from_a_pool_of_its_own():
     thread = threading.Thread(target=work)
     thread.start()
     thread.join()
-    assert seen["borrows"] == 20  # counted in the other thread's own pool
+    assert seen["borrows"] == 10  # counted in the other thread's own pool (one alias for a twice)
     assert pool_stats()[0] == main_before[0]  # and none in this thread's
     for r in seen["results"]:
         torch.testing.assert_close(r.cpu(), a.cpu() * a.cpu(), rtol=0, atol=0)

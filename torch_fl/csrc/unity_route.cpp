@@ -15,6 +15,7 @@
 
 #include "route/counters.cpp"
 #include "route/device_check.cpp"
+#include "route/overlap_check.cpp"
 #include "route/profiling.cpp"
 #include "route/replay.cpp"
 #include "route/routed_args.cpp"

@@ -3,6 +3,7 @@
 
 #include "python/python_args.h"
 #include "route/counters.h"
+#include "route/overlap_check.h"
 #include "route/profiling.h"
 #include "route/routed_args.h"
 #include "runtime/device.h"
@@ -261,6 +262,9 @@ bool try_fast(FastPlan& f, const c10::OperatorHandle& op, torch::jit::Stack* sta
   route::RoutedArgs routed;
   routed.unwrap(stack, nargs);
   routed.check_devices(op);
+  if (C10_UNLIKELY(routed.shares_storage())) {
+    route::check_written_overlaps(op, c10::ArrayRef<c10::IValue>(&*(stack->end() - nargs), nargs));
+  }
   {
     c10::OptionalDeviceGuard guard;
     if (routed.index() >= 0 && routed.index() != runtime::current_device()) {

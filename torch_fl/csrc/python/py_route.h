@@ -20,6 +20,7 @@
 #include "python/python_args.h"
 #include "route/counters.h"
 #include "route/native_route.h"
+#include "route/overlap_check.h"
 #include "route/profiling.h"
 #include "route/routed_args.h"
 #include "runtime/device.h"
@@ -266,6 +267,9 @@ class PyRouteKernel final : public c10::OperatorKernel {
       c10::SmallVector<c10::IValue, 8> original(stack->end() - nargs, stack->end());
       routed.unwrap(stack, nargs);
       routed.check_devices(op);
+      if (C10_UNLIKELY(routed.shares_storage())) {
+        route::check_written_overlaps(op, c10::ArrayRef<c10::IValue>(&*(stack->end() - nargs), nargs));
+      }
       const PyArgs py_args = pop_python_args(schema, stack, kwarg_names_);
       py::object result;
       try {

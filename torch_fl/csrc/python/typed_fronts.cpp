@@ -1,6 +1,7 @@
 // Typed fronts of Python routes (python/typed_fronts.h).
 #include "python/typed_fronts.h"
 
+#include "route/overlap_check.h"
 #include "route/typed_call.h"
 #include "route/typed_ops.h"
 
@@ -178,6 +179,9 @@ struct PyFront<Op, Ret(Args...)> {
     c10::SmallVector<py::object, 8> objects;
     (objects.push_back(py_arg(routed, args)), ...);  // left to right: the first flagos tensor names the device
     routed.check_devices(*handle);
+    if (C10_UNLIKELY(mutates && routed.shares_storage())) {
+      route::check_written_overlaps(*handle, c10::impl::boxArgs<Args...>(args...));
+    }
     py::object result = call_fn(t, objects, routed.index());
     if (C10_UNLIKELY(!result)) {
       py::error_already_set error;

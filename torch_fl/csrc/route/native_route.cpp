@@ -13,6 +13,7 @@
 #include "route/device_check.h"
 #include "route/dtype_gaps.h"
 #include "route/host_rnn.h"
+#include "route/overlap_check.h"
 #include "route/profiling.h"
 #include "route/routed_args.h"
 #include "route/typed_native.h"
@@ -36,6 +37,13 @@ using runtime::g_backing;
 namespace {
 
 void check_not_capturing(const c10::OperatorHandle& op, const torch::jit::Stack& stack, bool routed);
+
+// The CPU fallback copies each argument to the host on its own, where a
+// written argument no longer overlaps the input it shares memory with.
+void check_fallback_overlaps(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const size_t nargs = op.schema().arguments().size();
+  check_written_overlaps(op, c10::ArrayRef<c10::IValue>(stack.data() + stack.size() - nargs, nargs));
+}
 
 void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
@@ -67,6 +75,7 @@ void native_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
   TORCH_CHECK_NOT_IMPLEMENTED(!g_backing.host, "flagos: aten::", name,
                               " has no CPU kernel, so the host-backed flagos device cannot run it either.");
   check_devices(op, *stack, op.schema().arguments().size());
+  check_fallback_overlaps(op, *stack);
   check_not_capturing(op, *stack, false);
   if (f.log_fallback) {
     log_fallback(op);
@@ -185,6 +194,7 @@ void run_native_route(const c10::OperatorHandle& op, c10::DispatchKeySet ks, tor
 void call_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // cpu_fallback copies every tensor to the host, where nothing would see their devices any more.
   check_devices(op, *stack, op.schema().arguments().size());
+  check_fallback_overlaps(op, *stack);
   check_not_capturing(op, *stack, true);
   if (g_route_flags.log_fallback) {
     log_fallback(op);

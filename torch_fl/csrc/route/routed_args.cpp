@@ -136,6 +136,18 @@ const at::Tensor& RoutedArgs::borrow_held(const at::Tensor& t, bool keep) {
   AliasPool& pool = pool_ != nullptr ? *pool_ : *(pool_ = &tensor::alias_pool());
   const c10::TensorImpl& like = *t.unsafeGetTensorImpl();
   c10::StorageImpl* src = like.unsafe_storage().unsafeGetStorageImpl();
+  // One flagos storage twice in a call (x[1:].add_(x[:-1]), torch.mm(x, x,
+  // out=x)): the second alias shares the first's storage; one tensor twice
+  // (a * a) is one alias twice, as the native call gets one tensor twice. A
+  // few compares: calls have few tensor arguments.
+  for (size_t i = 0, n = borrowed_.size(); i < n; ++i) {
+    if (C10_UNLIKELY(borrowed_[i].src == src && src != nullptr)) {
+      if (borrowed_[i].flagos->unsafeGetTensorImpl() == &like) {
+        return borrowed_[i].alias;
+      }
+      return borrow_sharing(t, keep, i);
+    }
+  }
   // Pooled: a plain tensor with storage, not one over a native tensor's own
   // storage (owning_native_deleter: its alias is that native tensor).
   if (C10_UNLIKELY(src == nullptr || src->data_ptr().get_deleter() == &tensor::owning_native_deleter ||
@@ -157,39 +169,53 @@ const at::Tensor& RoutedArgs::borrow_held(const at::Tensor& t, bool keep) {
     tensor::g_python_object_hooks.unpark(alias.unsafeGetTensorImpl());
   }
   note_index(index);
-  return hold(t, keep, std::move(alias), home);
+  return hold(t, keep, std::move(alias), home, src);
 }
 
 // A new alias (kept in the pool at `home` when released), or the alias of a
 // tensor the pool does not take: a native tensor's own storage, a tensor with
 // custom or symbolic sizes, or none (tensor::storage_of() raises the tensor's error).
 const at::Tensor& RoutedArgs::borrow_new(const at::Tensor& t, bool keep, size_t home) {
-  (void)tensor::storage_of(t);
+  const c10::StorageImpl* src = tensor::storage_of(t);
   at::Tensor alias = tensor::native_alias(t, /*owning=*/false);
   note_index(t.device().index());
-  return hold(t, keep, std::move(alias), home);
+  return hold(t, keep, std::move(alias), home, src);
+}
+
+const at::Tensor& RoutedArgs::borrow_sharing(const at::Tensor& t, bool keep, size_t earlier) {
+  const Borrowed& b = borrowed_[earlier];
+  const c10::StorageImpl* src = b.src;
+  at::Tensor alias = tensor::native_alias_sharing(t, b.alias);
+  note_index(t.device().index());
+  shares_storage_ = true;
+  return hold(t, keep, std::move(alias), AliasPool::kNoHome, src, /*shared=*/true);
 }
 
 // The record of a borrow in borrowed_, built in place. SmallVector's
 // emplace_back carries its growth path: inlined into a borrow it made the
 // borrow too large to inline it in turn, a call of 600 bytes per borrow.
-inline const at::Tensor& RoutedArgs::hold(const at::Tensor& t, bool keep, at::Tensor&& alias, size_t home) {
+inline const at::Tensor& RoutedArgs::hold(const at::Tensor& t, bool keep, at::Tensor&& alias, size_t home,
+                                          const c10::StorageImpl* src, bool shared) {
   if (C10_LIKELY(borrowed_.size() < borrowed_.capacity())) {
-    Borrowed* b = ::new (static_cast<void*>(borrowed_.end())) Borrowed(t, keep, std::move(alias), home);
+    Borrowed* b = ::new (static_cast<void*>(borrowed_.end())) Borrowed(t, keep, std::move(alias), home, src, shared);
     borrowed_.set_size(borrowed_.size() + 1);
     return b->alias;
   }
-  return hold_grown(t, keep, std::move(alias), home);
+  return hold_grown(t, keep, std::move(alias), home, src, shared);
 }
 
-const at::Tensor& RoutedArgs::hold_grown(const at::Tensor& t, bool keep, at::Tensor&& alias, size_t home) {
-  return borrowed_.emplace_back(t, keep, std::move(alias), home).alias;
+const at::Tensor& RoutedArgs::hold_grown(const at::Tensor& t, bool keep, at::Tensor&& alias, size_t home,
+                                         const c10::StorageImpl* src, bool shared) {
+  return borrowed_.emplace_back(t, keep, std::move(alias), home, src, shared).alias;
 }
 
 void RoutedArgs::release() {
   AliasPool* pool = pool_;
   const bool python = python_;
-  for (auto& b : borrowed_) {
+  // Last borrow first: an alias sharing an earlier one's storage (never
+  // pooled) lets go of it before the earlier one is recycled.
+  for (auto it = borrowed_.rbegin(); it != borrowed_.rend(); ++it) {
+    Borrowed& b = *it;
     at::Tensor& alias = b.alias;
     auto* impl = alias.unsafeGetTensorImpl();
     c10::StorageImpl* st = b.alias_storage;
@@ -216,6 +242,7 @@ void RoutedArgs::release() {
       pool->give(std::move(alias), b.home);
     } else {
       pool->vacate(b.home);
+      alias.reset();
     }
   }
   borrowed_.clear();
@@ -358,7 +385,12 @@ void RoutedArgs::finish(const c10::FunctionSchema& schema, torch::jit::Stack* st
 void RoutedArgs::sync_mutated() {
   // Arguments the kernel may have resized or re-pointed (out=, set_, resize_).
   for (const auto& b : borrowed_) {
-    tensor::sync_back_if_changed(*b.flagos, b.alias, b.alias_storage);
+    if (C10_UNLIKELY(b.shared)) {
+      // The earlier borrow of the storage has synced its memory already.
+      tensor::sync_back(*b.flagos, b.alias, b.alias_storage, /*memory=*/false);
+    } else {
+      tensor::sync_back_if_changed(*b.flagos, b.alias, b.alias_storage);
+    }
   }
 }
 

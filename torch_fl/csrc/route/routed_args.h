@@ -51,6 +51,12 @@ class RoutedArgs {
   C10_ALWAYS_INLINE void check_devices(const c10::OperatorHandle& op) const {
     devices_.check(op, index_);
   }
+  // Two arguments of the call are over one flagos storage (their aliases
+  // share a storage): the routes whose kernel is not PyTorch's then check
+  // written arguments against the others (route/overlap_check.h).
+  bool shares_storage() const {
+    return shares_storage_;
+  }
   void finish(const c10::FunctionSchema& schema, std::vector<c10::IValue>* stack);
   c10::DeviceIndex index() const {
     return index_;
@@ -97,24 +103,36 @@ class RoutedArgs {
  private:
   struct Borrowed {
     // Built in place in borrowed_ (no temporary to move and destroy).
-    Borrowed(const at::Tensor& t, bool keep, at::Tensor&& a, size_t home_slot)
+    Borrowed(const at::Tensor& t, bool keep, at::Tensor&& a, size_t home_slot, const c10::StorageImpl* flagos_storage,
+             bool shares)
         : flagos(keep ? c10::MaybeOwned<at::Tensor>::owned(std::in_place, t)
                       : c10::MaybeOwned<at::Tensor>::borrowed(t)),
           alias(std::move(a)),
           alias_storage(alias.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl()),
-          home(home_slot) {}
+          src(flagos_storage),
+          home(home_slot),
+          shared(shares) {}
     c10::MaybeOwned<at::Tensor> flagos;  // owned where the boxed stack slot is overwritten
     at::Tensor alias;
     c10::StorageImpl* alias_storage;
-    size_t home;  // the pool slot the alias returns to (tensor::AliasPool::kNoHome: none)
+    const c10::StorageImpl* src;  // the flagos storage the alias is over
+    size_t home;                  // the pool slot the alias returns to (tensor::AliasPool::kNoHome: none)
+    bool shared;                  // alias_storage is an earlier borrow's (one flagos storage, twice in the call)
   };
   // Borrows an alias of `t` and returns the copy held in borrowed_.
   const at::Tensor& borrow_held(const at::Tensor& t, bool keep);
   // The rare borrows, out of line: a new alias, or one that is not pooled.
   const at::Tensor& borrow_new(const at::Tensor& t, bool keep, size_t home);
+  // A second argument over the storage of an earlier one (`earlier`, an index
+  // into borrowed_): its alias shares that borrow's alias storage, so that the
+  // kernel sees the two overlap as a native call would (PyTorch's overlap
+  // checks and the kernels that copy an aliased input compare storages).
+  C10_NOINLINE const at::Tensor& borrow_sharing(const at::Tensor& t, bool keep, size_t earlier);
   // Records a borrow (its alias, returned by reference) in borrowed_.
-  const at::Tensor& hold(const at::Tensor& t, bool keep, at::Tensor&& alias, size_t home);
-  C10_NOINLINE const at::Tensor& hold_grown(const at::Tensor& t, bool keep, at::Tensor&& alias, size_t home);
+  const at::Tensor& hold(const at::Tensor& t, bool keep, at::Tensor&& alias, size_t home,
+                         const c10::StorageImpl* src, bool shared = false);
+  C10_NOINLINE const at::Tensor& hold_grown(const at::Tensor& t, bool keep, at::Tensor&& alias, size_t home,
+                                            const c10::StorageImpl* src, bool shared);
   // The same where earlier references must stay valid: within reserve().
   // The check's message is built out of line: inline, it keeps arg() from
   // being inlined into the typed kernels (a call more per borrow).
@@ -143,6 +161,7 @@ class RoutedArgs {
   c10::DeviceIndex index_ = -1;
   bool to_native_device_ = false;  // a device argument names a non-flagos device
   bool python_ = false;            // aliases from a Python pool (park / unpark their objects)
+  bool shares_storage_ = false;    // a borrow shares an earlier one's alias storage
 };
 
 // A flagos tensor for a fresh kernel result: takes over its memory when the

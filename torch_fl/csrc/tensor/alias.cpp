@@ -73,6 +73,10 @@ at::Tensor native_alias(const at::Tensor& flagos, bool owning) {
   return tensor_over(std::move(storage), b.key, flagos);
 }
 
+at::Tensor native_alias_sharing(const at::Tensor& flagos, const at::Tensor& sibling) {
+  return tensor_over(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage_of(sibling)), g_backing.key, flagos);
+}
+
 namespace {
 
 // The flagos storage behind a native storage if it is one of our aliases.
@@ -138,7 +142,7 @@ void sync_back_if_changed(const at::Tensor& flagos, const at::Tensor& alias, c10
   }
 }
 
-void sync_back(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageImpl* alias_storage) {
+void sync_back(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageImpl* alias_storage, bool memory) {
   auto* dst = flagos.unsafeGetTensorImpl();
   c10::StorageImpl* now = alias.storage().unsafeGetStorageImpl();
   const c10::DeviceIndex index = flagos.device().index();
@@ -149,7 +153,7 @@ void sync_back(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageIm
       replacement = wrap_native_storage(now, index, /*may_steal=*/false);
     }
     dst->set_storage_keep_dtype(c10::Storage(std::move(replacement)));
-  } else if (C10_UNLIKELY(alias_storage->data_ptr().get_deleter() != &borrowed_deleter &&
+  } else if (C10_UNLIKELY(memory && alias_storage->data_ptr().get_deleter() != &borrowed_deleter &&
                           alias_storage->data_ptr().get_deleter() != &owning_flagos_deleter)) {
     // The kernel resized the storage: it now owns fresh backing memory.
     c10::StorageImpl* target = flagos.storage().unsafeGetStorageImpl();

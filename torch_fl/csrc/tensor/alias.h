@@ -26,6 +26,10 @@ void owning_native_deleter(void*);
 // bytes. `owning` aliases keep the flagos storage alive; borrowed ones are for
 // the duration of one kernel call.
 at::Tensor native_alias(const at::Tensor& flagos, bool owning);
+// A borrowed alias of `flagos` over the storage of `sibling`, a borrowed
+// alias of another flagos tensor over the same storage: a kernel given both
+// sees that they overlap (PyTorch compares storages, not addresses).
+at::Tensor native_alias_sharing(const at::Tensor& flagos, const at::Tensor& sibling);
 // A flagos tensor over the bytes of a backing-device tensor (owning).
 at::Tensor flagos_alias(const at::Tensor& native, c10::DeviceIndex index);
 // A flagos tensor for a kernel result that the routed call's in-place retag
@@ -33,8 +37,11 @@ at::Tensor flagos_alias(const at::Tensor& native, c10::DeviceIndex index);
 // mapped back, or a wrapper over (or the taken-over memory of) its storage.
 at::Tensor adopt_result_slow(at::Tensor&& native, c10::DeviceIndex index);
 // Gives `flagos` the storage and geometry the kernel left on its alias (an
-// out= argument the kernel resized or re-pointed).
-void sync_back(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageImpl* alias_storage);
+// out= argument the kernel resized or re-pointed). `memory`: also move fresh
+// memory the kernel gave the alias storage into the flagos storage (false for
+// an alias sharing the storage of an earlier one, whose sync moved it).
+void sync_back(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageImpl* alias_storage,
+               bool memory = true);
 // sync_back when the alias's storage, data or geometry differs from flagos's.
 void sync_back_if_changed(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageImpl* alias_storage);
 
