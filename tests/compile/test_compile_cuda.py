@@ -7,16 +7,11 @@ import pytest
 import torch
 
 import torch_fl
+from tests.compile.generated_code import call_body, run_and_get_code
 from torch_fl import routing
 from torch_fl.flagos._streams import native_stream
 
 pytestmark = pytest.mark.cuda
-
-
-def _codes(fn, *args):
-    from torch._inductor.utils import run_and_get_code
-
-    return run_and_get_code(fn, *args)
 
 
 def test_triton_kernels_run_on_the_current_flagos_stream():
@@ -30,7 +25,7 @@ def test_triton_kernels_run_on_the_current_flagos_stream():
     side = torch.flagos.Stream()
     side.wait_stream(torch.flagos.current_stream())
     with torch.flagos.stream(side):
-        out, (code,) = _codes(compiled, x)
+        out, (code,) = run_and_get_code(compiled, x)
     torch.flagos.current_stream().wait_stream(side)
     torch.testing.assert_close(out, fn(x))
     assert out.device.type == "flagos"
@@ -59,7 +54,7 @@ def test_sdpa_compiles_to_cudas_fused_kernel():
         return torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
 
     with torch.no_grad():
-        out, (code,) = _codes(torch.compile(fn, fullgraph=True), q)
+        out, (code,) = run_and_get_code(torch.compile(fn, fullgraph=True), q)
         routing.reset_stats()
         torch.compile(fn, fullgraph=True)(q)
     torch.testing.assert_close(out, fn(q), rtol=2e-2, atol=2e-2)
@@ -77,11 +72,10 @@ def test_a_bmm_of_one_batch_compiles_as_native_cudas_does():
         return torch.bmm(a.expand(1, a.size(1), 1), b).cos() * 2
 
     a, b = torch.randn(1, 64, 1, device="flagos"), torch.randn(1, 1, 512, device="flagos")
-    out, (code,) = _codes(torch.compile(fn, fullgraph=True), a, b)
+    out, (code,) = run_and_get_code(torch.compile(fn, fullgraph=True), a, b)
     torch.testing.assert_close(out, fn(a, b))
     assert "extern_kernels.bmm(" not in code
-    # the call itself; the benchmark harness inductor appends makes its random inputs on the device
-    call = code.split("def benchmark_compiled_module")[0]
+    call = call_body(code)
     assert "empty_strided_flagos(" in call and "device='flagos" not in call
 
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import torch_fl
+from tests.compile.generated_code import call_body, run_and_get_code
 from tests.helpers import run_python
 from torch_fl import routing
 
@@ -26,21 +27,8 @@ HOST_COPY = re.compile(
 )
 
 
-def _call_body(code: str) -> str:
-    """The generated wrapper's `call`: what runs per call (the header defines helpers it may not use)."""
-    body = code[code.index("def call(") :]
-    end = re.search(r"\n\S", body)
-    return body if end is None else body[: end.start()]
-
-
 def _calls(rows) -> dict[str, int]:
     return {r.op: r.calls for r in rows if r.calls}
-
-
-def _codes(fn, *args):
-    from torch._inductor.utils import run_and_get_code
-
-    return run_and_get_code(fn, *args)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +55,7 @@ def mlp_run():
         loss.backward()
         return loss
 
-    loss, codes = _codes(step)
+    loss, codes = run_and_get_code(step)
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)
     routing.reset_stats()
@@ -160,7 +148,7 @@ def test_generated_code_has_flagos_buffers_and_no_host_copies(mlp_run):
     codes = mlp_run["codes"]
     assert len(codes) == 2  # the forward and the backward graph
     for code in codes:
-        call = _call_body(code)
+        call = call_body(code)
         assert not HOST_COPY.search(call), HOST_COPY.search(call)
         # buffers come from torch_fl's C++ allocation function, on the graph's device index
         assert re.search(r"= empty_strided_flagos\(\(.*\), \(.*\), torch\.\w+, 0\)", call)
@@ -181,7 +169,6 @@ def test_dynamic_shapes_on_the_last_device():
 
     compiled = torch.compile(fn, dynamic=True, fullgraph=True)
     from torch._dynamo.utils import counters
-    from torch._inductor.utils import run_and_get_code
 
     counters.clear()
     for n in (5, 9):
@@ -209,7 +196,7 @@ def test_fused_operators_leave_their_routes(silu_fn):
     torch._dynamo.reset()
     x = torch.randn(4, 8, device="flagos")
     routing.reset_stats()
-    out, (code,) = _codes(torch.compile(silu_fn, fullgraph=True), x)
+    out, (code,) = run_and_get_code(torch.compile(silu_fn, fullgraph=True), x)
     torch.testing.assert_close(out, silu_fn(x))
     assert "torch.ops.aten.silu" not in code  # no call of it (Triton kernels name it in comments)
     routing.reset_stats()
@@ -222,7 +209,7 @@ def test_keep_as_calls_keeps_an_operator_on_its_route(silu_fn):
     x = torch.randn(4, 8, device="flagos")
     with torch_fl.compile.keeping_calls(["silu"]):
         assert torch_fl.compile.kept_calls() == ["silu"]
-        out, (code,) = _codes(torch.compile(silu_fn, fullgraph=True), x)
+        out, (code,) = run_and_get_code(torch.compile(silu_fn, fullgraph=True), x)
         routing.reset_stats()
         out = torch.compile(silu_fn, fullgraph=True)(x)
         assert _calls(routing.stats()).get("silu") == 1
@@ -255,11 +242,11 @@ def test_tiny_qwen3_forward_matches_eager():
     with torch.no_grad():
         eager = model(input_ids=ids, use_cache=False).logits
         compiled = torch.compile(model, fullgraph=True)
-        out, codes = _codes(lambda: compiled(input_ids=ids, use_cache=False).logits)
+        out, codes = run_and_get_code(lambda: compiled(input_ids=ids, use_cache=False).logits)
         routing.reset_stats()
         compiled(input_ids=ids, use_cache=False)
     torch.testing.assert_close(out, eager, rtol=1e-4, atol=1e-4)
-    call = "\n".join(_call_body(code) for code in codes)
+    call = "\n".join(call_body(code) for code in codes)
     assert not HOST_COPY.search(call), HOST_COPY.search(call)
     steady = _calls(routing.stats())
     attention = [op for op in steady if "attention" in op]

@@ -16,6 +16,7 @@ import torch_fl
 from tests.unit.routing_fixtures import routing_state  # noqa: F401  (fixture)
 from torch_fl import routing
 from torch_fl.backends import flaggems
+from torch_fl.backends.flaggems_defects import refusal
 
 pytestmark = [pytest.mark.flaggems, pytest.mark.cuda, pytest.mark.usefixtures("routing_state")]
 
@@ -116,15 +117,21 @@ UNARY = {
 
 
 def check(fn, inputs, ops, expect_replay=True):
+    """With `expect_replay`, the second `flaggems` call replays; a call that a known FlagGems defect refuses
+    (flaggems_defects) runs natively on every route instead and is never replayed."""
     flaggems.LOADER.load()
     missing = [op for op in ops if op not in flaggems.LOADER.table]
     if missing:
         pytest.skip(f"FlagGems {flaggems.LOADER.version()} has no kernel for {missing}")
+    refused = refusal(flaggems.LOADER.table[ops[0]], *inputs)
     python, recorded, replayed, py_in, rep_in, hits = run_three_ways(fn, inputs, ops)
     assert same(python, recorded), "the recorded call differs from the Python function"
     assert same(python, replayed), "the replay differs from the Python function"
     assert all(same(a, b) for a, b in zip(py_in, rep_in, strict=True)), "the replay wrote other inputs"
-    if expect_replay:
+    if refused is not None:
+        assert hits == 0, f"a call FlagGems gets wrong was replayed: {refused}"
+        assert any(r.op == ops[0] and r.fallbacks for r in routing.stats()), "the refusal was not counted"
+    elif expect_replay:
         assert hits >= 1, f"no replay: {[torch_fl._C.PyRoute(op).fast_stats()['reasons'] for op in ops]}"
 
 

@@ -25,6 +25,20 @@ pytestmark = pytest.mark.anyplatform
 
 IDX = [1, 0, 3]
 
+
+def pieces(x, n=20, width=2, start=0):
+    """`n` views of `width` elements over `x`'s storage, one after another from flat offset `start`: past 16
+    tensors a call finds earlier borrows of a storage through an index, not a scan."""
+    flat = x.view(-1)
+    return [flat[start + i * width : start + (i + 1) * width] for i in range(n)]
+
+
+def foreach_last_shifted(x):
+    """20 pairs, the last one's output overlapping its input partially (the CPU's kernel raises at it)."""
+    flat = x.view(-1)
+    return torch._foreach_add_(pieces(x, 19, 1) + [flat[20:28]], pieces(x, 19, 1, start=45) + [flat[19:27]])
+
+
 CASES = {
     # partial overlaps: PyTorch's "unsupported operation"
     "copy_ shifted": lambda x: x[1:].copy_(x[:-1]),
@@ -48,6 +62,9 @@ CASES = {
     "addmm_ with itself": lambda x: x.addmm_(x, x),
     "clamp_ by itself": lambda x: x.clamp_(min=x),
     "_foreach_add_ shifted": lambda x: torch._foreach_add_([x[1:]], [x[:-1]]),
+    "_foreach_add_ of 20 pairs, the last shifted": foreach_last_shifted,
+    "_foreach_mul_ of 20 tensors by themselves": lambda x: (lambda xs: torch._foreach_mul_(xs, xs))(pieces(x)),
+    "_foreach_add of 20 pairs over one storage": lambda x: torch._foreach_add(pieces(x), pieces(x, start=1)),
     # an out= argument the kernel resizes beyond its storage, which an input shares
     "add out= resized past the storage": lambda x: torch.add(x[0], 1, out=x[-1, -1:].resize_(0)),
     "add out= resized within the storage": lambda x: torch.add(x[1], 1, out=x[0, :0]),
@@ -60,8 +77,9 @@ def outcome(call, device: torch.device):
         r = call(x)
     except RuntimeError as e:
         return "raises", str(e).splitlines()[0]
-    # the whole tensor, and the result where it is a tensor (out= arguments the kernel resized)
-    return "values", [x.cpu()] + ([r.cpu()] if isinstance(r, torch.Tensor) else [])
+    # the whole tensor, and the results that are tensors (out= arguments the kernel resized, _foreach lists)
+    results = [r] if isinstance(r, torch.Tensor) else list(r) if isinstance(r, (list, tuple)) else []
+    return "values", [x.cpu()] + [t.cpu() for t in results]
 
 
 def assert_same_outcome(call):

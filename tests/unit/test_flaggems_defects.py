@@ -79,6 +79,9 @@ def test_the_hopper_mul_check(a, b, refused):
     mul = hopper_function("mul.py", "def mul(A, B):\n    return A * B\n", "mul")
     checked = flaggems_defects.guarded(mul)
     assert checked is not mul and flaggems_defects.guarded(torch.mul) is torch.mul
+    for fn in (mul, checked):  # refusal() answers for the function and for its guarded wrapper
+        assert (flaggems_defects.refusal(fn, a, b) is not None) == refused
+    assert flaggems_defects.refusal(torch.mul, a, b) is None
     if refused:
         with pytest.raises(flaggems_defects.FlagGemsDefect, match="flat arrays"):
             checked(a, b)

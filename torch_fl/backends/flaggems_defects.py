@@ -89,6 +89,13 @@ def location(fn) -> tuple[str, str] | None:
     return None if at < 0 else (path[at + len("flag_gems/") :], getattr(fn, "__name__", ""))
 
 
+def refusal(fn, *args, **kwargs) -> str | None:
+    """Why the FlagGems function `fn` (as FlagGems defines it, or as `guarded` wraps it) gets this call wrong
+    and is refused, else None."""
+    check = _DEFECTS.get(location(getattr(fn, "__wrapped__", fn)))
+    return None if check is None else check(*args, **kwargs)
+
+
 def guarded(fn):
     """`fn` itself, or for a function with a known defect a wrapper that raises FlagGemsDefect for the calls
     it gets wrong (the check runs on the Python path and when the fast path records a signature; replays

@@ -138,15 +138,25 @@ const at::Tensor& RoutedArgs::borrow_held(const at::Tensor& t, bool keep) {
   c10::StorageImpl* src = like.unsafe_storage().unsafeGetStorageImpl();
   // One flagos storage twice in a call (x[1:].add_(x[:-1]), torch.mm(x, x,
   // out=x)): the second alias shares the first's storage; one tensor twice
-  // (a * a) is one alias twice, as the native call gets one tensor twice. A
-  // few compares: calls have few tensor arguments.
-  for (size_t i = 0, n = borrowed_.size(); i < n; ++i) {
-    if (C10_UNLIKELY(borrowed_[i].src == src && src != nullptr)) {
-      if (borrowed_[i].flagos->unsafeGetTensorImpl() == &like) {
-        return borrowed_[i].alias;
+  // (a * a) is one alias twice, as the native call gets one tensor twice.
+  // Most calls have a few tensor arguments: a few compares.
+  const size_t n = borrowed_.size();
+  size_t earlier = kNoEarlier;
+  if (C10_LIKELY(n <= kScanBorrows)) {
+    for (size_t i = 0; i < n; ++i) {
+      if (C10_UNLIKELY(borrowed_[i].src == src && src != nullptr)) {
+        earlier = i;
+        break;
       }
-      return borrow_sharing(t, keep, i);
     }
+  } else if (src != nullptr) {
+    earlier = indexed_earlier(src);
+  }
+  if (C10_UNLIKELY(earlier != kNoEarlier)) {
+    if (borrowed_[earlier].flagos->unsafeGetTensorImpl() == &like) {
+      return borrowed_[earlier].alias;
+    }
+    return borrow_sharing(t, keep, earlier);
   }
   // Pooled: a plain tensor with storage, not one over a native tensor's own
   // storage (owning_native_deleter: its alias is that native tensor).
@@ -180,6 +190,20 @@ const at::Tensor& RoutedArgs::borrow_new(const at::Tensor& t, bool keep, size_t 
   at::Tensor alias = tensor::native_alias(t, /*owning=*/false);
   note_index(t.device().index());
   return hold(t, keep, std::move(alias), home, src);
+}
+
+size_t RoutedArgs::indexed_earlier(const c10::StorageImpl* src) {
+  if (!by_storage_) {
+    by_storage_ = std::make_unique<ska::flat_hash_map<const c10::StorageImpl*, size_t>>();
+  }
+  // Borrows since the last lookup join the index; the first of a storage stays.
+  for (const size_t n = borrowed_.size(); indexed_ < n; ++indexed_) {
+    if (borrowed_[indexed_].src != nullptr) {
+      by_storage_->emplace(borrowed_[indexed_].src, indexed_);
+    }
+  }
+  const auto it = by_storage_->find(src);
+  return it == by_storage_->end() ? kNoEarlier : it->second;
 }
 
 const at::Tensor& RoutedArgs::borrow_sharing(const at::Tensor& t, bool keep, size_t earlier) {
@@ -246,6 +270,10 @@ void RoutedArgs::release() {
     }
   }
   borrowed_.clear();
+  if (C10_UNLIKELY(indexed_ != 0)) {
+    by_storage_->clear();
+    indexed_ = 0;
+  }
 }
 
 void RoutedArgs::reserve_exceeded() {

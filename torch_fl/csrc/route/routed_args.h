@@ -19,8 +19,10 @@
 #include <ATen/core/ivalue.h>
 #include <ATen/core/function_schema.h>
 #include <c10/util/MaybeOwned.h>
+#include <c10/util/flat_hash_map.h>
 #include <c10/util/SmallVector.h>
 
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -121,6 +123,13 @@ class RoutedArgs {
   };
   // Borrows an alias of `t` and returns the copy held in borrowed_.
   const at::Tensor& borrow_held(const at::Tensor& t, bool keep);
+  // The first borrow over flagos storage `src` (an index into borrowed_), or
+  // kNoEarlier. A call's first kScanBorrows borrows are scanned; past them
+  // (a _foreach op's lists: AdamW's hold every parameter) an index answers,
+  // or each borrow's scan would make the call quadratic in the lists' length.
+  static constexpr size_t kScanBorrows = 16;
+  static constexpr size_t kNoEarlier = static_cast<size_t>(-1);
+  C10_NOINLINE size_t indexed_earlier(const c10::StorageImpl* src);
   // The rare borrows, out of line: a new alias, or one that is not pooled.
   const at::Tensor& borrow_new(const at::Tensor& t, bool keep, size_t home);
   // A second argument over the storage of an earlier one (`earlier`, an index
@@ -155,6 +164,10 @@ class RoutedArgs {
   at::Tensor unwrap_result(at::Tensor&& r) const;
 
   c10::SmallVector<Borrowed, 6> borrowed_;
+  // borrowed_[0, indexed_) by flagos storage (first borrow of each), built
+  // by indexed_earlier() once a call has more than kScanBorrows borrows.
+  std::unique_ptr<ska::flat_hash_map<const c10::StorageImpl*, size_t>> by_storage_;
+  size_t indexed_ = 0;
   tensor::AliasPool* pool_ = nullptr;  // this thread's, looked up at the first borrow
   c10::SmallVector<const c10::StorageImpl*, 4> foreign_;
   DeviceCheck devices_;
