@@ -8,6 +8,7 @@ differences) with its quartiles: half the interquartile range is the noise print
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -88,19 +89,42 @@ def quartiles(values: Sequence[float]) -> tuple[float, float]:
     return q[0], q[2]
 
 
+def median_interval(values: Sequence[float], level: float = 0.95) -> list[float] | None:
+    """A distribution-free interval that holds the true median with probability >= `level`: the r-th
+    smallest and r-th largest value for the largest r with P(Binomial(n, 1/2) < r) <= (1 - level) / 2.
+    None where no r qualifies (fewer than 6 values at 0.95)."""
+    n, tail = len(values), (1 - level) / 2
+    below, r = 0.0, 0  # below: P(B < r + 1) as r grows
+    while r < n // 2:
+        below += math.comb(n, r) / 2**n
+        if below > tail:
+            break
+        r += 1
+    if r == 0:
+        return None
+    ordered = sorted(values)
+    return [round(ordered[r - 1], 4), round(ordered[n - r], 4)]
+
+
 def ratio_stats(ratios: Sequence[float]) -> dict:
-    """Median of per-pair ratios, their quartiles and the noise (half the interquartile range; None for one
-    pair, which has no spread to measure)."""
+    """Median of per-pair ratios, their quartiles, the noise (half the interquartile range; None for one
+    pair, which has no spread to measure) and the median's 95% interval (median_interval)."""
     q1, q3 = quartiles(ratios)
     return {
         "pairs": len(ratios),
         "ratio_median": statistics.median(ratios),
         "ratio_quartiles": [round(q1, 4), round(q3, 4)],
         "noise": round((q3 - q1) / 2, 4) if len(ratios) > 1 else None,
+        "median_ci95": median_interval(ratios),
     }
 
 
 def format_ratio(stats: dict) -> str:
-    """ratio_stats' median with its noise where there is one: '0.903x ± 0.026' or '1.126x'."""
-    noise = stats.get("noise")
-    return f"{stats['ratio_median']:.3f}x" + (f" ± {noise:.3f}" if noise is not None else "")
+    """ratio_stats' median with its noise and 95% interval where there are: '0.903x ± 0.026 (95%:
+    0.871-0.930)', '0.903x ± 0.026' or '1.126x'."""
+    noise, ci = stats.get("noise"), stats.get("median_ci95")
+    return (
+        f"{stats['ratio_median']:.3f}x"
+        + (f" ± {noise:.3f}" if noise is not None else "")
+        + (f" (95%: {ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
+    )

@@ -12,6 +12,9 @@ so each variant trains in a worker process of its own (the native one never impo
 compiles, warms up and then waits; the workers take turns in ABBA pairs, one at a time, each sample the
 median of --steps steps, timed inside the worker. Alternating live workers keeps a pair's two samples
 seconds apart under the same load (one child per variant and round swung by a quarter between processes).
+The compiled step is host-bound on the H200 (its wrapper launches some 1,650 kernels a step) and the host's
+speed swings within a second, so samples are short and pairs many; the result gives the median's 95%
+interval beside the noise.
 Compile time: the first call (Dynamo, AOTAutograd, inductor, its kernel compiles) minus a steady call, per
 variant and task, with inductor's on-disk cache empty (TORCHINDUCTOR_CACHE_DIR in a fresh folder per variant
 and task); the workers compile one after the other, each with the machine to itself. Prefill's native
@@ -201,7 +204,7 @@ def train_pairs(args, tmp: str) -> dict:
         "native_ms": [round(t * 1e3, 3) for t in res["native_s"]],
         "flagos_ms": [round(t * 1e3, 3) for t in res["flagos_s"]],
         "steps_per_sample": args.steps,
-        **{k: res[k] for k in ("pairs", "ratio_median", "ratio_quartiles", "noise")},
+        **{k: res[k] for k in ("pairs", "ratio_median", "ratio_quartiles", "noise", "median_ci95")},
         "compile_s": {v: w.ready["compile_s"] for v, w in workers.items()},
     }
 
@@ -240,10 +243,10 @@ def _child(task: str, args, cache: str) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="host smoke sizes (tiny Qwen3); writes to the temp folder")
-    p.add_argument("--pairs", type=int, default=12, help="prefill pairs (default 12)")
+    p.add_argument("--pairs", type=int, default=16, help="prefill pairs (default 16)")
     p.add_argument("--calls", type=int, default=5, help="prefill calls per timed sample (default 5)")
-    p.add_argument("--train-pairs", type=int, default=16, help="training pairs, one sample per variant (default 16)")
-    p.add_argument("--steps", type=int, default=10, help="timed training steps per sample (default 10)")
+    p.add_argument("--train-pairs", type=int, default=48, help="training pairs, one sample per variant (default 48)")
+    p.add_argument("--steps", type=int, default=5, help="timed training steps per sample (default 5)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls after compiling (default 3)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per child process (default 1800)")
     p.add_argument("--out", help="JSON path or folder (default results/compile-<machine>.json)")

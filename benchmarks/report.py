@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared modules, also when loaded by path
 from _report_distributed import ddp_tables, multigpu_tables, multigpu_targets  # noqa: E402
 from _results import errors_brief, exception_line  # noqa: E402
-from _timing import quartiles  # noqa: E402
+from _timing import format_ratio, quartiles  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -53,6 +53,11 @@ def _noise(values: list[float] | None) -> float | None:
 
 def _ratio(r: float, noise: float | None) -> str:
     return f"{r:.3f}x" + (f" ± {noise:.3f}" if noise is not None else "")
+
+
+def _ratio_interval(e: dict) -> str:
+    """A paired entry's median ratio ± noise, with the median's 95% interval where the result has one."""
+    return format_ratio({**e, "noise": pair_noise(e)})
 
 
 def provenance(stem: str, meta: dict) -> str:
@@ -258,13 +263,15 @@ def compile_tables(d: dict) -> list[str]:
         f"Qwen3 `{sizes.get('variant')}` in {sizes.get('dtype')}, both variants compiled with torch.compile "
         f"(inductor). Prefill {sizes.get('prefill')} (batch x length) in alternating pairs{per_sample} in one "
         f"process; training step {sizes.get('train')} (forward, backward, AdamW) {how}. Ratio: native "
-        "time / flagos time. Compile time: first call minus a steady call, from an empty inductor cache.",
+        "time / flagos time, the median of the pairs' ratios; in parentheses the interval that holds the true "
+        "median with 95% probability (order statistics, benchmarks/_timing.py). Compile time: first call minus "
+        "a steady call, from an empty inductor cache.",
         "",
         "| task | flagos / native | native compile s | flagos compile s |",
         "| --- | ---: | ---: | ---: |",
-        f"| prefill ({pre['pairs']} pairs) | {_ratio(pre['ratio_median'], pair_noise(pre))} | "
+        f"| prefill ({pre['pairs']} pairs) | {_ratio_interval(pre)} | "
         f"{pre['compile_s']['native']} | {pre['compile_s']['flagos']} |",
-        f"| training step ({_train_count(train)}) | {_ratio(train['ratio_median'], pair_noise(train))} | "
+        f"| training step ({_train_count(train)}) | {_ratio_interval(train)} | "
         f"{train['compile_s']['native']} | {train['compile_s']['flagos']} |",
     ]
     return out + [""]
@@ -382,7 +389,7 @@ def targets(results: dict[str, dict]) -> list[tuple[str, str, bool, str]]:
         for task, label in (("prefill", "prefill"), ("train", "training step")):
             e = comp[task]
             count = f"{e['pairs']} pairs" if task == "prefill" else _train_count(e)
-            text = f"{_ratio(e['ratio_median'], pair_noise(e))} ({count})"
+            text = f"{_ratio_interval(e)} ({count})"
             rows.append(
                 (
                     f"compiled Qwen3-0.6B {label} >= 0.97x compiled native",

@@ -43,7 +43,7 @@ if [[ $STEP == compile ]]; then
   # torch.compile on flagos against native (benchmarks/compile_bench.py: compile-h200.json): four cold
   # compiles (prefill and training step, each variant) and the pairs, about five minutes on the H200.
   # COMPILE_PROFILE=1: profiler tables of compiled prefill per variant in $OUT (compile-prefill-<variant>.txt).
-  python3 benchmarks/compile_bench.py --pairs "${PAIRS:-8}" --train-pairs "${TRAIN_PAIRS:-16}" \
+  python3 benchmarks/compile_bench.py ${PAIRS:+--pairs "$PAIRS"} ${TRAIN_PAIRS:+--train-pairs "$TRAIN_PAIRS"} \
     ${COMPILE_PROFILE:+--profile "$OUT"} --out "$OUT" 2>&1 | tail -12
 fi
 if [[ $STEP == multigpu ]]; then

@@ -45,7 +45,19 @@ def test_ratio_stats_median_quartiles_and_noise():
         "ratio_median": 0.97,
         "ratio_quartiles": [0.97, 0.97],
         "noise": None,
+        "median_ci95": None,
     }
+
+
+@pytest.mark.anyplatform
+def test_median_interval_order_statistics():
+    """The r-th smallest and largest of n values, r the largest with P(Binomial(n, 1/2) < r) <= 2.5%."""
+    timing = load_benchmark("_timing")
+    assert timing.median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None  # even (min, max) covers only 93.8%
+    assert timing.median_interval([6.0, 1.0, 5.0, 2.0, 4.0, 3.0]) == [1.0, 6.0]  # covers 96.9%
+    assert timing.median_interval([float(v) for v in range(16)]) == [3.0, 12.0]  # 97.9%; r = 5 gives 92.3%
+    assert timing.median_interval([float(v) for v in range(60)]) == [21.0, 38.0]
+    assert timing.ratio_stats([float(v) for v in range(16)])["median_ci95"] == [3.0, 12.0]
 
 
 @pytest.mark.anyplatform
