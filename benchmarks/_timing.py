@@ -120,11 +120,11 @@ def ratio_stats(ratios: Sequence[float]) -> dict:
 
 
 def format_ratio(stats: dict) -> str:
-    """ratio_stats' median with its noise and 95% interval where there are: '0.903x ± 0.026 (95%:
-    0.871-0.930)', '0.903x ± 0.026' or '1.126x'."""
+    """ratio_stats' median with its noise and 95% interval where there are: '0.903x ± 0.026, 95% interval
+    0.871-0.930', '0.903x ± 0.026' or '1.126x'."""
     noise, ci = stats.get("noise"), stats.get("median_ci95")
     return (
         f"{stats['ratio_median']:.3f}x"
         + (f" ± {noise:.3f}" if noise is not None else "")
-        + (f" (95%: {ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
+        + (f", 95% interval {ci[0]:.3f}-{ci[1]:.3f}" if ci else "")
     )

@@ -263,7 +263,7 @@ def compile_tables(d: dict) -> list[str]:
         f"Qwen3 `{sizes.get('variant')}` in {sizes.get('dtype')}, both variants compiled with torch.compile "
         f"(inductor). Prefill {sizes.get('prefill')} (batch x length) in alternating pairs{per_sample} in one "
         f"process; training step {sizes.get('train')} (forward, backward, AdamW) {how}. Ratio: native "
-        "time / flagos time, the median of the pairs' ratios; in parentheses the interval that holds the true "
+        "time / flagos time, the median of the pairs' ratios, ± the noise, and the interval that holds the true "
         "median with 95% probability (order statistics, benchmarks/_timing.py). Compile time: first call minus "
         "a steady call, from an empty inductor cache.",
         "",
