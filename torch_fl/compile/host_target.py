@@ -4,8 +4,11 @@ Inductor asks two device-type questions whose answer for a flagos device on host
 because its kernels are inductor's C++ kernels over host memory:
 - `get_current_backend()`: which codegen backend runs this device ("cpp" here; by default any device type
   but cpu/mps/xpu/tpu gets config.cuda_backend, "triton", and C++ codegen then misses its dtype propagation);
-- `BaseSchedulerNode.is_cpu()`: before fusion and loop-reindexing decisions that only GPU codegen supports.
-Other device types are unaffected; a CUDA backing needs neither (Triton codegen, see triton_target).
+- `BaseSchedulerNode.is_cpu()`: before fusion and loop-reindexing decisions that only GPU codegen supports;
+- `use_scatter_fallback(..., src_device_type, ...)`: a scatter-add onto the CPU runs ATen's kernel, as C++
+  codegen's vectorized atomic add cannot take every index (a compiled `scatter_add` failed inductor's
+  assertion on flagos).
+Other device types are unaffected; a CUDA backing needs none of them (Triton codegen, see triton_target).
 """
 
 from __future__ import annotations
@@ -62,6 +65,35 @@ def _patch_is_cpu() -> None:
     BaseSchedulerNode.is_cpu = flagos_is_cpu
 
 
+# The modules that import use_scatter_fallback by name.
+_SCATTER_USERS = ("torch._inductor.utils", "torch._inductor.lowering", "torch._inductor.decomposition")
+
+
+def _patch_scatter_fallback() -> None:
+    import inspect
+
+    from torch._inductor import utils
+
+    original = getattr(utils, "use_scatter_fallback", None)
+    if original is None or getattr(original, "_flagos", False):
+        return
+    signature = inspect.signature(original)
+    if "src_device_type" not in signature.parameters:
+        return  # a torch that asks otherwise has nothing to answer differently here
+
+    def use_scatter_fallback(*args, **kwargs) -> bool:
+        bound = signature.bind(*args, **kwargs)
+        if bound.arguments.get("src_device_type") == DEVICE_NAME:
+            bound.arguments["src_device_type"] = "cpu"
+        return original(*bound.args, **bound.kwargs)
+
+    use_scatter_fallback._flagos = True
+    for name in _SCATTER_USERS:
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "use_scatter_fallback", None) is original:
+            module.use_scatter_fallback = use_scatter_fallback
+
+
 def install() -> None:
     """Make inductor answer as for the CPU for flagos (idempotent; call on host backing only)."""
     import importlib
@@ -71,5 +103,8 @@ def install() -> None:
     except ModuleNotFoundError:
         pass  # a torch without that module holds no reference to patch
 
+    for module in ("torch._inductor.lowering", "torch._inductor.decomposition"):
+        importlib.import_module(module)  # so that their references are patched too
     _patch_current_backend()
     _patch_is_cpu()
+    _patch_scatter_fallback()
