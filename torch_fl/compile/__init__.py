@@ -10,7 +10,8 @@ inductor module it belongs to (importing those at `import torch_fl` would cost m
 - triton_target: on a CUDA backing, inductor's GPU paths and Triton's CUDA target for flagos;
 - attention: scaled_dot_product_attention traceable on flagos (traced from metadata);
 - convolution: fake convolutions on flagos predict the backing kernel's output layout;
-- keep_calls: keep chosen (routed) operators as calls instead of fused kernels.
+- keep_calls: keep chosen (routed) operators as calls instead of fused kernels;
+- rng_state: torch.flagos's RNG getters and setters run eagerly under Dynamo, as torch.cuda's.
 docs/compile.md says what maps to what.
 """
 
@@ -20,6 +21,7 @@ from torch_fl._import_hook import when_imported
 from torch_fl._loader import DEVICE_NAME
 
 _DYNAMO_MODULE = "torch._dynamo.device_interface"
+_DYNAMO_PACKAGE = "torch._dynamo"  # torch._dynamo.disable, once the package is imported
 _CALLBACK_MODULE = "torch._dynamo.callback"  # Dynamo's per-compilation context
 # Imported by torch.compile's inductor backend; it imports the rest of inductor that registration touches.
 _INDUCTOR_MODULE = "torch._inductor.compile_fx"
@@ -30,6 +32,12 @@ def _register_device_interface(module) -> None:
     from torch_fl.compile.device_interface import FlagosInterface
 
     module.register_interface_for_device(DEVICE_NAME, FlagosInterface)
+
+
+def _rng_state_runs_eagerly(module) -> None:
+    from torch_fl.compile import rng_state
+
+    rng_state.install(module)
 
 
 def _compile_window(module) -> None:
@@ -100,6 +108,7 @@ def keeping_calls(ops):
 def install() -> None:
     """Register flagos with Dynamo and inductor as soon as each is imported (now, if it already is)."""
     when_imported(_DYNAMO_MODULE, _register_device_interface)
+    when_imported(_DYNAMO_PACKAGE, _rng_state_runs_eagerly)
     when_imported(_CALLBACK_MODULE, _compile_window)
     when_imported(_FAKE_KERNELS_MODULE, _fake_convolutions)
     when_imported(_INDUCTOR_MODULE, _register_inductor)
@@ -110,6 +119,7 @@ def register() -> None:
     import importlib
 
     _register_device_interface(importlib.import_module(_DYNAMO_MODULE))
+    _rng_state_runs_eagerly(importlib.import_module(_DYNAMO_PACKAGE))
     _compile_window(importlib.import_module(_CALLBACK_MODULE))
     _fake_convolutions(importlib.import_module(_FAKE_KERNELS_MODULE))
     _register_inductor(importlib.import_module(_INDUCTOR_MODULE))
