@@ -1,6 +1,6 @@
 """What inductor's C++ path needs to treat flagos on host backing as the CPU memory it is.
 
-Inductor asks two device-type questions whose answer for a flagos device on host backing must be the CPU's,
+Inductor asks device-type questions whose answer for a flagos device on host backing must be the CPU's,
 because its kernels are inductor's C++ kernels over host memory:
 - `get_current_backend()`: which codegen backend runs this device ("cpp" here; by default any device type
   but cpu/mps/xpu/tpu gets config.cuda_backend, "triton", and C++ codegen then misses its dtype propagation);
