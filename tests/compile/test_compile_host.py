@@ -303,3 +303,22 @@ def test_scatters_with_colliding_indices_compile(name):
     index = torch.randint(0, 4, (8, 16), device="flagos")
     out = torch.compile(fn, fullgraph=True)(x, index, src)
     torch.testing.assert_close(out.cpu(), fn(x.cpu(), index.cpu(), src.cpu()))
+
+
+ARGREDUCES = {
+    "argmax of a transpose": lambda t: t.transpose(1, 2).argmax(),
+    "argmin of a transpose": lambda t: t.transpose(1, 2).argmin(),
+    "argmax of a permutation over two dims": lambda t: t.permute(2, 0, 1).flatten(1).argmax(1),
+    "max indices of a transposed slice": lambda t: torch.max(t[:, 1:].transpose(0, 2).reshape(-1), 0).indices,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ARGREDUCES))
+def test_argreductions_of_non_contiguous_inputs_compile(name):
+    """argmax/argmin over several dimensions of a non-contiguous input give the position in the input's own
+    shape, as eager does (on host backing inductor computed the position in memory for flagos: wrong indices,
+    silently)."""
+    torch._dynamo.reset()
+    fn = ARGREDUCES[name]
+    x = torch.randn(4, 6, 5, device="flagos")
+    torch.testing.assert_close(torch.compile(fn, fullgraph=True)(x).cpu(), fn(x).cpu())

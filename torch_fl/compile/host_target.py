@@ -7,7 +7,10 @@ because its kernels are inductor's C++ kernels over host memory:
 - `BaseSchedulerNode.is_cpu()`: before fusion and loop-reindexing decisions that only GPU codegen supports;
 - `use_scatter_fallback(..., src_device_type, ...)`: a scatter-add onto the CPU runs ATen's kernel, as C++
   codegen's vectorized atomic add cannot take every index (a compiled `scatter_add` failed inductor's
-  assertion on flagos).
+  assertion on flagos);
+- `ir.get_device_type(x) == "cpu"` in the reductions' lowering: argmax/argmin over several dimensions of a
+  non-contiguous input compute the logical index (the position in the input's own shape) only for Triton
+  and the CPU; on flagos they returned the position in memory, silently wrong.
 Other device types are unaffected; a CUDA backing needs none of them (Triton codegen, see triton_target).
 """
 
@@ -94,6 +97,33 @@ def _patch_scatter_fallback() -> None:
             module.use_scatter_fallback = use_scatter_fallback
 
 
+def _patch_argreduce_index() -> None:
+    from torch._inductor import ir, lowering
+
+    original = getattr(lowering, "_make_reduction_inner", None)
+    if original is None or getattr(original, "_flagos", False):
+        return
+    device_type = ir.get_device_type
+
+    def as_cpu(x):
+        kind = device_type(x)
+        return "cpu" if kind == DEVICE_NAME else kind
+
+    def _make_reduction_inner(x, *args, **kwargs):
+        if device_type(x) != DEVICE_NAME:
+            return original(x, *args, **kwargs)
+        # Its only device-type question asks through the ir module; answered as for the CPU during the
+        # call (lowering runs in the compiling thread).
+        ir.get_device_type = as_cpu
+        try:
+            return original(x, *args, **kwargs)
+        finally:
+            ir.get_device_type = device_type
+
+    _make_reduction_inner._flagos = True
+    lowering._make_reduction_inner = _make_reduction_inner
+
+
 def install() -> None:
     """Make inductor answer as for the CPU for flagos (idempotent; call on host backing only)."""
     import importlib
@@ -108,3 +138,4 @@ def install() -> None:
     _patch_current_backend()
     _patch_is_cpu()
     _patch_scatter_fallback()
+    _patch_argreduce_index()
