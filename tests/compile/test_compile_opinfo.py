@@ -1,6 +1,6 @@
 """torch.compile over PyTorch's OpInfos on flagos: each operator's first sample (float32, else the first of
-int64, complex64 and bool it supports), compiled with inductor (C++ codegen on host backing, Triton on a CUDA
-backing), gives eager flagos's result.
+int64, complex64 and bool it supports), contiguous and made non-contiguous on flagos, compiled with inductor
+(C++ codegen on host backing, Triton on a CUDA backing), gives eager flagos's result.
 
 CI runs the conformance sweep's representative slice (SUBSET_CI); the whole op_db is marked slow:
 `python -m pytest -m slow -n 6 tests/compile/test_compile_opinfo.py`.
@@ -12,6 +12,7 @@ import functools
 
 import pytest
 import torch
+from torch.testing._internal.common_utils import noncontiguous_like
 
 from torch_fl.conformance.runner import UNINITIALISED_OUTPUT, load_op_db, op_key
 from torch_fl.conformance.sweep import SUBSET_CI, select_ops
@@ -54,13 +55,19 @@ def _keys(patterns=None) -> list[str]:
     return sorted({op_key(op) for op in select_ops(load_op_db(), patterns) if not op.name.startswith(NOT_SWEPT)})
 
 
-def _to(x, device):
+LAYOUTS = ("contiguous", "noncontiguous")
+
+
+def _to(x, device, layout):
+    """`x`'s tensors on `device`; "noncontiguous": each of more than one element strided over a larger
+    storage there (PyTorch's noncontiguous_like)."""
     if isinstance(x, torch.Tensor):
-        return x.detach().to(device)
+        t = x.detach().to(device)
+        return noncontiguous_like(t) if layout == "noncontiguous" and t.numel() > 1 else t
     if isinstance(x, (list, tuple)):
-        return type(x)(_to(v, device) for v in x)
+        return type(x)(_to(v, device, layout) for v in x)
     if isinstance(x, dict):
-        return {k: _to(v, device) for k, v in x.items()}
+        return {k: _to(v, device, layout) for k, v in x.items()}
     return x
 
 
@@ -72,13 +79,13 @@ def _tensors(out) -> list:
     return []
 
 
-def check_compiles_like_eager(key: str) -> None:
+def check_compiles_like_eager(key: str, layout: str) -> None:
     op = _ops()[key]
     dtype = next((d for d in DTYPES if d in op.supported_dtypes("cpu")), None)
     sample = None if dtype is None else next(iter(op.sample_inputs("cpu", dtype, requires_grad=False)), None)
     if sample is None:
         pytest.skip(f"{key}: no sample of {[str(d) for d in DTYPES]} in this torch")
-    inp, args, kwargs = (_to(v, "flagos") for v in (sample.input, sample.args, sample.kwargs))
+    inp, args, kwargs = (_to(v, "flagos", layout) for v in (sample.input, sample.args, sample.kwargs))
 
     def fn(i, *a):
         return op.op(i, *a, **kwargs)
@@ -98,9 +105,10 @@ def check_compiles_like_eager(key: str) -> None:
             torch.testing.assert_close(g.cpu(), w.cpu(), rtol=1e-3, atol=1e-3, equal_nan=True)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("key", _keys(SUBSET_CI))
-def test_compiled_op_matches_eager(key):
-    check_compiles_like_eager(key)
+def test_compiled_op_matches_eager(key, layout):
+    check_compiles_like_eager(key, layout)
 
 
 def _all_keys() -> list:
@@ -109,6 +117,7 @@ def _all_keys() -> list:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("key", _all_keys())
-def test_every_compiled_op_matches_eager(key):
-    check_compiles_like_eager(key)
+def test_every_compiled_op_matches_eager(key, layout):
+    check_compiles_like_eager(key, layout)
