@@ -52,6 +52,10 @@ def test_freeze_rng_state_around_a_compiled_random_operator():
     ["get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all", "manual_seed", "manual_seed_all"]
     + ["seed", "seed_all", "initial_seed"],
 )
-def test_rng_state_functions_keep_their_names(name):
+def test_rng_state_functions_run_eagerly_once_dynamo_is_imported(name):
+    """Each is replaced by its Dynamo-disabled version, which keeps its name and documentation."""
+    import torch._dynamo  # noqa: F401  (the replacement happens on its import)
+
     fn = getattr(torch.flagos, name)
+    assert getattr(fn, "_flagos_eager", False), f"torch.flagos.{name} would be traced by Dynamo"
     assert fn.__name__ == name and fn.__doc__ == getattr(torch_fl.flagos._random, name).__doc__

@@ -29,6 +29,17 @@ _BACKEND_USERS = (
 )
 
 
+def _rebind(attr: str, original, replacement, modules) -> None:
+    """Mark `replacement` as flagos's and put it in place of `original` in each of `modules` (those imported)
+    that holds `original` under `attr`: inductor's modules import such functions by name, each a reference
+    of its own."""
+    replacement._flagos = True
+    for name in modules:
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, attr, None) is original:
+            setattr(module, attr, replacement)
+
+
 def _patch_current_backend() -> None:
     from torch._inductor import utils
     from torch._inductor.virtualized import V
@@ -44,11 +55,7 @@ def _patch_current_backend() -> None:
             return "cpp"
         return original(device_type)
 
-    get_current_backend._flagos = True
-    for name in _BACKEND_USERS:
-        module = sys.modules.get(name)
-        if module is not None and getattr(module, "get_current_backend", None) is original:
-            module.get_current_backend = get_current_backend
+    _rebind("get_current_backend", original, get_current_backend, _BACKEND_USERS)
 
 
 def _patch_is_cpu() -> None:
@@ -90,11 +97,7 @@ def _patch_scatter_fallback() -> None:
             bound.arguments["src_device_type"] = "cpu"
         return original(*bound.args, **bound.kwargs)
 
-    use_scatter_fallback._flagos = True
-    for name in _SCATTER_USERS:
-        module = sys.modules.get(name)
-        if module is not None and getattr(module, "use_scatter_fallback", None) is original:
-            module.use_scatter_fallback = use_scatter_fallback
+    _rebind("use_scatter_fallback", original, use_scatter_fallback, _SCATTER_USERS)
 
 
 def _patch_argreduce_index() -> None:
