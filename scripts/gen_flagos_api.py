@@ -1,4 +1,5 @@
-"""Writes docs/torch-flagos-api.md: every public torch.cuda name and what it is on torch.flagos.
+"""Writes docs/torch-flagos-api.md: every public torch.cuda name and what it is on torch.flagos, and
+every public torch.accelerator name and how flagos answers it.
 
 The statuses and reasons come from torch_fl/flagos/_coverage.py and the live
 torch.cuda / torch.flagos modules; rerun this after changing either:
@@ -41,6 +42,12 @@ host memory and `FLAGOS_HOST_DEVICES` virtual devices.
 The public names of `torch.cuda` are its `__all__` plus its other attributes
 without a leading underscore, less the modules and helpers it imports for its
 own use (listed at the end)."""
+
+
+_ACCELERATOR_INTRO = """\
+PyTorch's generic device API, which libraries written for no particular device use (accelerate, Trainer,
+Lightning, diffusers): every public name of the installed `torch.accelerator`, each checked by
+`tests/integrations/test_accelerator_api.py`."""
 
 
 def _cell(text: str) -> str:
@@ -94,6 +101,12 @@ def render() -> str:
     out += _table(extra, "what for") + [""]
     out += ["## Not counted: torch.cuda's imports for its own use", ""]
     out += [", ".join(f"`{n}`" for n in coverage.cuda_import_names()), ""]
+    accelerator = coverage.accelerator_public_names()
+    unlisted = sorted(set(accelerator) - set(coverage.ACCELERATOR))
+    if unlisted:
+        raise SystemExit(f"torch_fl/flagos/_coverage.py's ACCELERATOR lacks torch.accelerator names: {unlisted}")
+    out += [f"## torch.accelerator on flagos ({len(accelerator)} names, all answered)", "", _ACCELERATOR_INTRO, ""]
+    out += _table([(n, coverage.ACCELERATOR[n]) for n in accelerator], "on flagos") + [""]
     return "\n".join(out)
 
 

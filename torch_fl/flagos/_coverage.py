@@ -268,3 +268,47 @@ def contradictions() -> list[str]:
     listed_twice = set(PLANNED_BY) & set(NOT_APPLICABLE_WHY)
     unexplained = set(flagos_only_names()) - set(FLAGOS_ONLY)
     return sorted({*both, *absent, *listed_twice, *unexplained})
+
+
+# torch.accelerator, PyTorch's generic device API (how accelerate, Trainer and Lightning reach a device
+# they were not written for): every public name of the installed torch.accelerator, and how flagos answers
+# it. On a CUDA backing the memory figures are the CUDA caching allocator's for the device (flagos and CUDA
+# tensors share it), equal to torch.cuda's; on host backing they are the core's counts of flagos host
+# allocations. tests/integrations/test_accelerator_api.py checks each and fails on an unlisted name.
+_MEMORY = "the flagos allocator's figure (a c10::DeviceAllocator); equals torch.flagos's (and torch.cuda's on a GPU)"
+ACCELERATOR: dict[str, str] = {
+    "current_accelerator": "torch.device('flagos') on both backings: a registered PrivateUse1 device is torch's one",
+    "is_available": "True once torch_fl is imported",
+    "device_count": "torch.flagos.device_count(): the GPUs, or FLAGOS_HOST_DEVICES virtual devices on host memory",
+    "current_device_index": "torch.flagos.current_device()",
+    "current_device_idx": "deprecated alias of current_device_index",
+    "set_device_index": "torch.flagos.set_device(i); out of range raises torch.AcceleratorError",
+    "set_device_idx": "deprecated alias of set_device_index",
+    "device_index": "context manager over torch.flagos's current device (None changes nothing)",
+    "get_device_capability": (
+        "every scalar type: flagos stores every dtype, and an operator whose backing kernel lacks one runs on "
+        "the CPU (counted in routing.stats())"
+    ),
+    "current_stream": "the current flagos stream (a CUDA stream on a CUDA backing)",
+    "set_stream": "makes a flagos stream current on its device",
+    "synchronize": "torch.flagos.synchronize(i): waits for the device's work (host backing: work is synchronous)",
+    "memory_allocated": _MEMORY,
+    "max_memory_allocated": _MEMORY,
+    "memory_reserved": _MEMORY + "; host backing: equals memory_allocated (host memory is not cached)",
+    "max_memory_reserved": _MEMORY + "; host backing: equals max_memory_allocated",
+    "memory_stats": (
+        "the caching allocator's statistics (CUDA backing: torch.cuda.memory_stats's keys and values); host "
+        "backing: the same keys, aggregate figures under 'all', num_ooms counting failed host allocations"
+    ),
+    "reset_peak_memory_stats": "resets the peaks memory_stats reports, as torch.cuda's",
+    "reset_accumulated_memory_stats": "zeroes the allocated/freed totals and num_ooms, as torch.cuda's",
+    "empty_cache": "CUDA backing: releases the caching allocator's unused blocks; host backing: nothing is cached",
+    "empty_host_cache": "PyTorch's pinned host allocator cache, as for CUDA",
+    "get_memory_info": "(free, total) bytes: cudaMemGetInfo on a CUDA backing; available and physical host memory",
+    "Graph": "CUDA graph capture of flagos work on a CUDA backing (torch.flagos.CUDAGraph); host backing raises",
+}
+
+
+def accelerator_public_names() -> list[str]:
+    """torch.accelerator's public API: its __all__ (its submodules and imports are not counted)."""
+    return sorted(torch.accelerator.__all__)

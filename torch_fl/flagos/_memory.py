@@ -4,38 +4,21 @@ host backing they are the core's per-device counters of host allocations."""
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any
 
 import torch
 
-from torch_fl import _C
-from torch_fl.flagos._device import Device, _host_total_memory, _index, cuda_function, needs_cuda_backing, on_cuda
-
-# Host backing: the core counts allocations, frees and failed allocations since start;
-# reset_accumulated_memory_stats moves the origin those counts are reported from (the core's counters never go back).
-_host_accumulated_origin: dict[int, tuple[int, int, int]] = {}
+from torch_fl.flagos._device import Device, _index, cuda_function, needs_cuda_backing, on_cuda
 
 
 def memory_stats(device: Device = None) -> dict[str, Any]:
     idx = _index(device)
     if on_cuda():
         return torch.cuda.memory_stats(idx)
-    s = _C._host_memory_stats(idx)
-    current, peak = s["allocated"], s["peak"]
-    allocs_origin, frees_origin, ooms_origin = _host_accumulated_origin.get(idx, (0, 0, 0))
-    # Host memory has no cache: reserved and active equal allocated.
-    stats = {}
-    for kind in ("allocated_bytes", "reserved_bytes", "active_bytes"):
-        stats[f"{kind}.all.current"] = current
-        stats[f"{kind}.all.peak"] = peak
-    stats["allocation.all.current"] = s["allocations"] - s["frees"]
-    stats["allocation.all.allocated"] = s["allocations"] - allocs_origin
-    stats["allocation.all.freed"] = s["frees"] - frees_origin
-    stats["num_alloc_retries"] = 0
-    stats["num_ooms"] = s["ooms"] - ooms_origin
-    return dict(sorted(stats.items()))
+    # The flagos allocator is a c10::DeviceAllocator: torch.accelerator asks it, in the core, for the
+    # host backing's counts (reserved and active memory equal allocated memory: host memory has no cache).
+    return dict(torch.accelerator.memory_stats(idx))
 
 
 def nest(flat: dict[str, Any]) -> dict[str, Any]:
@@ -97,7 +80,7 @@ def reset_peak_memory_stats(device: Device = None) -> None:
         torch.cuda.init()  # CUDA's allocator rejects the call ('Invalid device argument') before its lazy init
         torch.cuda.reset_peak_memory_stats(idx)
     else:
-        _C._host_reset_peak(idx)
+        torch.accelerator.reset_peak_memory_stats(idx)
 
 
 def reset_max_memory_allocated(device: Device = None) -> None:
@@ -129,8 +112,7 @@ def reset_accumulated_memory_stats(device: Device = None) -> None:
         torch.cuda.init()  # as for reset_peak_memory_stats
         torch.cuda.reset_accumulated_memory_stats(idx)
     else:
-        s = _C._host_memory_stats(idx)
-        _host_accumulated_origin[idx] = (s["allocations"], s["frees"], s["ooms"])
+        torch.accelerator.reset_accumulated_memory_stats(idx)
 
 
 def empty_cache() -> None:
@@ -143,8 +125,7 @@ def mem_get_info(device: Device = None) -> tuple[int, int]:
     idx = _index(device)
     if on_cuda():
         return torch.cuda.mem_get_info(idx)
-    free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    return free, _host_total_memory()
+    return torch.accelerator.get_memory_info(idx)
 
 
 def set_per_process_memory_fraction(fraction, device: Device = None) -> None:

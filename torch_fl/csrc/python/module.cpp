@@ -69,16 +69,6 @@ at::Tensor as_flagos(const at::Tensor& t, int64_t index) {
   return tensor::flagos_alias(t, i);
 }
 
-py::dict host_stats(int64_t index) {
-  auto s = runtime::host_memory_stats(static_cast<c10::DeviceIndex>(index));
-  py::dict d;
-  d["allocated"] = s.allocated;
-  d["peak"] = s.peak;
-  d["allocations"] = s.allocations;
-  d["frees"] = s.frees;
-  d["ooms"] = s.ooms;
-  return d;
-}
 
 // Calls `runner` on aten::<name> with Python arguments, bypassing the
 // dispatcher: the native route or the CPU fallback as a plain function.
@@ -178,7 +168,6 @@ void bind_module(py::module& m) {
   m.def("_alias_pool_stats", &tensor::alias_pool_stats, py::arg("python") = false,
         "(borrows, aliases made, aliases reshaped) of this thread's alias pool so far: a warm model's "
         "repeated forward should make and reshape none (benchmarks/alias_pool.py).");
-  m.def("_host_memory_stats", &host_stats, py::arg("index"));
   m.def(
       "_default_generator",
       [](int64_t i) { return runtime::default_generator(static_cast<c10::DeviceIndex>(i)); }, py::arg("index"),
@@ -205,7 +194,6 @@ void bind_module(py::module& m) {
       py::arg("index") = -1,
       "Whether flagos device `index`'s (-1: the current device's) current stream is being captured into a CUDA "
       "graph; False on host memory.");
-  m.def("_host_reset_peak", [](int64_t i) { runtime::host_reset_peak(static_cast<c10::DeviceIndex>(i)); });
   // What torch._C._dynamo.guards._empty_strided_cuda is for CUDA: the buffers of inductor's wrappers, without
   // the Python argument parser and the dispatcher (a compiled graph allocates hundreds per call).
   m.def(

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Device.h>
 #include <c10/core/StorageImpl.h>
 
@@ -12,8 +13,8 @@
 namespace torch_fl {
 namespace runtime {
 
-// The allocator registered for flagos: the backing device's memory, tagged
-// (and on host backing counted) as flagos memory.
+// The allocator registered for flagos (a c10::DeviceAllocator): the backing
+// device's memory, tagged (and on host backing counted) as flagos memory.
 c10::Allocator* flagos_allocator();
 c10::Allocator* host_pinned_allocator();
 bool host_is_pinned(const void* ptr);
@@ -25,12 +26,9 @@ c10::DataPtr host_adopt(c10::DataPtr&& data, size_t nbytes, c10::DeviceIndex ind
 // Resizes a flagos storage to `nbytes`, keeping its contents.
 void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes);
 
-// Host memory statistics (host backing only; CUDA backing uses CUDA's).
-struct HostMemStats {
-  int64_t allocated = 0, peak = 0, allocations = 0, frees = 0, ooms = 0;
-};
-HostMemStats host_memory_stats(c10::DeviceIndex index);
-void host_reset_peak(c10::DeviceIndex index);
+// Host backing's memory statistics, in the shape of a caching allocator's
+// (the flagos allocator's getDeviceStats answers with them on host backing).
+c10::CachingDeviceAllocator::DeviceStats host_device_stats(c10::DeviceIndex index);
 
 // Makes flagos_allocator() PyTorch's allocator for flagos.
 void register_allocator();

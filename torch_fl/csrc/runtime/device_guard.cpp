@@ -137,6 +137,15 @@ struct FlagosGuardImpl final : c10::impl::DeviceGuardImplInterface {
   bool queryEvent(void* event) const override {
     return g_backing.host ? true : g_backing.guard->queryEvent(event);
   }
+#if __has_include(<c10/core/DeviceCapability.h>)
+  // torch.accelerator.get_device_capability: every scalar type, as for the
+  // CPU and PyTorch's reference PrivateUse1 backend. flagos stores every type,
+  // and an operator whose backing kernel lacks one runs on the CPU (counted).
+  c10::DeviceCapability getDeviceCapability(c10::Device d) const override {
+    index_or_current(d.index());  // checks the index
+    return c10::DeviceCapability();
+  }
+#endif
   c10::DeviceIndex deviceCount() const noexcept override {
     return g_backing.count;
   }
