@@ -44,6 +44,10 @@ from torch_fl import distributed  # noqa: E402
 
 distributed.register()  # the "flagos" torch.distributed backend (docs/distributed.md)
 
+from torch_fl import integrations  # noqa: E402
+
+integrations._startup()  # Lightning's registry on its import; adapters only on opt-in (docs/integrations.md)
+
 
 def get_registered_ops() -> list[str]:
     """The operators whose calls run FlagGems kernels now (for some dtype at least), as the FEP 0025
@@ -81,6 +85,7 @@ __all__ = [
     "distributed",
     "flagos",
     "get_registered_ops",
+    "integrations",
     "is_flaggems_available",
     "is_flaggems_enabled",
     "routing",

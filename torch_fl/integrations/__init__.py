@@ -1,0 +1,125 @@
+"""flagos in the libraries people train and serve with (docs/integrations.md).
+
+Most of the ecosystem reaches flagos through PyTorch's generic accelerator API (`torch.accelerator`,
+`torch.get_device_module`), which `import torch_fl` answers in full: accelerate's `Accelerator`, PEFT,
+diffusers and `generate` need nothing more. Two other kinds of help are kept apart here:
+
+- **Extension points** that a library offers: Lightning's accelerator registry gets `FlagosAccelerator`
+  under the name "flagos" as soon as Lightning is imported (nothing of Lightning's changes).
+- **Adapters** for libraries that name their devices in code and offer no extension point (transformers'
+  `TrainingArguments` and hub kernels, accelerate's multi-process set-up, safetensors' device names).
+  An adapter changes another library's behaviour, so it is installed only on the user's explicit opt-in:
+  `torch_fl.integrations.enable()` (or `FLAGOS_INTEGRATIONS=1` in the environment, for launchers), and
+  each is written down with the upstream gap it covers. Without the opt-in, the first import of such a
+  library says once which calls need it (an `IntegrationWarning`).
+
+An adapter is installed when its library is imported (now, if it already is): enabling costs no import.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+from torch_fl._import_hook import when_imported
+
+# Adapter name -> (what it covers, [(module whose import installs a part, "module:function" installing it)]).
+ADAPTERS = {
+    "transformers": (
+        "Trainer trains on flagos (TrainingArguments picks cuda or cpu), bf16=True on host backing, "
+        "from_pretrained(device_map='flagos') and model.train() with the kernels package",
+        [
+            ("transformers.training_args", "torch_fl.integrations.transformers:install_training_args"),
+            ("transformers.integrations.hub_kernels", "torch_fl.integrations.transformers:install_hub_kernels"),
+        ],
+    ),
+    "accelerate": (
+        "accelerate launch / torchrun with several processes: DDP over the flagos backend "
+        "(accelerate otherwise runs each process alone)",
+        [("accelerate.state", "torch_fl.integrations.accelerate:install")],
+    ),
+    "safetensors": (
+        "safetensors.torch.load_file(path, device='flagos')",
+        [("safetensors.torch", "torch_fl.integrations.safetensors:install")],
+    ),
+}
+
+_enabled: set[str] = set()
+
+
+class IntegrationWarning(UserWarning):
+    """A library imported with torch_fl needs `torch_fl.integrations.enable()` for some of its calls."""
+
+
+def enable(*names: str) -> list[str]:
+    """Opt in to the adapters `names` (all of them by default); returns the names now enabled.
+
+    Each is installed when its library is imported, or at once if it already is."""
+    chosen = names or tuple(ADAPTERS)
+    unknown = [n for n in chosen if n not in ADAPTERS]
+    if unknown:
+        raise ValueError(f"torch_fl.integrations.enable: unknown adapter(s) {unknown}; known: {sorted(ADAPTERS)}")
+    for name in chosen:
+        if name in _enabled:
+            continue
+        _enabled.add(name)
+        for module, installer in ADAPTERS[name][1]:
+            when_imported(module, _installer(installer))
+    return sorted(_enabled)
+
+
+def enabled() -> list[str]:
+    """The adapters opted in to so far."""
+    return sorted(_enabled)
+
+
+def _installer(spec: str):
+    def install(module) -> None:
+        import importlib
+
+        path, func = spec.split(":")
+        getattr(importlib.import_module(path), func)(module)
+
+    return install
+
+
+def _notice(name: str):
+    """The once-per-library message for a library imported without its adapter."""
+
+    def notice(module) -> None:
+        if name not in _enabled:
+            warnings.warn(
+                f"torch_fl: {name} does not reach flagos by itself for: {ADAPTERS[name][0]}. "
+                "Call torch_fl.integrations.enable() (or set FLAGOS_INTEGRATIONS=1) to install torch_fl's "
+                "adapter; see torch_fl's docs/integrations.md",
+                IntegrationWarning,
+                stacklevel=2,
+            )
+
+    return notice
+
+
+def _startup() -> None:
+    """Called once by `import torch_fl`: Lightning's registries, the environment's opt-in, the notices."""
+    from torch_fl.integrations import lightning  # imports no Lightning: registers as each package is imported
+
+    for module in lightning.HOOK_MODULES:
+        when_imported(module, lightning.register)
+    choice = os.environ.get("FLAGOS_INTEGRATIONS", "").strip()
+    if choice and choice != "0":
+        enable() if choice == "1" or choice.lower() == "all" else enable(*[n.strip() for n in choice.split(",")])
+    # The notices name the opt-in where a library would otherwise fail or pick another device; safetensors
+    # refuses 'flagos' with an error of its own, and torch_fl.integrations.load_file is the documented path.
+    for name in ("transformers", "accelerate"):
+        if name not in _enabled and choice != "0":
+            when_imported(ADAPTERS[name][1][0][0], _notice(name))
+
+
+def load_file(filename, device="flagos"):
+    """safetensors.torch.load_file onto flagos without an adapter: onto the backing device, then zero copy."""
+    from torch_fl.integrations.safetensors import load_file as load
+
+    return load(filename, device)
+
+
+__all__ = ["ADAPTERS", "IntegrationWarning", "enable", "enabled", "load_file"]

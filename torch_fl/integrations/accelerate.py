@@ -1,0 +1,69 @@
+"""The accelerate adapter (opt-in: torch_fl.integrations.enable()).
+
+Two gaps, where accelerate names its devices in code:
+
+- The device: accelerate 1.16 asks torch.accelerator (flagos), earlier versions check a fixed list with
+  cuda before any other, so on a GPU machine they train natively on CUDA, which PyTorch's autograd refuses
+  in a process that registered flagos (PyTorch issue 161129). The adapter answers flagos whenever it is
+  torch.accelerator's device and the user did not ask for the CPU.
+- Several processes (`accelerate launch --multi_gpu`, `torchrun`, so Trainer's DDP): accelerate maps a
+  device type to a process-group backend and a distributed type from fixed tables, has neither for flagos,
+  and then runs each process alone with no error (or, on a GPU machine, over CUDA). With the adapter a
+  multi-process flagos run is accelerate's device-agnostic DDP set-up (the one it uses for CPUs: DDP and
+  barriers without device_ids) over the "flagos" process-group backend (NCCL on a GPU, gloo on host
+  memory), each process on flagos:LOCAL_RANK.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+from torch_fl._loader import DEVICE_NAME
+
+
+def _flagos_is_the_accelerator() -> bool:
+    acc = torch.accelerator.current_accelerator()
+    return acc is not None and acc.type == DEVICE_NAME
+
+
+def install(state_module) -> None:
+    """Installs the adapter; `state_module` is the imported accelerate.state module."""
+    cls = state_module.PartialState
+    if getattr(cls._prepare_backend, "_torch_fl", False):
+        return
+    DistributedType = state_module.DistributedType
+    prepare_backend, set_device = cls._prepare_backend, cls.set_device
+    default_device = cls.__dict__.get("default_device")
+
+    @functools.wraps(prepare_backend)
+    def _prepare_backend(self, cpu: bool = False, sagemaker_dp=False, backend: str | None = None):
+        chosen, kind = prepare_backend(self, cpu, sagemaker_dp, backend)
+        launched = int(os.environ.get("LOCAL_RANK", -1)) != -1
+        # NO: accelerate found no backend for flagos; MULTI_GPU: it chose CUDA's NCCL over flagos's devices.
+        if kind in (DistributedType.NO, DistributedType.MULTI_GPU) and launched and not cpu and not sagemaker_dp:
+            if _flagos_is_the_accelerator():
+                self._torch_fl_flagos = True
+                return backend or DEVICE_NAME, DistributedType.MULTI_CPU
+        return chosen, kind
+
+    def _default_device(self):
+        if _flagos_is_the_accelerator():
+            return torch.device(DEVICE_NAME)
+        return default_device.fget(self)
+
+    @functools.wraps(set_device)
+    def _set_device(self):
+        if self.device is None and getattr(self, "_torch_fl_flagos", False):
+            self.device = torch.device(DEVICE_NAME, self.local_process_index % torch.flagos.device_count())
+            torch.flagos.set_device(self.device)
+            return
+        set_device(self)
+
+    _prepare_backend._torch_fl = True
+    cls._prepare_backend = _prepare_backend
+    cls.set_device = _set_device
+    if isinstance(default_device, property):
+        cls.default_device = property(_default_device, doc=default_device.__doc__)

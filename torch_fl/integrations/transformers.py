@@ -1,0 +1,95 @@
+"""The transformers adapter (opt-in: torch_fl.integrations.enable()). Three gaps, each where transformers
+names its devices in code (transformers 5.x):
+
+- `TrainingArguments` picks its device from a fixed list (cuda first, else ACCELERATE_TORCH_DEVICE or cpu)
+  although accelerate, which it runs on, picks torch.accelerator's device: the Trainer then moves the model
+  to flagos and each batch to cuda or cpu. The adapter takes accelerate's device when that is flagos.
+- `TrainingArguments(bf16=True)` asks `is_torch_bf16_gpu_available()`, which knows a fixed list of device
+  modules: flagos answers with `torch.flagos.is_bf16_supported()`.
+- Hub kernels: `from_pretrained` kernelizes by default when the `kernels` package is installed (transformers
+  depends on it) and hands kernels the device type as a string, which kernels checks against its own list
+  ('Unsupported device type flagos'). Handed as a torch.device, kernels finds no kernel for flagos and keeps
+  each layer's own forward, as it does on any device without a hub kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import torch
+
+from torch_fl._loader import DEVICE_NAME
+
+
+def _on_flagos(device) -> bool:
+    return getattr(device, "type", None) == DEVICE_NAME
+
+
+def _setup_devices_on_flagos(original):
+    @functools.wraps(original)
+    def _setup_devices(self):
+        device = original(self)
+        state = getattr(self, "distributed_state", None)
+        # accelerate chose flagos (torch.accelerator's device) and the user did not ask for the CPU.
+        if not self.use_cpu and state is not None and _on_flagos(state.device) and not _on_flagos(device):
+            device = state.device
+            self._n_gpu = 1  # one flagos device per process: no nn.DataParallel over CUDA GPUs
+            if device.index is not None:
+                torch.flagos.set_device(device)
+        return device
+
+    return _setup_devices
+
+
+def _bf16_with_flagos(original):
+    @functools.wraps(original)
+    def is_torch_bf16_gpu_available() -> bool:
+        acc = torch.accelerator.current_accelerator()
+        if acc is not None and acc.type == DEVICE_NAME:
+            return torch.flagos.is_bf16_supported()
+        return original()
+
+    return is_torch_bf16_gpu_available
+
+
+def _device_type_for_kernels(original):
+    @functools.wraps(original)
+    def get_device_type(device=None):
+        if isinstance(device, int):  # a device map's accelerator index (device_map="auto" over flagos devices)
+            device = torch.device(DEVICE_NAME, device)
+        kind = original(device)
+        return torch.device(DEVICE_NAME) if kind == DEVICE_NAME else kind
+
+    return get_device_type
+
+
+def install_training_args(training_args) -> None:
+    """The device and bf16 parts; `training_args` is the imported transformers.training_args module."""
+    cls = training_args.TrainingArguments
+    prop = cls.__dict__["_setup_devices"]
+    if not getattr(prop.func, "_torch_fl", False):
+        wrapped = _setup_devices_on_flagos(prop.func)
+        wrapped._torch_fl = True
+        new = functools.cached_property(wrapped)
+        new.__set_name__(cls, "_setup_devices")
+        cls._setup_devices = new
+
+    # Every module that bound the name at its import (training_args did: `from .utils import ...`).
+    original = training_args.is_torch_bf16_gpu_available
+    if not getattr(original, "_torch_fl", False):
+        patched = _bf16_with_flagos(original)
+        patched._torch_fl = True
+        for name in ("transformers.utils.import_utils", "transformers.utils", "transformers.training_args"):
+            module = sys.modules.get(name)
+            if module is not None and getattr(module, "is_torch_bf16_gpu_available", None) is original:
+                module.is_torch_bf16_gpu_available = patched
+
+
+def install_hub_kernels(hub_kernels) -> None:
+    """The kernels part; `hub_kernels` is the imported transformers.integrations.hub_kernels module. Versions
+    whose kernelize does not look the device type up there do not have the gap."""
+    if hasattr(hub_kernels, "get_device_type") and not getattr(hub_kernels.get_device_type, "_torch_fl", False):
+        patched = _device_type_for_kernels(hub_kernels.get_device_type)
+        patched._torch_fl = True
+        hub_kernels.get_device_type = patched
