@@ -56,9 +56,10 @@ class Worker:
         self.watchdog = threading.Timer(timeout, self.proc.kill)
         self.watchdog.daemon = True  # a failed run exits without waiting for it
         self.watchdog.start()
-        self.ready = self._read()
+        self.ready = self.read()
 
-    def _read(self) -> dict:
+    def read(self) -> dict:
+        """The worker's next answer (after its ready one: what it answers to a request, or on its own)."""
         for line in self.proc.stdout:
             if line.startswith(RESULT_TAG):
                 return json.loads(line[len(RESULT_TAG) :])
@@ -72,7 +73,7 @@ class Worker:
         """The median seconds of one sample's steps."""
         self.proc.stdin.write("time\n")
         self.proc.stdin.flush()
-        return statistics.median(self._read()["step_s"])
+        return statistics.median(self.read()["step_s"])
 
     def close(self) -> None:
         if self.proc.stdin and not self.proc.stdin.closed:

@@ -37,6 +37,7 @@ TITLES = {
     "compile": "torch.compile: Qwen3 prefill and training step, flagos against native (benchmarks/compile_bench.py)",
     "ddp-step": "A DDP training step at world size 1, flagos against native (benchmarks/ddp_step.py)",
     "multigpu": "DDP and FSDP2 training of Qwen3 over several GPUs, flagos against native (benchmarks/multigpu.py)",
+    "trainer": "Hugging Face Trainer fine-tune of Qwen3, flagos against native (benchmarks/trainer_bench.py)",
 }
 
 
@@ -277,6 +278,66 @@ def compile_tables(d: dict) -> list[str]:
     return out + [""]
 
 
+def _yes(ok) -> str:
+    return "n/a" if ok is None else ("yes" if ok else "NO")
+
+
+def trainer_tables(d: dict) -> list[str]:
+    c, speed, mem, agree = d.get("config", {}), d.get("speed"), d.get("peak_memory"), d.get("loss_agreement")
+    out = [
+        f"Qwen3 `{c.get('model')}` ({'bf16 autocast, fp32 weights' if c.get('bf16') else 'fp32'}), batch "
+        f"{c.get('batch')} x {c.get('length')}, `Trainer.train()` for {c.get('steps')} steps in a worker process per "
+        "side (native never imports torch_fl). Step time: from one `on_step_end` to the next, each to a device "
+        f"sync, in {c.get('pairs')} ABBA pairs of {c.get('per_sample')}-step samples taken inside those runs; ratio: "
+        "native step time / flagos step time (above 1: flagos faster), the median of the pairs ± the noise, with "
+        f"the median's 95% interval. Losses: each step's, relative to native's, within {c.get('rtol')}.",
+        "",
+        "| flagos / native | native steps/s | flagos steps/s | peak memory flagos / native | loss max abs diff "
+        "| losses within tolerance (first 20 / all) |",
+        "| ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    cells = ["n/a", "", ""]
+    if speed:
+        cells = [_ratio_interval(speed), f"{speed['native_steps_per_s']:.2f}", f"{speed['flagos_steps_per_s']:.2f}"]
+    cells.append(f"{mem['ratio']:.3f}x" if mem else "n/a")
+    if agree:
+        cells += [f"{agree['max_abs_diff']:.3g}", f"{_yes(agree['within_first_20'])} / {_yes(agree['within_all'])}"]
+    out.append("| " + " | ".join(cells + [""] * (6 - len(cells))) + " |")
+    if d.get("errors"):
+        out += ["", "Failed: " + "; ".join(f"{k}: {exception_line(e)}" for k, e in d["errors"].items()) + "."]
+    return out + [""]
+
+
+def trainer_targets(results: dict[str, dict]) -> list[tuple]:
+    """The Trainer fine-tune's targets on the H200 (trainer_bench.py): losses within bf16 tolerance of native,
+    steps/s >= 0.97x native, peak memory <= 1.02x native; a run that failed misses them, with its error."""
+    d = results.get("trainer-h200")
+    if not d:
+        return []
+    speed, mem, agree = d.get("speed"), d.get("peak_memory"), d.get("loss_agreement")
+    rows = []
+    if agree:
+        text = f"max relative difference {agree['max_rel_diff']:.3g} over {agree['steps']} steps (rtol {agree['rtol']})"
+        rows.append(
+            ("Trainer fine-tune of Qwen3-0.6B: losses within bf16 tolerance of native", text, agree["within_all"])
+        )
+    if speed:
+        text = f"{_ratio_interval(speed)} ({speed['pairs']} pairs)"
+        rows.append(("Trainer fine-tune of Qwen3-0.6B >= 0.97x native steps/s", text, speed["ratio_median"] >= 0.97))
+    if mem:
+        rows.append(
+            (
+                "Trainer fine-tune of Qwen3-0.6B peak memory <= 1.02x native",
+                f"{mem['ratio']:.3f}x",
+                mem["ratio"] <= 1.02,
+            )
+        )
+    if not rows and d.get("errors"):
+        text = f"failed: {exception_line(next(iter(d['errors'].values())))[:160]}"
+        rows.append(("Trainer fine-tune of Qwen3-0.6B on flagos", text, False))
+    return [(*r, "trainer-h200") for r in rows]
+
+
 TABLES = {
     "e2e": e2e_tables,
     "overhead": overhead_tables,
@@ -286,6 +347,7 @@ TABLES = {
     "compile": compile_tables,
     "ddp-step": ddp_tables,
     "multigpu": multigpu_tables,
+    "trainer": trainer_tables,
 }
 
 
@@ -398,7 +460,7 @@ def targets(results: dict[str, dict]) -> list[tuple[str, str, bool, str]]:
                     "compile-h200",
                 )
             )
-    return rows + multigpu_targets(results)
+    return rows + multigpu_targets(results) + trainer_targets(results)
 
 
 def graph_targets(summary: dict, pair: dict | None = None) -> list[tuple]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmarks on the H200 (device tool), from the repo root, alone on the machine:
 #   bash scripts/gpu_bench.sh                      # overhead, route breakdown, alias pool, then e2e
-#   STEP=overhead|e2e|profile|profile+overhead|demo|compile|multigpu bash scripts/gpu_bench.sh
+#   STEP=overhead|e2e|profile|profile+overhead|demo|compile|multigpu|trainer bash scripts/gpu_bench.sh
 # Carry .whl/ (wheels of triton, flag_gems and expecttest matching the GPU
 # machine's torch) for the FlagGems rows. Installs the wheels, builds the core,
 # then runs benchmarks/overhead.py, route_breakdown.py and alias_pool.py, and
@@ -45,6 +45,12 @@ if [[ $STEP == compile ]]; then
   # COMPILE_PROFILE=1: profiler tables of compiled prefill per variant in $OUT (compile-prefill-<variant>.txt).
   python3 benchmarks/compile_bench.py ${PAIRS:+--pairs "$PAIRS"} ${TRAIN_PAIRS:+--train-pairs "$TRAIN_PAIRS"} \
     ${COMPILE_PROFILE:+--profile "$OUT"} --out "$OUT" 2>&1 | tail -12
+fi
+if [[ $STEP == trainer ]]; then
+  # A Hugging Face Trainer fine-tune of Qwen3-0.6B in bf16, flagos against native CUDA (benchmarks/trainer_bench.py:
+  # trainer-h200.json): one worker process per side, 200 steps of batch 8 x 512 each, 16 ABBA pairs of 10-step
+  # samples inside those runs; losses, peak memory and steps/s. A few minutes on the H200.
+  python3 benchmarks/trainer_bench.py ${PAIRS:+--pairs "$PAIRS"} --out "$OUT" 2>&1 | tail -12
 fi
 if [[ $STEP == multigpu ]]; then
   # DDP and FSDP2 of Qwen3-0.6B over every GPU of the machine, native against flagos (benchmarks/multigpu.py:

@@ -1,0 +1,274 @@
+"""A Hugging Face `Trainer` fine-tune of Qwen3-0.6B in bf16 on flagos against the same Trainer on native CUDA.
+
+    python benchmarks/trainer_bench.py            # GPU: Qwen3-0.6B (random weights), bf16, batch 8 x 512, 200 steps
+    python benchmarks/trainer_bench.py --tiny     # host smoke: tiny Qwen3 in fp32, native CPU against host flagos
+
+Each variant runs in a worker process of its own (benchmarks/_workers.py), since native CUDA backward cannot
+run in a process that imported torch_fl (PyTorch issue 161129): `native` never imports torch_fl (it loads
+torch_fl/models/qwen3.py by path) and trains on cuda (cpu with --tiny); `flagos` imports torch_fl and trains
+on flagos. Each builds the same seeded model (fp32 master weights: `bf16=True` is Trainer's bf16 autocast)
+and dataset (--distinct seeded sequences of token ids, repeated so that one epoch is --steps batches and the
+loss falls as the model memorises them), and calls `trainer.train()` for --steps steps. Trainer picks the
+device itself; in the flagos worker through torch_fl's opt-in adapters (`torch_fl.integrations.enable()`,
+docs/integrations.md), without which TrainingArguments sends each batch to cuda or cpu (and accelerate
+before 1.16 puts the model on cuda). The worker records the parameters' device and fails on an unexpected
+type.
+
+Timing samples the full `trainer.train()` loop, not a hand-driven `training_step`: a TrainerCallback syncs
+the device at each `on_step_end` and takes a timestamp, so a step's time is everything Trainer does between
+two steps (data loading, the step, its per-step logging). After --warmup steps the callback answers the
+parent and waits on stdin; each request then runs --per-sample more steps and answers their seconds, so the
+two workers take turns in ABBA pairs (`_workers.take_turns`) with one Trainer run each, and no resume or
+second loop is needed. When the parent closes stdin the rest of the steps run unpaused and the worker
+answers its per-step losses (trainer.state.log_history) and peak memory (reset before training).
+
+Reported: per-step losses and their agreement (relative to native's loss, over the first 20 steps and all),
+peak memory and its ratio flagos / native, the median ratio native step s / flagos step s (above 1: flagos
+faster) with its noise and 95% interval, and a one-line verdict on the targets (losses within tolerance,
+steps/s >= 0.97x native, peak memory <= 1.02x native). Writes benchmarks/results/trainer-<machine>.json
+(benchmarks/_results.py; --out redirects it; --tiny without --out writes to the temporary folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared modules, also when loaded by path
+import _results  # noqa: E402
+import _timing  # noqa: E402
+import _workers  # noqa: E402
+
+MODELS_DIR = _results.REPO / "torch_fl" / "models"  # qwen3.py imports neither torch_fl nor workloads
+FIRST = 20  # the early steps judged on their own: later ones drift further apart in bf16
+# per mode (--tiny or not): what a CLI option left out takes
+SIZES = {
+    False: dict(model="0.6b", bf16=True, batch=8, length=512, steps=200, warmup=10, per_sample=10, pairs=16,
+                distinct=64, lr=1e-4, rtol=2e-2),
+    True: dict(model="tiny", bf16=False, batch=2, length=32, steps=12, warmup=2, per_sample=2, pairs=4,
+               distinct=8, lr=1e-3, rtol=1e-4),
+}  # fmt: skip
+
+
+def worker(args) -> None:
+    """One variant's Trainer run (--child): answers ready after --warmup steps, one sample per stdin line, then
+    (stdin closed) trains on to --steps and answers its losses and peak memory."""
+    import torch
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    if args.variant == "flagos":
+        import torch_fl
+
+        # torch_fl's opt-in transformers adapter (docs/integrations.md), as a user is told to enable it:
+        # TrainingArguments picks its device from a fixed list (cuda, else cpu), while accelerate puts the
+        # model on torch.accelerator's flagos; without it batches go to cuda or cpu.
+        adapters = torch_fl.integrations.enable()
+        dev, expect = torch.flagos, "flagos"
+    else:
+        dev, adapters = torch.cuda if torch.cuda.is_available() else None, []  # host (--tiny): cpu, no sync
+        expect = "cuda" if dev else "cpu"
+    sync = dev.synchronize if dev else (lambda: None)
+    sys.path.insert(0, str(MODELS_DIR))
+    import qwen3
+
+    model = qwen3.build(args.model, seed=args.seed)
+    pool = qwen3.tokens(model.config.vocab_size, args.distinct, args.length, seed=args.seed + 1)
+    # one epoch of --steps batches, so the sampler shuffles once, before any step, alike in both workers
+    rows = [
+        {"input_ids": pool[i % args.distinct], "labels": pool[i % args.distinct]}
+        for i in range(args.steps * args.batch)
+    ]
+
+    class Sampler(TrainerCallback):
+        """Times the steps from one `on_step_end` to the next, each to a device sync, and pauses training at
+        the end of each sample until the parent asks for the next (or closes stdin: then it steps aside)."""
+
+        def __init__(self):
+            self.device, self.live, self.last, self.times = None, True, 0.0, []
+
+        def on_step_end(self, targs, state, control, model=None, **kwargs):
+            if self.device is None:  # training has started: Trainer has placed the model
+                self.device = str(next(model.parameters()).device)
+                assert self.device.split(":")[0] == expect, f"Trainer put the model on {self.device}, not {expect}"
+            if not self.live or state.global_step < args.warmup:
+                return
+            sync()
+            now = time.perf_counter()
+            if state.global_step > args.warmup:
+                self.times.append(now - self.last)
+                if len(self.times) < args.per_sample:
+                    self.last = now
+                    return
+            _workers.reply({"step_s": self.times} if self.times else {"device": self.device})
+            self.times = []
+            self.live = bool(sys.stdin.readline())
+            self.last = time.perf_counter()  # the wait for the other worker's sample is not this step's
+
+    with tempfile.TemporaryDirectory(prefix="trainer-bench-") as out:
+        targs = TrainingArguments(
+            output_dir=out, bf16=args.bf16, per_device_train_batch_size=args.batch, gradient_accumulation_steps=1,
+            max_steps=args.steps, logging_steps=1, report_to=[], save_strategy="no", learning_rate=args.lr,
+            seed=args.seed, disable_tqdm=True,
+        )  # fmt: skip
+        sampler = Sampler()
+        trainer = Trainer(model=model, args=targs, train_dataset=rows, callbacks=[sampler])
+        if dev:
+            dev.reset_peak_memory_stats()
+        trainer.train()
+        sync()
+    _workers.reply(
+        {
+            "device": sampler.device,
+            "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
+            "peak_bytes": dev.max_memory_allocated() if dev else None,
+            "optim": getattr(targs.optim, "value", str(targs.optim)),
+            "torch_fl_imported": "torch_fl" in sys.modules,
+            "args_device": str(targs.device),
+            "integrations": adapters,
+        }
+    )
+
+
+def agreement(native: list[float], flagos: list[float], rtol: float) -> dict:
+    """Per-step |flagos - native| (absolute, and relative to native's loss), within `rtol` over the first
+    FIRST steps and over all."""
+    diffs = [abs(f - n) for n, f in zip(native, flagos, strict=False)]
+    rel = [d / max(abs(n), 1e-12) for d, n in zip(diffs, native, strict=False)]
+    full = bool(diffs) and len(native) == len(flagos)
+    return {
+        "steps": len(diffs),
+        "rtol": rtol,
+        "max_abs_diff": max(diffs, default=None),
+        "mean_abs_diff": statistics.fmean(diffs) if diffs else None,
+        "max_rel_diff": max(rel, default=None),
+        f"within_first_{FIRST}": bool(diffs) and max(rel[:FIRST]) <= rtol,
+        "within_all": full and max(rel) <= rtol,
+    }
+
+
+def verdict(rtol: float, agree: dict | None, speed: dict | None, memory: dict | None) -> str:
+    """The targets in one line: losses within `rtol`, steps/s >= 0.97x native, peak memory <= 1.02x native."""
+
+    def yes(ok):
+        return "n/a" if ok is None else ("yes" if ok else "NO")
+
+    first, loss = (agree[f"within_first_{FIRST}"], agree["within_all"]) if agree else (None, None)
+    ratio, mem = speed and speed["ratio_median"], memory and memory["ratio"]
+    return (
+        f"losses within rtol {rtol:g}: {yes(loss)} (first {FIRST} steps: {yes(first)}); "
+        + (f"steps/s {ratio:.3f}x native (>= 0.97x): {yes(ratio >= 0.97)}; " if ratio else "steps/s: n/a; ")
+        + (f"peak memory {mem:.3f}x native (<= 1.02x): {yes(mem <= 1.02)}" if mem else "peak memory: n/a")
+    )
+
+
+def finish(w: _workers.Worker) -> dict:
+    """Closes the worker's stdin (it trains on to --steps unpaused) and returns its final answer."""
+    w.proc.stdin.close()
+    return w.read()
+
+
+def run(args, argv: list[str]) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--child"]
+    # This checkout's torch_fl first, as for the parent run from the repository root.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(_results.REPO), os.environ.get("PYTHONPATH")])))
+    workers, finals, errors, speed = {}, {}, {}, None
+    with tempfile.TemporaryDirectory(prefix="trainer-bench-") as tmp:
+        try:
+            for v in ("native", "flagos"):
+                try:
+                    log = os.path.join(tmp, f"{v}-stderr.log")
+                    workers[v] = _workers.Worker(v, [*cmd, "--variant", v], env, _results.REPO, log, args.timeout)
+                except RuntimeError as e:
+                    errors[v] = str(e)[-3000:]
+            if len(workers) == 2:
+                try:
+                    speed = _workers.take_turns(workers["native"], workers["flagos"], args.pairs)
+                except RuntimeError as e:
+                    errors["pairs"] = str(e)[-3000:]
+            for v, w in workers.items():
+                try:
+                    finals[v] = finish(w)
+                except RuntimeError as e:
+                    errors[v] = str(e)[-3000:]
+        finally:
+            for w in workers.values():
+                w.close()
+    n, f = finals.get("native"), finals.get("flagos")
+    agree = agreement(n["losses"], f["losses"], args.rtol) if n and f else None
+    memory = None
+    if n and f and n["peak_bytes"] and f["peak_bytes"]:
+        memory = {"native_bytes": n["peak_bytes"], "flagos_bytes": f["peak_bytes"]}
+        memory["ratio"] = round(f["peak_bytes"] / n["peak_bytes"], 4)
+    if speed:
+        speed = {
+            "steps_per_sample": args.per_sample,
+            "native_ms": [round(s * 1e3, 3) for s in speed["native_s"]],
+            "flagos_ms": [round(s * 1e3, 3) for s in speed["flagos_s"]],
+            "native_steps_per_s": round(1 / statistics.median(speed["native_s"]), 3),
+            "flagos_steps_per_s": round(1 / statistics.median(speed["flagos_s"]), 3),
+            **{k: speed[k] for k in ("pairs", "ratios", "ratio_median", "ratio_quartiles", "noise", "median_ci95")},
+        }
+    variants = {
+        v: {k: d[k] for k in ("device", "args_device", "integrations", "optim", "peak_bytes", "torch_fl_imported")}
+        | {"losses": [round(x, 5) for x in d["losses"]]}
+        for v, d in finals.items()
+    }
+    return {"variants": variants, "loss_agreement": agree, "peak_memory": memory, "speed": speed} | (
+        {"errors": errors} if errors else {}
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tiny", action="store_true", help="host smoke: tiny Qwen3 in fp32, few steps (to /tmp)")
+    for name, what in (
+        ("pairs", "ABBA pairs of timed samples"),
+        ("batch", "sequences per step"),
+        ("length", "tokens per sequence"),
+        ("steps", "optimizer steps of the fine-tune"),
+        ("warmup", "untimed steps before the first sample"),
+        ("per-sample", "steps per timed sample"),
+        ("distinct", "distinct sequences in the dataset"),
+    ):
+        p.add_argument(f"--{name}", type=int, help=f"{what} (default {SIZES[False][name.replace('-', '_')]}; --tiny: "
+                       f"{SIZES[True][name.replace('-', '_')]})")  # fmt: skip
+    p.add_argument("--lr", type=float, help="learning rate (default 1e-4; --tiny: 1e-3)")
+    p.add_argument("--rtol", type=float, help="loss tolerance relative to native's (default 2e-2; --tiny: 1e-4)")
+    p.add_argument("--seed", type=int, default=0, help="model, data and Trainer seed (default 0)")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per worker process (default 1800)")
+    p.add_argument("--out", help="JSON path or folder (default results/trainer-<machine>.json)")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--variant", choices=("native", "flagos"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    sizes = SIZES[args.tiny]
+    for k, v in sizes.items():
+        if getattr(args, k, None) is None:
+            setattr(args, k, v)
+    if args.child:
+        worker(args)
+        return 0
+    if args.warmup < 1 or args.warmup + args.pairs * args.per_sample > args.steps:
+        p.error(f"--warmup (>= 1) + --pairs x --per-sample must fit in --steps ({args.steps})")
+
+    started = time.perf_counter()
+    res = run(args, argv)
+    config = {k: getattr(args, k) for k in (*sizes, "seed")}
+    payload = {"config": config, "wall_s": round(time.perf_counter() - started, 1), **res}
+    payload["targets"] = verdict(args.rtol, res["loss_agreement"], res["speed"], res["peak_memory"])
+    for what, err in res.get("errors", {}).items():
+        print(f"{what} failed: {_results.exception_line(err)}", file=sys.stderr)
+    if res["speed"]:
+        print(f"train steps: flagos {_timing.format_ratio(res['speed'])} native ({args.pairs} pairs)")
+    print(f"targets: {payload['targets']}")
+    print(f"wrote {_results.write('trainer', payload, args.out, smoke=args.tiny)}")
+    return 1 if res.get("errors") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
