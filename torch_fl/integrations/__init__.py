@@ -19,6 +19,7 @@ An adapter is installed when its library is imported (now, if it already is): en
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 
 from torch_fl._import_hook import when_imported
@@ -110,9 +111,12 @@ def _startup() -> None:
         enable() if choice == "1" or choice.lower() == "all" else enable(*[n.strip() for n in choice.split(",")])
     # The notices name the opt-in where a library would otherwise fail or pick another device; safetensors
     # refuses 'flagos' with an error of its own, and torch_fl.integrations.load_file is the documented path.
+    # A library imported before torch_fl gets no notice: the enable() that usually follows `import torch_fl`
+    # has not run yet, and the notice would name an opt-in the next line makes.
     for name in ("transformers", "accelerate"):
-        if name not in _enabled and choice != "0":
-            when_imported(ADAPTERS[name][1][0][0], _notice(name))
+        module = ADAPTERS[name][1][0][0]
+        if name not in _enabled and choice != "0" and module not in sys.modules:
+            when_imported(module, _notice(name))
 
 
 def load_file(filename, device="flagos"):

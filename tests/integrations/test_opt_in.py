@@ -1,0 +1,77 @@
+"""The opt-in itself: enable() names, the FLAGOS_INTEGRATIONS environment variable, the notice (once, only
+for a library imported after torch_fl without the opt-in), and that an adapter changes nothing for
+other devices."""
+
+from __future__ import annotations
+
+import pytest
+
+import torch_fl
+from tests.helpers import run_python
+
+pytestmark = pytest.mark.anyplatform
+
+
+def test_unknown_adapter_is_refused_with_the_known_ones():
+    with pytest.raises(ValueError, match="known: .*'accelerate'.*'transformers'"):
+        torch_fl.integrations.enable("tranformers")
+
+
+NOTICE = """
+import warnings
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as seen:
+    {before}
+    import torch_fl
+    {enable}
+    import transformers.training_args, accelerate.state
+print("NOTICES", sorted(str(w.message).split(" does not")[0] for w in seen
+                        if w.category.__name__ == "IntegrationWarning"))
+print("ENABLED", torch_fl.integrations.enabled())
+"""
+
+
+@pytest.mark.parametrize(
+    "before, enable, env, notices, enabled",
+    [
+        ("pass", "pass", {}, ["torch_fl: accelerate", "torch_fl: transformers"], []),
+        ("pass", "torch_fl.integrations.enable()", {}, [], ["accelerate", "safetensors", "transformers"]),
+        ("pass", "pass", {"FLAGOS_INTEGRATIONS": "1"}, [], ["accelerate", "safetensors", "transformers"]),
+        ("pass", "pass", {"FLAGOS_INTEGRATIONS": "accelerate"}, ["torch_fl: transformers"], ["accelerate"]),
+        ("pass", "pass", {"FLAGOS_INTEGRATIONS": "0"}, [], []),
+        (
+            "import transformers.training_args",
+            "torch_fl.integrations.enable()",
+            {},
+            [],
+            ["accelerate", "safetensors", "transformers"],
+        ),
+    ],
+    ids=["none", "enable", "env-all", "env-some", "env-off", "imported-before"],
+)
+def test_opt_in_and_notice(before, enable, env, notices, enabled):
+    pytest.importorskip("accelerate")
+    done = run_python(NOTICE.format(before=before, enable=enable), env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"NOTICES {notices}" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert f"ENABLED {enabled}" in done.stdout, done.stdout
+
+
+def test_adapters_leave_other_devices_alone():
+    """With every adapter on, a CPU Trainer stays on the CPU and safetensors loads CPU tensors as before."""
+    pytest.importorskip("accelerate")
+    done = run_python(
+        """
+        import os, tempfile, torch, torch_fl
+        torch_fl.integrations.enable()
+        import safetensors.torch as st
+        from transformers import TrainingArguments
+        args = TrainingArguments(output_dir=tempfile.mkdtemp(), use_cpu=True, report_to=[])
+        path = os.path.join(tempfile.mkdtemp(), "t.safetensors")
+        st.save_file({"a": torch.arange(3.0)}, path)
+        print("RESULT", args.device, st.load_file(path)["a"].device, st.load_file(path, device="cpu")["a"].device)
+        """,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "RESULT cpu cpu cpu" in done.stdout, done.stdout
