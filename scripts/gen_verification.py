@@ -1,4 +1,4 @@
-"""Regenerates the command transcripts and figures inside docs/verification.md.
+"""Regenerates the command transcripts inside docs/verification.md.
 
     python scripts/gen_verification.py           # re-run every transcript, rewrite the blocks in place
     python scripts/gen_verification.py --check   # exit 1 if a block differs from what it gives now
@@ -12,9 +12,8 @@ The document is written by hand except for its blocks:
     ```
     <!-- /run -->
 
-    <!-- figures: NAME -->        GPU and sweep figures read from benchmarks/results/*.json and
-    ...                           docs/conformance/**/*.json (never typed in)
-    <!-- /figures -->
+Results are not copied into the document: it links to the generated pages (docs/benchmarks.md, the
+README's performance table, docs/operator-support.md).
 
 Timings, memory sizes and absolute paths are normalised (`<t>`, `<N> GiB`, the repository as `.`) and
 lines printed only on some timings left out, so
@@ -24,8 +23,6 @@ a block changes only when what the command says changes; tests/unit/test_generat
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import os
 import re
 import shlex
@@ -37,7 +34,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "verification.md"
-BLOCK = re.compile(r"<!-- (run|figures): ([\w-]+) -->\n.*?<!-- /\1 -->", re.S)
+BLOCK = re.compile(r"<!-- run: ([\w-]+) -->\n.*?<!-- /run -->", re.S)
 PY = "python"
 
 # name -> (the command as shown, with any VAR=value before it; files written first into its folder)
@@ -116,56 +113,16 @@ def run_transcript(name: str) -> str:
         return f"{shown_files}$ {shown}\n{normalise(proc.stdout, tmp)}{status}"
 
 
-def _report_module():
-    spec = importlib.util.spec_from_file_location("benchmarks_report", REPO / "benchmarks" / "report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def figures(name: str) -> str:
-    report = _report_module()
-    results = report.load_results()
-    if name == "targets":
-        return report.readme_table(results)
-    if name == "environments":
-        rows = []
-        for stem, d in results.items():
-            m = d["meta"]
-            v = m.get("versions", {})
-            cells = [v.get(k) or "not recorded" for k in ("python", "torch", "cuda", "triton", "flag_gems", "gpu")]
-            rows.append(f"| `{stem}.json` | {m['machine']} | " + " | ".join(cells) + f" | {m.get('date') or '-'} |")
-        head = "| result file | machine | python | torch | CUDA | triton | flag_gems | GPU | date |"
-        return "\n".join([head, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |", *rows])
-    if name == "sweeps":
-        rows = []
-        for path in sorted((REPO / "docs" / "conformance").rglob("*.json")):
-            d = json.loads(path.read_text())
-            m, s = d["meta"], d["summary"]
-            judged = s["pass"] + s["fail"] + s["error"]
-            rows.append(
-                f"| `{path.relative_to(REPO)}` | {m['backend']} | {m['backing']} | {m['torch']} | {s['ops']} | "
-                f"{s['pass']} of {judged} ({s['pass_rate_judged']:.2%}) | {s['skip']} | {m['date']} |"
-            )
-        head = "| sweep file | route | backing | torch | ops | pass of judged | skipped | date |"
-        return "\n".join([head, "| --- | --- | --- | --- | ---: | ---: | ---: | --- |", *rows])
-    if name in report.TABLES or name.rsplit("-", 1)[0] in report.TABLES:
-        d = results[name]
-        return "\n".join([report.provenance(name, d["meta"]), "", *report.TABLES[d["meta"]["benchmark"]](d)]).rstrip()
-    raise KeyError(f"unknown figures block {name!r}")
-
-
 def render(doc: str) -> str:
-    names = [m.group(2) for m in BLOCK.finditer(doc) if m.group(1) == "run"]
+    names = [m.group(1) for m in BLOCK.finditer(doc)]
     if unknown := [n for n in names if n not in TRANSCRIPTS]:
         raise KeyError(f"unknown transcript(s) {unknown}; known: {', '.join(TRANSCRIPTS)}")
     with ThreadPoolExecutor(max(1, min(len(names), os.cpu_count() or 1))) as pool:  # each a process of its own
         transcripts = dict(zip(names, pool.map(run_transcript, names), strict=True))
 
     def block(m: re.Match) -> str:
-        kind, name = m.group(1), m.group(2)
-        body = f"```\n{transcripts[name]}\n```" if kind == "run" else figures(name)
-        return f"<!-- {kind}: {name} -->\n{body}\n<!-- /{kind} -->"
+        name = m.group(1)
+        return f"<!-- run: {name} -->\n```\n{transcripts[name]}\n```\n<!-- /run -->"
 
     return BLOCK.sub(block, doc)
 

@@ -1,6 +1,6 @@
 """The generated documents match what their generators give now: docs/benchmarks.md and README.md's
 performance table from benchmarks/results/*.json (benchmarks/report.py), and docs/verification.md's
-transcripts and figures (scripts/gen_verification.py), so none can drift from the files or commands
+command transcripts (scripts/gen_verification.py), so none can drift from the files or commands
 they come from. Each generator runs on copies in a temporary folder; the committed files are compared."""
 
 from __future__ import annotations
