@@ -4,33 +4,22 @@
 "flagos:N" and `torch.flagos` holds the device API (shaped like torch.cuda).
 """
 
-from torch_fl._loader import DEVICE_NAME, FlagosInitError, initialize
+import torch
 
-_C = initialize()
+from torch_fl._core import _C, DEVICE_NAME, VERSION, as_flagos, as_native, backing
+from torch_fl._loader import FlagosInitError, initialize
+
+_first_import = initialize(_C)
 
 from torch_fl import flagos  # noqa: E402  (needs the device registered)
 
-__version__ = "0.1.0"
+if _first_import:  # torch.flagos, Tensor.flagos(), Module.flagos(), ...: once per process
+    torch._register_device_module(DEVICE_NAME, flagos)
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+    )
 
-
-def backing() -> str:
-    """The native device type behind flagos: "cuda" or "cpu" (host memory)."""
-    return _C._backing()
-
-
-def as_native(tensor):
-    """View a flagos tensor as a tensor of its backing device (zero copy, same bytes)."""
-    return _C.as_native(tensor)
-
-
-def as_flagos(tensor, index: int = -1):
-    """View a backing-device tensor as a flagos tensor (zero copy, same bytes).
-
-    On a CUDA backing the flagos index is the tensor's CUDA index; on host
-    backing, `index` picks the virtual device (default: the current one).
-    """
-    return _C.as_flagos(tensor, index)
-
+__version__ = VERSION
 
 from torch_fl import routing  # noqa: E402  (reads the routing config and env once, registers kernels)
 

@@ -1,4 +1,5 @@
-"""Loads the C++ core and registers the flagos device with PyTorch.
+"""Loads the C++ core and registers the flagos device with PyTorch. A leaf: it imports nothing of torch_fl
+but the compiled core and its build record.
 
 Everything that can go wrong at import is checked here, before the compiled
 core touches PyTorch's registries, so that each problem is reported as an
@@ -47,7 +48,9 @@ def _check_build_matches_torch() -> None:
         )
 
 
-def _load_core():
+def load_core():
+    """The compiled core, once the checks that must precede it pass (torch_fl._core holds it)."""
+    _check_privateuse1_is_free()
     _check_build_matches_torch()
     try:
         from torch_fl import _C
@@ -119,14 +122,14 @@ def _drain_autograd_threads(core) -> None:
         )
 
 
-def initialize():
-    """Register the flagos device once per process; return the core module."""
+def initialize(core) -> bool:
+    """Register the flagos device with PyTorch once per process (torch_fl/__init__.py calls it); whether this
+    call did (a reload of the package finds it done)."""
     _check_privateuse1_is_free()
     accelerator = _choose_backing()
     host_devices = _host_devices()
-    core = _load_core()
     if core._initialized():
-        return core
+        return False
     torch.utils.rename_privateuse1_backend(DEVICE_NAME)
     try:
         core._init(accelerator, host_devices)
@@ -138,10 +141,4 @@ def initialize():
     # The dispatch log names the native route after the platform, as in FEP 0025.
     core._set_default_native_label(accelerator)
     # FLAGOS_LOG_DISPATCH, FLAGOS_LOG_FALLBACK and FLAGOS_STRICT are read by torch_fl.routing at import.
-    from torch_fl import flagos
-
-    torch._register_device_module(DEVICE_NAME, flagos)
-    torch.utils.generate_methods_for_privateuse1_backend(
-        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
-    )
-    return core
+    return True

@@ -15,7 +15,7 @@ functions, other backends as named.
 
 from __future__ import annotations
 
-import torch_fl
+from torch_fl._core import backing
 from torch_fl.backends.ascend import AscendBackend
 from torch_fl.backends.base import Backend, BackendKernel
 from torch_fl.backends.cpu_fallback import CpuFallbackBackend
@@ -55,7 +55,7 @@ def log_name(name: str) -> str:
     route, `flagos_python` for FlagGems' Python functions, else the name itself."""
     b = BACKENDS[name]
     if b.native:
-        return torch_fl.backing()
+        return backing()
     return "flagos_python" if b is _FLAGGEMS_PYTHON else name
 
 

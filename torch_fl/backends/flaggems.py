@@ -31,7 +31,7 @@ import sys
 
 import torch
 
-import torch_fl
+from torch_fl._core import backing
 from torch_fl.backends import flaggems_fast
 from torch_fl.backends.base import Backend, BackendKernel
 from torch_fl.backends.flaggems_defects import guarded
@@ -113,7 +113,7 @@ class _Loader:
         if self.loaded:
             return
         self.loaded = True
-        if torch_fl.backing() != "cuda":
+        if backing() != "cuda":
             self.reason = "flagos is backed by host memory (no GPU here); FlagGems needs a GPU that Triton supports"
             return
         path = source_dir()

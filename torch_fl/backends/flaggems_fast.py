@@ -38,7 +38,7 @@ import threading
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import torch_fl
+from torch_fl._core import _C
 
 # Triton argument types -> (bytes, struct format), as Triton's launcher packs them.
 _INTS = {
@@ -422,4 +422,4 @@ def record(fn, args: tuple, kwargs: dict, returns: tuple[str, ...]):
 
 def install() -> None:
     """Makes `record` the C++ core's recorder."""
-    torch_fl._C._set_fast_recorder(record)
+    _C._set_fast_recorder(record)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-import torch_fl
+from torch_fl._core import backing
 from torch_fl.backends.base import Backend
 
 
@@ -23,15 +23,15 @@ class NativeBackend(Backend):
         self.description = f"PyTorch's own {where} kernels on the same memory (zero copy)"
 
     def unavailable_reason(self) -> str | None:
-        backing = torch_fl.backing()
-        if self.platform is not None and self.platform != backing:
+        kind = backing()
+        if self.platform is not None and self.platform != kind:
             return (
-                f"'{self.name}' is the native route of a {self.platform} backing, but flagos is backed by {backing}; "
-                f"write '{backing}' or 'native' instead"
+                f"'{self.name}' is the native route of a {self.platform} backing, but flagos is backed by {kind}; "
+                f"write '{kind}' or 'native' instead"
             )
         return None
 
     def version(self) -> str | None:
-        if torch_fl.backing() == "cuda":
+        if backing() == "cuda":
             return f"torch {torch.__version__} (CUDA {torch.version.cuda or torch.version.hip})"
         return f"torch {torch.__version__}"

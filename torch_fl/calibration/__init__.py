@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-import torch_fl
 from torch_fl import backends
+from torch_fl._core import VERSION, backing
 from torch_fl.calibration import confirm, decide, isolate, measure, record
 from torch_fl.routing import config, native_only, rules
 from torch_fl.vocab.errors import RoutingError
@@ -100,19 +100,19 @@ def candidate_ops(candidate: str) -> Callable[[str], bool]:
 
 def default_include() -> str:
     """The shipped routing file of this backing (not the FlagGems profile): what the calibrated rules refine."""
-    return config.BUILTIN_PREFIX + os.path.basename(config.default_file(torch_fl.backing(), False))
+    return config.BUILTIN_PREFIX + os.path.basename(config.default_file(backing(), False))
 
 
 def _versions() -> str:
     fg = backends.get("flaggems")
-    return f"torch {torch.__version__}, torch_fl {torch_fl.__version__}, flag_gems {fg.version() or 'not available'}"
+    return f"torch {torch.__version__}, torch_fl {VERSION}, flag_gems {fg.version() or 'not available'}"
 
 
 def _machine() -> str:
     gpu = ""
-    if torch_fl.backing() == "cuda":
+    if backing() == "cuda":
         gpu = f", {torch.flagos.get_device_name(torch.flagos.current_device())}"
-    return f"{platform.node()} ({platform.machine()}{gpu}), backing {torch_fl.backing()}"
+    return f"{platform.node()} ({platform.machine()}{gpu}), backing {backing()}"
 
 
 def check_candidate(candidate: str) -> backends.Backend:

@@ -17,8 +17,8 @@ docs/compile.md says what maps to what.
 
 from __future__ import annotations
 
+from torch_fl._core import DEVICE_NAME
 from torch_fl._import_hook import when_imported
-from torch_fl._loader import DEVICE_NAME
 
 _DYNAMO_MODULE = "torch._dynamo.device_interface"
 _DYNAMO_PACKAGE = "torch._dynamo"  # torch._dynamo.disable, once the package is imported

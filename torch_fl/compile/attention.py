@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from torch_fl._loader import DEVICE_NAME
+from torch_fl._core import DEVICE_NAME
 from torch_fl.flagos._device import backing_device, on_cuda
 
 _SDPA = torch.ops.aten.scaled_dot_product_attention.default

@@ -15,7 +15,7 @@ import os
 
 import torch
 
-from torch_fl._loader import DEVICE_NAME
+from torch_fl._core import DEVICE_NAME
 from torch_fl.flagos._device import on_cuda
 
 _HERE = os.path.dirname(os.path.abspath(__file__))

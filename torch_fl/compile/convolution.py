@@ -20,7 +20,7 @@ import functools
 import torch
 from torch.utils import _pytree as pytree
 
-from torch_fl._loader import DEVICE_NAME
+from torch_fl._core import DEVICE_NAME
 from torch_fl.flagos._device import backing_device
 
 _aten = torch.ops.aten

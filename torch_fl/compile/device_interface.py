@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch._dynamo.device_interface import DeviceInterface
 
-from torch_fl._loader import DEVICE_NAME
+from torch_fl._core import DEVICE_NAME
 from torch_fl.flagos import _device, _streams
 
 # Properties recorded in the main process for inductor's compile workers, which must not touch the device.

@@ -14,7 +14,7 @@ import contextlib
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from torch_fl._loader import DEVICE_NAME
+from torch_fl._core import DEVICE_NAME
 
 _aten = torch.ops.aten
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 
-from torch_fl._loader import DEVICE_NAME
+from torch_fl._core import DEVICE_NAME
 
 # The modules that import get_current_backend by name (each holds its own reference).
 _BACKEND_USERS = (

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 import torch
 
-from torch_fl._loader import DEVICE_NAME
+from torch_fl._core import DEVICE_NAME
 from torch_fl.vocab import ops as op_names
 from torch_fl.vocab.errors import RoutingError
 

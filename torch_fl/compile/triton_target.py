@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from torch_fl._loader import DEVICE_NAME
+from torch_fl._core import DEVICE_NAME
 from torch_fl.flagos._device import backing_device
 
 

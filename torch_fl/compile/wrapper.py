@@ -22,7 +22,7 @@ from torch._inductor import config as inductor_config
 from torch._inductor.codegen.common import DeviceOpOverrides
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
 
-from torch_fl._loader import DEVICE_NAME
+from torch_fl._core import DEVICE_NAME
 from torch_fl.flagos._device import on_cuda
 
 _CPU = torch.device("cpu")

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from torch_fl._core import DEVICE_NAME
 from torch_fl._import_hook import when_imported
-from torch_fl._loader import DEVICE_NAME
 
 MODULE = "torch.distributed.checkpoint.filesystem"
 

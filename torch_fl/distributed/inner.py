@@ -12,18 +12,18 @@ from datetime import timedelta
 import torch.distributed as dist
 from torch.distributed import PrefixStore
 
+from torch_fl._core import backing
+
 
 def create(store, rank: int, size: int, timeout: timedelta, group_name: str, global_ranks: list[int], options):
     """{native device type: backend} for one group: {"cpu": gloo} or {"cpu": gloo, "cuda": nccl}."""
     from torch.distributed.distributed_c10d import ProcessGroupGloo
 
-    import torch_fl
-
     gloo = ProcessGroupGloo(PrefixStore("gloo/", store), rank, size, timeout)
     gloo.options.global_ranks_in_group = global_ranks
     gloo.options.group_name = group_name
     engines = {"cpu": gloo}
-    if torch_fl.backing() == "cuda":
+    if backing() == "cuda":
         engines["cuda"] = _nccl(store, rank, size, timeout, group_name, global_ranks, options)
     for engine in engines.values():
         engine._set_sequence_number_for_group()
@@ -58,6 +58,4 @@ def backend_type(device_type: str):
 
 
 def default_device_type() -> str:
-    import torch_fl
-
-    return "cuda" if torch_fl.backing() == "cuda" else "cpu"
+    return "cuda" if backing() == "cuda" else "cpu"

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
 
-from torch_fl._loader import DEVICE_NAME
+from torch_fl._core import DEVICE_NAME
 from torch_fl.distributed import inner
 from torch_fl.distributed.backend_view import BackendView
 from torch_fl.distributed.tensors import native, native_device, natives, nested

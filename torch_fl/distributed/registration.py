@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from torch_fl._loader import DEVICE_NAME
+from torch_fl._core import DEVICE_NAME
 from torch_fl.distributed import checkpoint_staging
 from torch_fl.distributed.process_group import BACKEND_NAME, FlagosProcessGroup
 

@@ -9,18 +9,12 @@ from __future__ import annotations
 
 import torch
 
-from torch_fl._loader import DEVICE_NAME
-
-
-def _as_native(tensor: torch.Tensor) -> torch.Tensor:
-    import torch_fl
-
-    return torch_fl._C.as_native(tensor)
+from torch_fl._core import DEVICE_NAME, as_native, backing
 
 
 def native(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor the inner backend sees: a flagos tensor's native alias, any other tensor itself."""
-    return _as_native(tensor) if tensor.device.type == DEVICE_NAME else tensor
+    return as_native(tensor) if tensor.device.type == DEVICE_NAME else tensor
 
 
 def natives(tensors) -> list[torch.Tensor]:
@@ -35,8 +29,6 @@ def native_device(device: torch.device | None) -> torch.device | None:
     """flagos:i -> the device backing it (cuda:i, or cpu on host memory); other devices unchanged."""
     if device is None or device.type != DEVICE_NAME:
         return device
-    import torch_fl
-
-    if torch_fl.backing() == "cuda":
+    if backing() == "cuda":
         return torch.device("cuda", device.index)
     return torch.device("cpu")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from torch_fl._loader import DEVICE_NAME
+from torch_fl._core import _C, DEVICE_NAME
 
 
 def flagos_work(work, result: list):
@@ -79,7 +79,5 @@ class FlagosWork(dist.Work):
 def _mapped(inner: torch.futures.Future, value: list) -> torch.futures.Future:
     """A future that completes with `value` (the caller's tensors) when `inner` completes, or with its error:
     chained in C++ (csrc/python/work_future.cpp), so the completion takes no GIL on the engine's thread."""
-    import torch_fl
-
     devices = sorted({t.device for t in value if t.device.type == DEVICE_NAME}, key=lambda d: d.index or 0)
-    return torch_fl._C._future_completed_with(inner, value, devices)
+    return _C._future_completed_with(inner, value, devices)

@@ -11,7 +11,7 @@ import contextlib
 
 import torch
 
-from torch_fl._loader import DEVICE_NAME
+from torch_fl._core import DEVICE_NAME
 from torch_fl.flagos._device import Device, _index, cuda_function, needs_cuda_backing, on_cuda
 from torch_fl.flagos._streams import native_stream
 

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from torch_fl import _C
-from torch_fl._loader import DEVICE_NAME
+from torch_fl._core import _C, DEVICE_NAME
 
 # The device argument torch.cuda's functions take: an index, 'flagos:N', a torch.device, or None (current).
 Device = torch.device | str | int | None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from torch_fl import _C
+from torch_fl._core import _C
 from torch_fl.flagos._device import _index, device_count, on_cuda
 
 

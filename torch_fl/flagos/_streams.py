@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from torch_fl import _C
-from torch_fl._loader import DEVICE_NAME
+from torch_fl._core import _C, DEVICE_NAME
 from torch_fl.flagos._device import Device, _index, cuda_function, needs_cuda_backing, on_cuda
 
 _CUDA_DEVICE_TYPE = 1  # c10::DeviceType::CUDA, the device_type code of a torch.cuda.Stream

@@ -21,7 +21,7 @@ import os
 
 import torch
 
-from torch_fl._loader import DEVICE_NAME
+from torch_fl._core import DEVICE_NAME
 
 
 def _flagos_is_the_accelerator() -> bool:

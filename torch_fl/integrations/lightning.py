@@ -40,8 +40,8 @@ from typing import Any
 
 import torch
 
+from torch_fl._core import DEVICE_NAME
 from torch_fl._import_hook import when_imported
-from torch_fl._loader import DEVICE_NAME
 
 ACCELERATOR_NAME = DEVICE_NAME
 SINGLE_DEVICE_STRATEGY = "single_flagos"

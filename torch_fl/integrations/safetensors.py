@@ -14,7 +14,7 @@ import functools
 
 import torch
 
-from torch_fl._loader import DEVICE_NAME
+from torch_fl._core import DEVICE_NAME, as_flagos, backing
 
 
 def _flagos_device(device) -> torch.device | None:
@@ -30,17 +30,15 @@ def load_file(filename, device="flagos", **kwargs) -> dict[str, torch.Tensor]:
     """The tensors of a .safetensors file on flagos device `device` ("flagos", "flagos:i" or a torch.device)."""
     import safetensors.torch
 
-    import torch_fl
-
     target = _flagos_device(device)
     if target is None:
         raise ValueError(f"torch_fl.integrations.load_file loads onto flagos; got device={device!r}")
     index = target.index if target.index is not None else torch.flagos.current_device()
     load = getattr(safetensors.torch.load_file, "__wrapped__", safetensors.torch.load_file)
-    if torch_fl.backing() == "cpu":
+    if backing() == "cpu":
         return {name: t.to(torch.device(DEVICE_NAME, index)) for name, t in load(filename, "cpu", **kwargs).items()}
-    tensors = load(filename, f"{torch_fl.backing()}:{index}", **kwargs)
-    return {name: torch_fl.as_flagos(t) for name, t in tensors.items()}
+    tensors = load(filename, f"{backing()}:{index}", **kwargs)
+    return {name: as_flagos(t) for name, t in tensors.items()}
 
 
 def install(st_torch) -> None:

@@ -19,7 +19,7 @@ import sys
 
 import torch
 
-from torch_fl._loader import DEVICE_NAME
+from torch_fl._core import DEVICE_NAME
 
 
 def _on_flagos(device) -> bool:
