@@ -17,7 +17,7 @@ from torch_fl.routing import autograd_guard, kernels, native_only, policy, regis
 from torch_fl.routing.config import LAYER_RUNTIME, Rule, check_backend_name
 from torch_fl.routing.state import LOCK, STATE, all_rules
 from torch_fl.routing.types import OpRoute
-from torch_fl.vocab.errors import FallbackWarning, RoutingError
+from torch_fl.vocab.errors import FallbackWarning, RoutingError, shorten
 from torch_fl.vocab.ops import parse_op_key
 
 
@@ -61,7 +61,7 @@ def strict_problems(resolved: dict[str, OpRoute], notes: list[str]) -> list[str]
         for dt, rule in ([(None, route.default)] if route.default is not None else []) + list(route.by_dtype) + sized:
             t = rules.target_for(op, rule, dt)
             if t.kind == "fallback":
-                problems.append(f"{rule.source}: '{rule.written}' would run natively instead: {t.reason}")
+                problems.append(f"{rule.source}: '{shorten(rule.written)}' would run natively instead: {t.reason}")
     return problems
 
 

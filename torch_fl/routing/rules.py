@@ -18,6 +18,7 @@ from torch_fl.routing.config import Rule
 from torch_fl.routing.types import OpRoute, Plan, Target
 from torch_fl.vocab import ops
 from torch_fl.vocab.dtypes import dtype_name
+from torch_fl.vocab.errors import shorten
 
 #: (backend, dtype or None for every dtype) whose kernel raised for an operator
 Failures = Collection[tuple[str, torch.dtype | None]]
@@ -73,12 +74,12 @@ def resolve(rules: list[Rule]) -> tuple[dict[str, OpRoute], list[str]]:
             if not targets:
                 b = backends.get(r.backend)
                 why = b.unavailable_reason() or f"{r.backend} has none of the operators it matches"
-                notes.append(f"{r.source}: '{r.written}' applies to no operator: {why}")
+                notes.append(f"{r.source}: '{shorten(r.written)}' applies to no operator: {why}")
             skipped = skipped_native_only(r)
             if skipped:
                 notes.append(
-                    f"{r.source}: '{r.written}' leaves {len(skipped)} operator(s) on the native route, which the "
-                    f"flagos core and the CPU fallback need there: {', '.join(skipped)}"
+                    f"{r.source}: '{shorten(r.written)}' leaves {len(skipped)} operator(s) on the native route, which "
+                    f"the flagos core and the CPU fallback need there: {', '.join(skipped)}"
                 )
             for op in targets:
                 per_op.setdefault(op, []).append(r)

@@ -16,7 +16,7 @@ import functools
 import torch
 
 from torch_fl.vocab.dtypes import parse_dtype
-from torch_fl.vocab.errors import RoutingError
+from torch_fl.vocab.errors import RoutingError, shorten
 
 GLOB_CHARS = frozenset("*?")
 
@@ -92,7 +92,7 @@ def unknown_op_message(op: str, suggest: bool = True) -> str:
     hints = closest(op) if suggest else []
     did_you_mean = f" Did you mean {', '.join(hints)}?" if hints else ""
     return (
-        f"unknown operator '{op}': not an ATen operator overload of torch {torch.__version__}.{did_you_mean} "
+        f"unknown operator '{shorten(op)}': not an ATen operator overload of torch {torch.__version__}.{did_you_mean} "
         "Write the overload as torch.ops.aten names it (add.Tensor, mm, _softmax; a bare name is the default "
         "overload)."
     )
@@ -120,7 +120,7 @@ def dtype_rule_problem(op: str, dtype_text: str, backend: str | None = None) -> 
         return None
     instead = f"'{op} = {backend}'" if backend else f"'{op}' without a dtype"
     return (
-        f"'{op}[{dtype_text}]' never applies: calls are routed by their first tensor argument's dtype and "
+        f"'{op}[{shorten(dtype_text)}]' never applies: calls are routed by their first tensor argument's dtype and "
         f"aten::{op} has no tensor argument. Write {instead} to route it for every dtype."
     )
 
@@ -145,7 +145,7 @@ def read_args(op: str) -> tuple[frozenset[int], frozenset[str]]:
 def parse_op_key(op: str) -> tuple[str, torch.dtype | None]:
     """`mm`, `aten::mm.default`, `mm[bfloat16]` -> (normalised op, dtype); RoutingError for anything else."""
     if not isinstance(op, str):
-        raise RoutingError(f"operator names are strings like 'add.Tensor', got {op!r}")
+        raise RoutingError(f"operator names are strings like 'add.Tensor', got {shorten(repr(op))}")
     text = op.strip()
     dtype = None
     if text.endswith("]") and "[" in text:
@@ -156,7 +156,7 @@ def parse_op_key(op: str) -> tuple[str, torch.dtype | None]:
             raise RoutingError(str(e)) from None
     norm = normalize(text)
     if is_glob(norm):
-        raise RoutingError(f"'{op}': set_route takes one operator, not a glob; put globs in a routing file")
+        raise RoutingError(f"'{shorten(op)}': set_route takes one operator, not a glob; put globs in a routing file")
     if not is_known(norm):
         raise RoutingError(unknown_op_message(norm))
     if dtype is not None:
