@@ -49,6 +49,17 @@ def test_route_restores_even_when_the_body_raises(routing_state):
     assert "neg" not in registry.REGISTERED
 
 
+def test_set_route_to_none_or_another_non_string_raises_naming_clear_route(routing_state):
+    routing.set_route("add.Tensor", "cpu_fallback")
+    for bad in (None, 3, ["native"]):
+        with pytest.raises(RoutingError, match=r"backend names are strings .*clear_route\(op\)"):
+            routing.set_route("add.Tensor", bad)
+    entry = {e.op: e for e in routing.table()}["add.Tensor"]
+    assert (entry.backend, entry.source) == ("cpu_fallback", "runtime")  # untouched
+    routing.clear_route("add.Tensor")  # the way to drop it
+    assert {e.op: e for e in routing.table()}.get("add.Tensor", entry).source != "runtime"
+
+
 def test_bad_names_raise_with_suggestions(routing_state):
     with pytest.raises(RoutingError, match="Did you mean add.Tensor"):
         routing.set_route("ad.Tensor", "native")

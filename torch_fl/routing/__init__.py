@@ -54,8 +54,10 @@ def set_route(op: str, backend: str) -> None:
     """Route `op` (e.g. "add.Tensor", "mm", "mm[bfloat16]") to `backend` from the next call on.
 
     Takes precedence over the routing file and FLAGOS_OP_* for that operator
-    (for every dtype, unless a dtype is given in brackets).
+    (for every dtype, unless a dtype is given in brackets). `backend` is a name;
+    clear_route(op) drops the runtime route.
     """
+    config.check_backend_name(backend)  # None too: planner.set_runtime(op, None) would clear the route
     planner.set_runtime(op, backend)
 
 

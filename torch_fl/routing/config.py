@@ -192,12 +192,14 @@ def check_backend(backend: str) -> str | None:
 
 
 def check_backend_name(backend: str) -> None:
-    """Raise RoutingError unless `backend` is a backend name."""
-    msg = (
-        check_backend(backend)
-        if isinstance(backend, str)
-        else f"backend names are strings, got {shorten(repr(backend))}"
-    )
+    """Raise RoutingError unless `backend` is a backend name (None included: clear_route drops a route)."""
+    if not isinstance(backend, str):
+        raise RoutingError(
+            f"backend names are strings ({', '.join(backends.NAMES)}), got {shorten(repr(backend))}. To drop an "
+            "operator's runtime route (its file or FLAGOS_OP_* route applies again), call "
+            "torch_fl.routing.clear_route(op)."
+        )
+    msg = check_backend(backend)
     if msg:
         raise RoutingError(msg)
 
