@@ -30,6 +30,7 @@ class State:
         self.log_fallback = False
         self.strict = False
         self.runtime_order = 0
+        self.route_blocks: list = []  # active routing.route() blocks, in the order they were entered
         self.counters: dict[tuple[str, str], Counters] = {}  # (op, stats backend name) -> its counters
         self.warned: set[tuple[str, str, object]] = set()  # (op, backend, dtype or "empty input") warned about
         self.failed: dict[str, set[tuple[str, torch.dtype | None]]] = {}  # op -> {(backend, dtype) that raised}
