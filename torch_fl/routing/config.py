@@ -96,6 +96,8 @@ class Rule:
     order: int = 0
     text: str = field(default="", compare=False)
     min_numel: int | None = None  # a size rule: calls whose first tensor has at least this many elements
+    #: set on the rule an out= overload takes from its functional one's (`mm.out` from `mm`): that operator
+    via: str | None = None
 
     @property
     def is_glob(self) -> bool:
@@ -104,16 +106,21 @@ class Rule:
     @property
     def source(self) -> str:
         if self.origin == "env":
-            return f"env {self.env_var}"
-        if self.origin == "runtime":
-            return "runtime"
-        shown = os.path.basename(self.file) if self.origin == "default file" else self.file
-        return f"{self.origin} {shown}:{self.line}"
+            where = f"env {self.env_var}"
+        elif self.origin == "runtime":
+            where = "runtime"
+        else:
+            shown = os.path.basename(self.file) if self.origin == "default file" else self.file
+            where = f"{self.origin} {shown}:{self.line}"
+        return where if self.via is None else f"{where} (via {self.via})"
 
     def specificity(self) -> tuple:
-        """Sort key: higher wins. Layer, then exact name over glob (longer literal part wins), dtype, a size
-        condition (the larger threshold wins), order."""
-        literal = 10**6 if not self.is_glob else sum(c not in ops.GLOB_CHARS for c in self.pattern)
+        """Sort key: higher wins. Layer, then exact name over glob (longer literal part wins; a rule taken from
+        the functional overload just below a name), dtype, a size condition (the larger threshold wins), order."""
+        if self.is_glob:
+            literal = sum(c not in ops.GLOB_CHARS for c in self.pattern)
+        else:
+            literal = 10**6 if self.via is None else 10**6 - 1
         return (self.layer, literal, self.dtype is not None, self.min_numel or 0, self.order)
 
     def matches(self, op: str) -> bool:

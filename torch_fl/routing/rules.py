@@ -7,6 +7,7 @@ nothing is registered with PyTorch.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection
 
 import torch
@@ -62,6 +63,26 @@ def skipped_native_only(rule: Rule) -> list[str]:
     if b.native or not b.available():
         return []
     return [op for op in ops.matching(rule.pattern) if core_op(op) and b.supports_op(op)]
+
+
+def _runs(backend: str, op: str) -> bool:
+    """Whether `backend` has a kernel of its own for `op` that `op` may take (no fallback, no error)."""
+    b = backends.get(backend)
+    return b.native or (b.available() and b.supports_op(op) and not core_op(op))
+
+
+def with_out_overloads(rules: list[Rule]) -> list[Rule]:
+    """`rules` and, for each rule naming a functional overload, the same rule for its out= overloads (`mm` ->
+    `mm.out`, what compiled code calls for a matmul) that no rule names themselves and its backend runs."""
+    named = {r.pattern for r in rules if not r.is_glob}
+    derived = [
+        dataclasses.replace(r, pattern=out, via=r.pattern)
+        for r in rules
+        if not r.is_glob and r.via is None
+        for out in ops.out_overloads(r.pattern)
+        if out not in named and _runs(r.backend, out)
+    ]
+    return [*rules, *derived] if derived else rules
 
 
 def resolve(rules: list[Rule]) -> tuple[dict[str, OpRoute], list[str]]:

@@ -14,6 +14,7 @@ from array import array
 import torch
 
 from torch_fl import backends
+from torch_fl.routing import rules
 from torch_fl.routing.config import Rule
 from torch_fl.routing.types import Counters, OpRoute
 
@@ -42,8 +43,9 @@ STATE = State()
 
 
 def all_rules() -> list[Rule]:
-    """Every rule of the three layers, lowest precedence first."""
-    return [*STATE.file_rules, *STATE.env_rules, *STATE.runtime_rules.values()]
+    """Every rule of the three layers, lowest precedence first, and those out= overloads take from their
+    functional overloads' rules (rules.with_out_overloads)."""
+    return rules.with_out_overloads([*STATE.file_rules, *STATE.env_rules, *STATE.runtime_rules.values()])
 
 
 def counters_for(op: str, backend: str) -> Counters:

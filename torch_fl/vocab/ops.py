@@ -3,8 +3,10 @@
 Operator names are ATen overload names as `torch.ops.aten` spells them, without
 the `aten::` prefix: `add.Tensor`, `mm` (the default overload; `mm.default` is
 accepted and means the same), `_softmax`. A bare name means the default
-overload only, exactly as in FEP 0025 files (`abs = flagos_python` routes
-`aten::abs`, not `aten::abs.out`); use a glob (`abs*`) for more.
+overload, exactly as in FEP 0025 files (`abs = flagos_python` routes
+`aten::abs`, not `abs_`); use a glob (`abs*`) for more. Routing gives a
+functional overload's rule to its out= overload too (`abs.out`, see
+`out_overloads` and routing/rules.py's with_out_overloads).
 """
 
 from __future__ import annotations
@@ -123,6 +125,40 @@ def dtype_rule_problem(op: str, dtype_text: str, backend: str | None = None) -> 
         f"'{op}[{shorten(dtype_text)}]' never applies: calls are routed by their first tensor argument's dtype and "
         f"aten::{op} has no tensor argument. Write {instead} to route it for every dtype."
     )
+
+
+@functools.lru_cache(maxsize=1)
+def _overloads_by_name() -> dict[str, tuple[str, ...]]:
+    by_name: dict[str, list[str]] = {}
+    for op in _sorted_ops():
+        by_name.setdefault(split(op)[0], []).append(op)
+    return {name: tuple(ops) for name, ops in by_name.items()}
+
+
+def _writes(arg) -> bool:
+    return arg.alias_info is not None and arg.alias_info.is_write
+
+
+@functools.cache
+def out_overloads(op: str) -> tuple[str, ...]:
+    """The out= overloads of a functional overload: those of its name whose arguments are `op`'s plus keyword-only
+    tensors they write (mm -> mm.out, add.Tensor -> add.out, add.Scalar -> add.Scalar_out). Empty for an operator
+    that writes an argument itself."""
+    args = schema(op).arguments
+    if any(_writes(a) for a in args):
+        return ()
+    want = [(a.name, str(a.type)) for a in args]
+    found = []
+    for other in _overloads_by_name().get(split(op)[0], ()):
+        other_args = schema(other).arguments
+        outs = [a for a in other_args if _writes(a)]
+        if (
+            outs
+            and all(a.kwarg_only for a in outs)
+            and [(a.name, str(a.type)) for a in other_args if not _writes(a)] == want
+        ):
+            found.append(other)
+    return tuple(found)
 
 
 def is_mutable(op: str) -> bool:
