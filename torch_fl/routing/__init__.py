@@ -23,6 +23,7 @@ import torch
 
 import torch_fl
 from torch_fl import backends
+from torch_fl.backends import cpu_random
 from torch_fl.backends.flaggems import FlagGemsBackend
 from torch_fl.routing import config, env, planner, registry, rules
 from torch_fl.routing.explain import Explanation
@@ -174,6 +175,8 @@ def stats() -> list[OpStat]:
     """Calls per (op, backend that ran), with fallbacks and failures; includes the C++ native route's counts."""
     rows: dict[tuple[str, str], list[int]] = {}
     for op, kind, calls in torch_fl._C._route_stats():
+        if op.startswith(cpu_random.QUALIFIED_PREFIX):
+            continue  # torch_fl's own operator, asked once for the host generators
         rows.setdefault((op, kind), [0, 0, 0])[0] += calls
     for key, counters in list(STATE.counters.items()):
         if any(counters):

@@ -135,6 +135,11 @@ def _overloads_by_name() -> dict[str, tuple[str, ...]]:
     return {name: tuple(ops) for name, ops in by_name.items()}
 
 
+def overloads_of(name: str) -> tuple[str, ...]:
+    """Every overload of an operator name (`randn` -> randn, randn.generator, randn.out, ...), sorted."""
+    return _overloads_by_name().get(name, ())
+
+
 def _writes(arg) -> bool:
     return arg.alias_info is not None and arg.alias_info.is_write
 
@@ -149,7 +154,7 @@ def out_overloads(op: str) -> tuple[str, ...]:
         return ()
     want = [(a.name, str(a.type)) for a in args]
     found = []
-    for other in _overloads_by_name().get(split(op)[0], ()):
+    for other in overloads_of(split(op)[0]):
         other_args = schema(other).arguments
         outs = [a for a in other_args if _writes(a)]
         if (
