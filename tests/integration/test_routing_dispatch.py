@@ -105,7 +105,15 @@ def test_user_config_file_routes_and_shows_in_routes_cli(tmp_path):
             "dtype": None,
             "runs_on": "cpu_fallback",
             "reason": None,
-        }
+        },
+        {  # its out= overload takes its rule (docs/routing.md, out= overloads)
+            "op": "add.out",
+            "backend": "cpu_fallback",
+            "source": f"user file {conf}:2 (via add.Tensor)",
+            "dtype": None,
+            "runs_on": "cpu_fallback",
+            "reason": None,
+        },
     ]
 
 

@@ -151,3 +151,64 @@ def test_validate_cli_exit_codes(tmp_path, capsys):
     assert main(["validate", bad]) == 1
     err = capsys.readouterr().err
     assert f"{bad}:2: unknown backend 'nope'" in err
+
+
+LONG = 300_000  # characters of user input in one place
+
+
+@pytest.mark.parametrize(
+    ("line", "quoted"),
+    [
+        ("a" * LONG + " = cpu", "a" * 80),  # an operator name
+        ("mm = " + "b" * LONG, "b" * 80),  # a backend
+        ("*" + "c" * LONG + " = cpu", "c" * 79),  # a glob that matches nothing
+        ("mm[" + "d" * LONG + "] = cpu", "d" * 80),  # a dtype
+        ("mm[numel>=" + "9x" * (LONG // 2) + "] = cpu", "9x" * 40),  # a size condition
+        ("include " + "e" * LONG, "e" * 60),  # an include's path
+        ("mm = cpu = " + "f" * LONG, "f" * 60),  # a malformed line
+    ],
+    ids=["operator", "backend", "glob", "dtype", "size", "include", "malformed"],
+)
+def test_errors_quote_long_input_shortened_and_keep_file_and_line(tmp_path, line, quoted):
+    path = write(tmp_path, "long.conf", f"mm = cpu\n{line}\n")
+    with pytest.raises(ConfigError) as e:
+        config.load_file(path)
+    msg = str(e.value)
+    assert f"{path}:2: " in msg
+    assert quoted in msg and "... (" in msg and " characters)" in msg
+    assert len(msg) < 2000, len(msg)
+
+
+def test_a_line_of_many_bad_conditions_reports_a_few_and_counts_the_rest():
+    problems = []
+    bad = ", ".join(f"x{i}" for i in range(10_000))
+    config.parse_text(f"mm[numel>=4, numel>=8, numel>=16, {bad}] = cpu\n", "f.conf", problems=problems)
+    messages = [p.message for p in problems]
+    assert messages.count("two size conditions in one rule: keep one numel>=N") == 1
+    assert len(problems) == config.MAX_CONDITION_PROBLEMS + 1 and all(p.line == 1 for p in problems)
+    assert "and 9996 more problems in this rule's brackets" in messages[-1]
+    assert len(str(ConfigError(problems))) < 3000
+
+
+def test_env_override_errors_quote_long_names_and_values_shortened():
+    from torch_fl.routing import env
+
+    for environ in ({"FLAGOS_OP_" + "z" * LONG: "cpu"}, {"FLAGOS_OP_mm": "q" * LONG}):
+        with pytest.raises(ConfigError) as e:
+            env.op_overrides(environ)
+        msg = str(e.value)
+        assert "env FLAGOS_OP_" in msg and "(300000 characters)" in msg and len(msg) < 1500, msg[:3000]
+    (message,) = env.unknown_variables({"FLAGOS_" + "y" * LONG: "1"}).values()
+    assert message.startswith("FLAGOS_yyy") and len(message) < 1000
+    with pytest.raises(ValueError, match=r"\.\.\. \(\d+ characters\)") as e:
+        env.flag({"FLAGOS_STRICT": "w" * LONG}, "FLAGOS_STRICT")
+    assert len(str(e.value)) < 300
+
+
+def test_glob_notes_quote_long_patterns_shortened():
+    from torch_fl.routing import rules
+
+    # '*' runs collapse when matched: this glob matches aten::abs, but its backend is unavailable here
+    found = config.parse_text("*" * LONG + "abs = ascend\n", "f.conf")
+    (note,) = rules.resolve(found)[1]
+    assert "f.conf:1" in note and "... (300012 characters)" in note and len(note) < 1000  # "<glob> = ascend"

@@ -99,3 +99,48 @@ def test_table_provenance_user_file(routing_state, tmp_path):
     routing.load_config(str(p))
     (entry,) = [e for e in routing.table() if e.op == "mm"]
     assert entry == routing.RouteEntry("mm", "cpu_fallback", f"user file {p}:2", "float16", "cpu_fallback", None)
+
+
+def out_routes(text, *extra):
+    """resolve(), with the rules out= overloads take from their functional overloads (as routing applies them)."""
+    rules = routing_rules.with_out_overloads(config.parse_text(text, "f.conf") + list(extra))
+    return routing_rules.resolve(rules)[0]
+
+
+def test_a_functional_overloads_rule_routes_its_out_overload_too():
+    r = out_routes("mm = cpu_fallback\nadd.Tensor = cpu_fallback\nsum.dim_IntList = cpu_fallback\n")
+    for op, out in (("mm", "mm.out"), ("add.Tensor", "add.out"), ("sum.dim_IntList", "sum.IntList_out")):
+        rule = r[out].default
+        assert (rule.backend, rule.via, rule.line) == ("cpu_fallback", op, r[op].default.line)
+        assert rule.source == f"user file f.conf:{rule.line} (via {op})"
+    assert "add.Scalar_out" not in r  # only the overload the rule names gives its out= form a rule
+
+
+def test_out_overloads_keep_their_own_rules_dtypes_sizes_and_layers():
+    runtime = Rule("mm", "native", None, layer=LAYER_RUNTIME, origin="runtime", order=1)
+    r = out_routes("mm[bfloat16] = cpu_fallback\nmm[numel>=64] = cpu_fallback\nbmm = cpu_fallback\nbmm.out = cpu\n")
+    assert [(d, rule.backend) for d, rule in r["mm.out"].by_dtype] == [(torch.bfloat16, "cpu_fallback")]
+    assert [(n, rule.backend) for _, cs in r["mm.out"].by_size for n, rule in cs] == [(64, "cpu_fallback")]
+    assert r["bmm.out"].default.backend == "cpu" and r["bmm.out"].default.via is None  # named: its own rule
+    # a runtime rule of mm reaches mm.out over the file's; a glob that matches mm.out yields to mm's rule
+    r = out_routes("mm = cpu_fallback\nmm* = native\n", runtime)
+    assert r["mm.out"].default.backend == "native" and r["mm.out"].default.via == "mm"
+    r = out_routes("mm = cpu_fallback\nmm.* = native\n")
+    assert r["mm.out"].default.backend == "cpu_fallback"
+
+
+def test_an_out_overload_the_backend_lacks_keeps_its_route(fake_gems):
+    # the fake FlagGems has add.Tensor but not add.out (and abs.out but not abs)
+    r = out_routes("add.Tensor = flaggems\n")
+    assert "add.out" not in r
+    routing.set_route("abs", "flaggems")  # abs itself falls back to native; abs.out takes its rule
+    table = {e.op: e for e in routing.table()}
+    assert table["abs"].runs_on.startswith("native") and "has no kernel for abs" in table["abs"].reason
+    assert (table["abs.out"].source, table["abs.out"].runs_on) == ("runtime (via abs)", "flaggems")
+
+
+def test_explain_an_out_overload_names_the_rule_it_takes(routing_state):
+    routing.set_route("mm", "cpu_fallback")
+    e = routing.explain("mm.out")
+    assert e.runs_on == "cpu_fallback" and e.candidates[0].status == "taken"
+    assert e.candidates[0].rule.source == "runtime (via mm)"

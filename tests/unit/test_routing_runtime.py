@@ -43,10 +43,54 @@ def test_route_context_manager_restores_previous_routes(routing_state):
     assert "neg" not in entries and "neg" not in registry.REGISTERED
 
 
+def _runtime_routes() -> dict[str, str]:
+    return {e.op: e.backend for e in routing.table() if e.source == "runtime"}
+
+
+def test_route_blocks_exited_in_any_order_restore_exactly_what_each_changed(routing_state):
+    routing.set_route("mul.Tensor", "cpu_fallback")  # there before any block
+    a = routing.route({"add.Tensor": "cpu_fallback", "mul.Tensor": "native"})
+    b = routing.route({"add.Tensor": "native"})
+    c = routing.route({"add.Tensor": "cpu_fallback", "mul.Tensor": "cpu_fallback"})
+    a.__enter__()
+    b.__enter__()
+    c.__enter__()
+    assert _runtime_routes() == {"add.Tensor": "cpu_fallback", "mul.Tensor": "cpu_fallback"}
+    b.__exit__(None, None, None)  # c still holds both: nothing visible changes
+    assert _runtime_routes() == {"add.Tensor": "cpu_fallback", "mul.Tensor": "cpu_fallback"}
+    a.__exit__(None, None, None)
+    assert _runtime_routes() == {"add.Tensor": "cpu_fallback", "mul.Tensor": "cpu_fallback"}
+    c.__exit__(None, None, None)  # the last one out restores what was there before a entered
+    assert _runtime_routes() == {"mul.Tensor": "cpu_fallback"}
+    assert "add.Tensor" not in registry.REGISTERED and not state.STATE.route_blocks
+
+
+def test_nested_route_blocks_of_one_thread_restore_each_level(routing_state):
+    with routing.route({"add.Tensor": "cpu_fallback"}):
+        with routing.route({"add.Tensor": "native", "neg": "cpu_fallback"}):
+            assert _runtime_routes() == {"add.Tensor": "native", "neg": "cpu_fallback"}
+        assert _runtime_routes() == {"add.Tensor": "cpu_fallback"}
+        x = torch.arange(3.0, device="flagos")
+        routing.reset_stats()
+        assert torch.equal((x + x).cpu(), torch.arange(3.0) * 2) and row("add.Tensor", "cpu_fallback").calls == 1
+    assert _runtime_routes() == {} and "add.Tensor" not in registry.REGISTERED
+
+
 def test_route_restores_even_when_the_body_raises(routing_state):
     with pytest.raises(ZeroDivisionError), routing.route({"neg": "cpu_fallback"}):
         1 / 0  # noqa: B018
     assert "neg" not in registry.REGISTERED
+
+
+def test_set_route_to_none_or_another_non_string_raises_naming_clear_route(routing_state):
+    routing.set_route("add.Tensor", "cpu_fallback")
+    for bad in (None, 3, ["native"]):
+        with pytest.raises(RoutingError, match=r"backend names are strings .*clear_route\(op\)"):
+            routing.set_route("add.Tensor", bad)
+    entry = {e.op: e for e in routing.table()}["add.Tensor"]
+    assert (entry.backend, entry.source) == ("cpu_fallback", "runtime")  # untouched
+    routing.clear_route("add.Tensor")  # the way to drop it
+    assert {e.op: e for e in routing.table()}.get("add.Tensor", entry).source != "runtime"
 
 
 def test_bad_names_raise_with_suggestions(routing_state):

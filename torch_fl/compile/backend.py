@@ -12,6 +12,7 @@ from __future__ import annotations
 import glob
 import inspect
 import os
+import uuid
 
 import torch
 
@@ -32,10 +33,16 @@ def scheduling_class():
     return CppScheduling
 
 
+#: In the cache key while a route cannot be kept in compiled code (graph_pass.unkept_routes): this process's
+#: compiles then miss graphs cached by other processes, so the pass runs and warns in each process.
+_PROCESS_TOKEN = uuid.uuid4().hex
+
+
 def _graph_pass():
-    """flagos's post-grad pass (graph_pass.py, on a CUDA backing), whose uuid also puts what shapes flagos code
-    (backing, this package's source, the operators kept as calls) into inductor's cache key: a cached graph
-    compiled otherwise is not reused."""
+    """flagos's post-grad pass (graph_pass.py: on a CUDA backing the bmm rewrite; on both, the warning for a
+    route compiled code cannot keep), whose uuid also puts what shapes flagos code (backing, this package's
+    source, the operators kept as calls) into inductor's cache key: a cached graph compiled otherwise is not
+    reused."""
     from torch._inductor.custom_graph_pass import CustomGraphModulePass, get_hash_for_files
 
     from torch_fl.compile import graph_pass, keep_calls
@@ -44,10 +51,13 @@ def _graph_pass():
         def __call__(self, gm: torch.fx.GraphModule) -> None:
             if on_cuda():  # what inductor does for 'cuda' graphs; its CPU graphs keep bmm
                 graph_pass.bmm_batch_of_one_to_mm(gm)
+            graph_pass.warn_unkept_routes(gm)
 
         def uuid(self):
             sources = tuple(sorted(glob.glob(os.path.join(_HERE, "*.py"))))
             extra = f"{torch.__version__}|{on_cuda()}|{','.join(keep_calls.kept_calls())}"
+            if graph_pass.unkept_routes():
+                extra += f"|unkept routes, warned in process {_PROCESS_TOKEN}"
             return get_hash_for_files(sources, extra)
 
     return FlagosGraphPass()

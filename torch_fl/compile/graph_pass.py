@@ -55,3 +55,91 @@ def bmm_batch_of_one_to_mm(gm: torch.fx.GraphModule) -> int:
         graph.lint()
         gm.recompile()
     return count
+
+
+#: The operators inductor calls in their out= form where it leaves them as calls (its extern kernels,
+#: torch/_inductor/kernel/mm.py and bmm.py): functional overload -> the out= overload compiled code calls.
+EXTERN_OUT = {
+    "mm": "mm.out",
+    "mm.dtype": "mm.dtype_out",
+    "addmm": "addmm.out",
+    "bmm": "bmm.out",
+    "bmm.dtype": "bmm.dtype_out",
+    "baddbmm": "baddbmm.out",
+    "_int_mm": "_int_mm.out",
+    "_scaled_mm": "_scaled_mm.out",
+}
+_warned: set[str] = set()
+
+
+def _entries(route) -> dict:
+    """(dtype, min_numel) -> rule, for each rule of a resolved route (None: every dtype / below every size)."""
+    out = {(None, None): route.default} if route.default is not None else {}
+    out.update({(d, None): r for d, r in route.by_dtype})
+    out.update({(d, n): r for d, cs in route.by_size for n, r in cs})
+    return out
+
+
+def unkept_routes() -> dict[str, str]:
+    """Extern operator -> why compiled code cannot keep its route: its out= overload, what compiled code calls,
+    does not take the functional overload's rule (routing gives it the rule unless a rule names the out=
+    overload itself or the backend has no kernel for it). Operators kept as calls (keep_calls) are left out."""
+    import torch_fl
+    from torch_fl import backends
+    from torch_fl.compile import keep_calls
+    from torch_fl.routing import rules
+    from torch_fl.routing.state import STATE
+
+    kept = set(keep_calls.kept_calls())
+    found = {}
+    for op, out in EXTERN_OUT.items():
+        route = STATE.resolved.get(op)
+        if route is None or op in kept:
+            continue
+        out_route = STATE.resolved.get(out)
+        theirs = _entries(out_route) if out_route is not None else {}
+        for key, rule in _entries(route).items():
+            if rules.target_for(op, rule, key[0]).kind != "kernel":
+                continue  # runs natively anyway (a native route, or one that falls back)
+            other = theirs.get(key)
+            if other is not None and other.backend == rule.backend:
+                continue
+            if other is not None and other.via is None:
+                why = f"has a rule of its own ('{other.written}', {other.source})"
+            else:
+                why = f"is not routed with it: '{rule.backend}' has no kernel for it"
+            runs = other.backend if other is not None else backends.log_name(torch_fl.backing())
+            found[op] = (
+                f"torch.compile: aten::{op} is routed to '{rule.backend}' ('{rule.written}', {rule.source}), but "
+                f"compiled flagos code calls aten::{out} for it (inductor's extern kernel), and {out} {why}: compiled "
+                f"{op} calls run on '{runs}' instead. To keep {op} on its route in compiled code, keep it as a "
+                f"call before compiling: torch_fl.compile.keep_as_calls(['{op}'])."
+            )
+            break
+    return found
+
+
+def warn_unkept_routes(gm: torch.fx.GraphModule) -> list[str]:
+    """Warn once per operator (FallbackWarning) for each extern operator of `gm` on flagos tensors whose route
+    compiled code cannot keep (unkept_routes()); the operators warned about now."""
+    import warnings
+
+    from torch_fl.vocab import ops
+    from torch_fl.vocab.errors import FallbackWarning
+
+    unkept = unkept_routes()
+    if not unkept:
+        return []
+    warned = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        op = ops.normalize(node.target.name())
+        if op not in unkept or op in _warned:
+            continue
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.device.type == DEVICE_NAME:
+            _warned.add(op)
+            warned.append(op)
+            warnings.warn(unkept[op], FallbackWarning, stacklevel=2)
+    return warned

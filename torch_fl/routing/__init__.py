@@ -3,7 +3,7 @@
 Public API (other code relies on exactly these):
 
     set_route(op, backend)        route one operator (`"add.Tensor"`, `"mm"`, `"mm[bfloat16]"`)
-    route({op: backend, ...})     context manager; restores the previous routes on exit
+    route({op: backend, ...})     context manager; undoes its routes on exit (blocks of any thread nest)
     table()                       effective routes: RouteEntry(op, backend, source, dtype, runs_on, reason)
     explain(op, dtype=None)       candidates in order and why each was taken or rejected (str() to read)
     stats() / reset_stats()       OpStat(op, backend, calls, fallbacks, failures) rows
@@ -23,6 +23,7 @@ import torch
 
 import torch_fl
 from torch_fl import backends
+from torch_fl.backends import cpu_random
 from torch_fl.backends.flaggems import FlagGemsBackend
 from torch_fl.routing import config, env, planner, registry, rules
 from torch_fl.routing.explain import Explanation
@@ -54,8 +55,10 @@ def set_route(op: str, backend: str) -> None:
     """Route `op` (e.g. "add.Tensor", "mm", "mm[bfloat16]") to `backend` from the next call on.
 
     Takes precedence over the routing file and FLAGOS_OP_* for that operator
-    (for every dtype, unless a dtype is given in brackets).
+    (for every dtype, unless a dtype is given in brackets). `backend` is a name;
+    clear_route(op) drops the runtime route.
     """
+    config.check_backend_name(backend)  # None too: planner.set_runtime(op, None) would clear the route
     planner.set_runtime(op, backend)
 
 
@@ -66,24 +69,60 @@ def clear_route(op: str) -> None:
 
 @contextlib.contextmanager
 def route(mapping: dict[str, str]):
-    """`with route({"add.Tensor": "cpu_fallback"}): ...` -- runtime routes restored on exit."""
+    """`with route({"add.Tensor": "cpu_fallback"}): ...` -- runtime routes for the block, undone on exit.
+
+    Routes are process-wide (PyTorch registers kernels for the whole process), so a block's routes apply to
+    every thread while it is active. Active blocks form one stack, in the order they were entered: a block's
+    exit undoes exactly its own change. For each operator it routed, the route it replaced comes back, unless
+    a block entered later that routes the same operator is still active; then that block will restore it
+    instead when it exits (its record of what it replaced is rewritten). So once all blocks have exited, in
+    whatever order and from whatever threads, the runtime routes are what they were before the first
+    entered. A set_route or clear_route of a block's operator made while the block is active is undone with
+    the block.
+    """
     keys = [parse_op_key(op) for op in mapping]
     for b in mapping.values():
         config.check_backend_name(b)
     with LOCK:
-        saved = {k: STATE.runtime_rules.get(k) for k in keys}
+        block = _Block({k: STATE.runtime_rules.get(k) for k in keys})
+        STATE.route_blocks.append(block)
+        try:
+            for op, backend in mapping.items():
+                planner.set_runtime(op, backend)
+        except BaseException:
+            _exit_block(block)
+            raise
     try:
-        for op, backend in mapping.items():
-            planner.set_runtime(op, backend)
         yield
     finally:
-        with LOCK:
-            for k, rule in saved.items():
-                if rule is None:
-                    STATE.runtime_rules.pop(k, None)
-                else:
-                    STATE.runtime_rules[k] = rule
-            planner.apply()
+        _exit_block(block)
+
+
+class _Block:
+    """An active route() block: what each operator's runtime route was before it (None: none)."""
+
+    __slots__ = ("replaced",)
+
+    def __init__(self, replaced: dict):
+        self.replaced = replaced
+
+
+def _exit_block(block: _Block) -> None:
+    """Undo `block`'s routes: into the live table, or into the record of a later active block that routes the
+    same operator (which then restores it on its own exit)."""
+    with LOCK:
+        stack = STATE.route_blocks
+        i = next(n for n, b in enumerate(stack) if b is block)
+        for key, rule in block.replaced.items():
+            later = next((b for b in stack[i + 1 :] if key in b.replaced), None)
+            if later is not None:
+                later.replaced[key] = rule
+            elif rule is None:
+                STATE.runtime_rules.pop(key, None)
+            else:
+                STATE.runtime_rules[key] = rule
+        del stack[i]
+        planner.apply()
 
 
 def table() -> list[RouteEntry]:
@@ -136,6 +175,8 @@ def stats() -> list[OpStat]:
     """Calls per (op, backend that ran), with fallbacks and failures; includes the C++ native route's counts."""
     rows: dict[tuple[str, str], list[int]] = {}
     for op, kind, calls in torch_fl._C._route_stats():
+        if op.startswith(cpu_random.QUALIFIED_PREFIX):
+            continue  # torch_fl's own operator, asked once for the host generators
         rows.setdefault((op, kind), [0, 0, 0])[0] += calls
     for key, counters in list(STATE.counters.items()):
         if any(counters):

@@ -28,7 +28,7 @@ from torch_fl.routing import native_only
 from torch_fl.routing.files import Unreadable, read_text
 from torch_fl.vocab import ops
 from torch_fl.vocab.dtypes import dtype_name, parse_dtype
-from torch_fl.vocab.errors import ConfigError, Problem, RoutingError
+from torch_fl.vocab.errors import ConfigError, Problem, RoutingError, shorten
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 BUILTIN_PREFIX = "builtin:"
@@ -40,6 +40,8 @@ LAYER_FILE, LAYER_ENV, LAYER_RUNTIME = 0, 1, 2
 #: the name with every ATen operator (milliseconds), and a wrong file may name thousands.
 MAX_SUGGESTIONS = 20
 MAX_INCLUDE_DEPTH = 32
+#: problems reported for one rule's brackets (`mm[bf17, fp33, ...]`); more are only counted
+MAX_CONDITION_PROBLEMS = 5
 
 _LHS = re.compile(r"^(?P<op>[A-Za-z0-9_.*?:]+)\s*(?:\[(?P<dtypes>[^\]]*)\])?$")
 _BACKEND = re.compile(r"^[A-Za-z0-9_]+$")
@@ -51,6 +53,7 @@ _SIZE = re.compile(r"^(?P<key>[A-Za-z_]\w*)\s*(?P<cmp>[<>=!]=?)\s*(?P<num>.*)$")
 def parse_condition(text: str) -> tuple[torch.dtype | None, int | None, str | None]:
     """One item of a rule's brackets: (dtype, None, None), (None, min_numel, None) or (None, None, problem)."""
     item = text.strip()
+    shown = shorten(item)
     m = _SIZE.match(item)
     if m is None:
         try:
@@ -63,14 +66,18 @@ def parse_condition(text: str) -> tuple[torch.dtype | None, int | None, str | No
             None,
             None,
             (
-                f"unknown condition '{item}': the one size condition is {SIZE_KEY}>=N (calls whose first tensor "
+                f"unknown condition '{shown}': the one size condition is {SIZE_KEY}>=N (calls whose first tensor "
                 f"argument has at least N elements), e.g. mm[bfloat16, {SIZE_KEY}>=1048576] = flaggems"
             ),
         )
     if not num.isdigit():
-        return None, None, f"bad number '{num}' in '{item}': write a whole number of elements, e.g. {SIZE_KEY}>=65536"
+        return (
+            None,
+            None,
+            f"bad number '{shorten(num)}' in '{shown}': write a whole number of elements, e.g. {SIZE_KEY}>=65536",
+        )
     if int(num) < 1:
-        return None, None, f"'{item}' holds for every call: drop the condition, or give a threshold of 1 or more"
+        return None, None, f"'{shown}' holds for every call: drop the condition, or give a threshold of 1 or more"
     return None, int(num), None
 
 
@@ -89,6 +96,8 @@ class Rule:
     order: int = 0
     text: str = field(default="", compare=False)
     min_numel: int | None = None  # a size rule: calls whose first tensor has at least this many elements
+    #: set on the rule an out= overload takes from its functional one's (`mm.out` from `mm`): that operator
+    via: str | None = None
 
     @property
     def is_glob(self) -> bool:
@@ -97,16 +106,21 @@ class Rule:
     @property
     def source(self) -> str:
         if self.origin == "env":
-            return f"env {self.env_var}"
-        if self.origin == "runtime":
-            return "runtime"
-        shown = os.path.basename(self.file) if self.origin == "default file" else self.file
-        return f"{self.origin} {shown}:{self.line}"
+            where = f"env {self.env_var}"
+        elif self.origin == "runtime":
+            where = "runtime"
+        else:
+            shown = os.path.basename(self.file) if self.origin == "default file" else self.file
+            where = f"{self.origin} {shown}:{self.line}"
+        return where if self.via is None else f"{where} (via {self.via})"
 
     def specificity(self) -> tuple:
-        """Sort key: higher wins. Layer, then exact name over glob (longer literal part wins), dtype, a size
-        condition (the larger threshold wins), order."""
-        literal = 10**6 if not self.is_glob else sum(c not in ops.GLOB_CHARS for c in self.pattern)
+        """Sort key: higher wins. Layer, then exact name over glob (longer literal part wins; a rule taken from
+        the functional overload just below a name), dtype, a size condition (the larger threshold wins), order."""
+        if self.is_glob:
+            literal = sum(c not in ops.GLOB_CHARS for c in self.pattern)
+        else:
+            literal = 10**6 if self.via is None else 10**6 - 1
         return (self.layer, literal, self.dtype is not None, self.min_numel or 0, self.order)
 
     def matches(self, op: str) -> bool:
@@ -127,6 +141,16 @@ class Rule:
         if self.min_numel is not None:
             conds.append(f"{SIZE_KEY}>={self.min_numel}")
         return f"{self.pattern}{'[' + ', '.join(conds) + ']' if conds else ''} = {self.backend}"
+
+
+def _first_distinct(messages: list[str]) -> list[str]:
+    """The problems of one rule's brackets as reported: each message once, at most MAX_CONDITION_PROBLEMS, then
+    how many more (a line of thousands of bad conditions would otherwise repeat itself thousands of times)."""
+    distinct = list(dict.fromkeys(messages))
+    if len(distinct) <= MAX_CONDITION_PROBLEMS:
+        return distinct
+    rest = len(distinct) - MAX_CONDITION_PROBLEMS
+    return [*distinct[:MAX_CONDITION_PROBLEMS], f"and {rest} more problems in this rule's brackets"]
 
 
 def resolve_include(target: str, including_file: str | None) -> str:
@@ -171,12 +195,18 @@ def check_backend(backend: str) -> str | None:
         return None
     hints = difflib.get_close_matches(backend, backends.NAMES, n=2)
     did = f" Did you mean {' or '.join(hints)}?" if hints else ""
-    return f"unknown backend '{backend}'.{did} Valid backends: {', '.join(backends.NAMES)}."
+    return f"unknown backend '{shorten(backend)}'.{did} Valid backends: {', '.join(backends.NAMES)}."
 
 
 def check_backend_name(backend: str) -> None:
-    """Raise RoutingError unless `backend` is a backend name."""
-    msg = check_backend(backend) if isinstance(backend, str) else f"backend names are strings, got {backend!r}"
+    """Raise RoutingError unless `backend` is a backend name (None included: clear_route drops a route)."""
+    if not isinstance(backend, str):
+        raise RoutingError(
+            f"backend names are strings ({', '.join(backends.NAMES)}), got {shorten(repr(backend))}. To drop an "
+            "operator's runtime route (its file or FLAGOS_OP_* route applies again), call "
+            "torch_fl.routing.clear_route(op)."
+        )
+    msg = check_backend(backend)
     if msg:
         raise RoutingError(msg)
 
@@ -185,7 +215,10 @@ def check_op(pattern: str, suggest: bool = True) -> str | None:
     """An error message for an operator name or glob that names nothing, else None."""
     if ops.is_glob(pattern):
         if not ops.matching(pattern):
-            return f"glob '{pattern}' matches no ATen operator; check the spelling (globs match names like add.Tensor)."
+            return (
+                f"glob '{shorten(pattern)}' matches no ATen operator; check the spelling (globs match names like "
+                "add.Tensor)."
+            )
         return None
     if not ops.is_known(pattern):
         return ops.unknown_op_message(pattern, suggest)
@@ -227,7 +260,7 @@ def parse_text(
             continue
 
         def bad(msg: str, _lineno=lineno, _raw=raw):
-            problems.append(Problem(path or "<text>", _lineno, msg, _raw.strip()))
+            problems.append(Problem(path or "<text>", _lineno, msg, shorten(_raw.strip())))
 
         if line.startswith("include") and (len(line) == 7 or line[7].isspace()) and "=" not in line:
             target = line[7:].strip()
@@ -251,7 +284,7 @@ def parse_text(
             bad("malformed line: expected 'op_overload = backend', 'op[dtype] = backend' or 'glob = backend'")
             continue
         if not _BACKEND.match(rhs):
-            bad(f"malformed backend '{rhs}': one name per line (e.g. flaggems)")
+            bad(f"malformed backend '{shorten(rhs)}': one name per line (e.g. flaggems)")
             continue
         ok = True
         msg = check_backend(rhs)
@@ -272,18 +305,20 @@ def parse_text(
         min_numel: int | None = None
         if m.group("dtypes") is not None:
             dtypes = []
+            condition_problems: list[str] = []
             for d in m.group("dtypes").split(","):
                 dt, size, msg = parse_condition(d)
                 if msg:
-                    bad(msg)
-                    ok = False
+                    condition_problems.append(msg)
                 elif size is not None:
                     if min_numel is not None:
-                        bad(f"two size conditions in one rule: keep one {SIZE_KEY}>=N")
-                        ok = False
+                        condition_problems.append(f"two size conditions in one rule: keep one {SIZE_KEY}>=N")
                     min_numel = size
                 else:
                     dtypes.append(dt)
+            for msg in _first_distinct(condition_problems):
+                bad(msg)
+                ok = False
             if not dtypes and min_numel is None and ok:
                 bad("empty dtype list: write op[bfloat16] = backend, or drop the brackets")
                 ok = False
@@ -335,7 +370,7 @@ def _load(
             problems.append(Problem(path, e.line, e.message))
         elif included_at is not None:
             where, line, raw = included_at
-            problems.append(Problem(where, line, f"included {e.message}", raw))
+            problems.append(Problem(where, line, f"included {e.message}", shorten(raw)))
         else:
             problems.append(Problem(path, None, e.message))
         if e.text is None:

@@ -12,7 +12,7 @@ import warnings
 
 from torch_fl.routing.config import LAYER_ENV, Rule, check_backend
 from torch_fl.vocab import ops
-from torch_fl.vocab.errors import ConfigError, Problem, RoutingError
+from torch_fl.vocab.errors import ConfigError, Problem, RoutingError, shorten
 
 OP_PREFIX = "FLAGOS_OP_"
 
@@ -48,7 +48,7 @@ def flag(environ, name: str) -> bool:
         return False
     if raw in ("1", "true", "yes", "on"):
         return True
-    raise RoutingError(f"{name}={raw!r} is not a boolean; use 1 or 0 (or unset it).")
+    raise RoutingError(f"{name}={shorten(repr(raw))} is not a boolean; use 1 or 0 (or unset it).")
 
 
 def unknown_variables(environ) -> dict[str, str]:
@@ -61,7 +61,7 @@ def unknown_variables(environ) -> dict[str, str]:
         near = difflib.get_close_matches(key, [*valid, OP_PREFIX], n=1, cutoff=0.6)
         did = f" Did you mean {near[0]}{'<op>' if near and near[0] == OP_PREFIX else ''}?" if near else ""
         out[key] = (
-            f"{key} is not a torch_fl variable and is ignored.{did} Valid: {', '.join(valid)}, "
+            f"{shorten(key)} is not a torch_fl variable and is ignored.{did} Valid: {', '.join(valid)}, "
             f"{OP_PREFIX}<op> (see docs/routing.md). Fix or unset it."
         )
     return out
@@ -83,7 +83,7 @@ def op_overrides(environ=None) -> list[Rule]:
     for order, key in enumerate(sorted(k for k in environ if k.startswith(OP_PREFIX)), start=1):
         suffix = key[len(OP_PREFIX) :]
         value = environ[key].strip()
-        where = f"env {key}={environ[key]}"
+        where = f"env {shorten(key)}={shorten(environ[key])}"
         op = _encoded().get(suffix)
         if op is None:
             decoded = suffix.replace("__", ".")
@@ -93,13 +93,13 @@ def op_overrides(environ=None) -> list[Rule]:
                 Problem(
                     where,
                     None,
-                    f"'{decoded}' is not an ATen operator overload.{did} Name the overload with '.' written '__' "
-                    "(FLAGOS_OP_add__Tensor=cuda, FLAGOS_OP_mm=flaggems), or unset the variable.",
+                    f"'{shorten(decoded)}' is not an ATen operator overload.{did} Name the overload with '.' written "
+                    "'__' (FLAGOS_OP_add__Tensor=cuda, FLAGOS_OP_mm=flaggems), or unset the variable.",
                 )
             )
             continue
         if not value:
-            problems.append(Problem(where, None, f"empty backend; set one of the backends or unset {key}."))
+            problems.append(Problem(where, None, f"empty backend; set one of the backends or unset {shorten(key)}."))
             continue
         msg = check_backend(value)
         if msg:

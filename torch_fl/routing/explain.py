@@ -148,15 +148,16 @@ def explain(op: str, dtype=None) -> Explanation:
                 if d == dtype:
                     winner = r
         classes = _classes_for(route, dtype)
-    in_class = {id(r): n for n, r in classes}
+    # by value: all_rules() makes the rules out= overloads take from their functional ones anew each time
+    in_class = {r: n for n, r in classes}
     cands: list[Candidate] = []
     for r in matching:
         if r.dtype is not None and r.dtype != dtype:
             cands.append(Candidate(r, "other dtype", f"applies only to {dtype_name(r.dtype)} calls"))
             continue
         if r.min_numel is not None and not (r.is_glob and norm not in rules.glob_targets(r)):
-            if id(r) in in_class:
-                why = f"calls with at least {in_class[id(r)]} elements in their first tensor (see 'by size')"
+            if r in in_class:
+                why = f"calls with at least {in_class[r]} elements in their first tensor (see 'by size')"
                 cands.append(Candidate(r, "size class", why))
             else:
                 cands.append(Candidate(r, "shadowed", "a more specific rule takes these sizes (see 'by size')"))
@@ -165,7 +166,7 @@ def explain(op: str, dtype=None) -> Explanation:
             why = rules.glob_skip_reason(r, norm)
             cands.append(Candidate(r, "rejected", f"glob rules apply only to operators their backend can run: {why}"))
             continue
-        if r is winner:
+        if r == winner:
             t = rules.target_for(norm, r, dtype, failed)
             if t.kind == "fallback":
                 cands.append(Candidate(r, "taken", f"most specific; but falls back to native: {t.reason}"))

@@ -10,6 +10,8 @@ import codecs
 import os
 import stat
 
+from torch_fl.vocab.errors import shorten
+
 #: Routing files are a few hundred lines; this bound keeps `/dev/zero`-like mistakes from reading forever.
 MAX_BYTES = 1 << 20
 
@@ -32,7 +34,7 @@ def _not_regular(path: str, mode: int) -> str:
         kind, fix = "a device", "name a routing file (for no rules, an empty file)"
     else:
         kind, fix = "a socket or other special file", "name a routing file"
-    return f"routing file '{path}' is {kind}, not a regular file; {fix}"
+    return f"routing file '{shorten(path)}' is {kind}, not a regular file; {fix}"
 
 
 def read_text(path: str) -> str:
@@ -41,10 +43,10 @@ def read_text(path: str) -> str:
         # O_NONBLOCK: opening a pipe must not wait for a writer; fstat on the descriptor then decides.
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
-        raise Unreadable(f"routing file '{path}' does not exist; check the path") from None
+        raise Unreadable(f"routing file '{shorten(path)}' does not exist; check the path") from None
     except OSError as e:
         raise Unreadable(
-            f"cannot open routing file '{path}' ({e.strerror}); check the path and its permissions"
+            f"cannot open routing file '{shorten(path)}' ({e.strerror}); check the path and its permissions"
         ) from None
     try:
         mode = os.fstat(fd).st_mode
@@ -61,8 +63,8 @@ def read_text(path: str) -> str:
         os.close(fd)
     if size > MAX_BYTES:
         raise Unreadable(
-            f"routing file '{path}' is larger than {MAX_BYTES // (1 << 20)} MiB, far more than a routing file needs; "
-            "check that this is the file you meant (a glob such as *_backward covers many operators in one line)"
+            f"routing file '{shorten(path)}' is larger than {MAX_BYTES // (1 << 20)} MiB, far more than a routing file "
+            "needs; check that this is the file you meant (a glob such as *_backward covers many operators in one line)"
         )
     return decode(b"".join(chunks))
 

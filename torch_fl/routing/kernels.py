@@ -10,12 +10,14 @@ no string formatted unless the dispatch log is on.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 
 import torch
 
 import torch_fl
 from torch_fl import backends
+from torch_fl.backends import cpu_random
 from torch_fl.routing.policy import (
     Fallback,
     KernelFailed,
@@ -23,7 +25,7 @@ from torch_fl.routing.policy import (
     error_policy,
     fallback_notice,
 )
-from torch_fl.routing.state import counters_for
+from torch_fl.routing.state import STATE, counters_for
 from torch_fl.routing.types import CoreTarget, Plan, Target
 from torch_fl.vocab import ops
 from torch_fl.vocab.dtypes import dtype_name
@@ -34,17 +36,67 @@ def native_runner(op: str) -> Callable:
     return functools.partial(torch_fl._C._run_native, *ops.split(op))
 
 
+def _reraise(exc, dtype, args, kwargs):
+    """A CPU kernel's error (a random operator's cpu_fallback or host native route) is the caller's to see, as
+    on the C++ routes."""
+    raise exc
+
+
+def _logging_fallback(fn: Callable, line: str) -> Callable:
+    """`fn` printing FLAGOS_LOG_FALLBACK's line first (built when the route is planned with the flag on)."""
+
+    def logged(*args, **kwargs):
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        return fn(*args, **kwargs)
+
+    return logged
+
+
+def _first_dtype(args: tuple, kwargs: dict) -> torch.dtype | None:
+    """The dtype a call is routed by (its first tensor argument's), from its Python arguments."""
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            return a.dtype
+    return None
+
+
+def _noticed(notice: Callable, fn: Callable) -> Callable:
+    """`fn` after a fallback's notice (which counts, warns once or raises under FLAGOS_STRICT=1)."""
+
+    def fallback(*args, **kwargs):
+        notice(_first_dtype(args, kwargs))
+        return fn(*args, **kwargs)
+
+    return fallback
+
+
 def _core_target(op: str, target: Target, strict: bool, kernel_failed: KernelFailed) -> CoreTarget:
     native = backends.log_name(torch_fl.backing())
+    # A random operator's native route on host backing as a kernel of ours (cpu_random.py): a PyRoute's C++
+    # native route would hand its CPU kernel no generator. None elsewhere.
+    keep = cpu_random.host_native_kernel(op)
     if target.kind == "native":
-        return CoreTarget("native", native)
+        if keep is None:
+            return CoreTarget("native", native)
+        return CoreTarget("kernel", native, keep, _reraise, None, counters_for(op, target.backend))
     fb = Fallback(op, target.backend, counters_for(op, target.backend), strict)
     if target.kind == "fallback":
-        return CoreTarget("fallback", native, notice=fallback_notice(fb, target.reason))
+        notice = fallback_notice(fb, target.reason)
+        if keep is None:
+            return CoreTarget("fallback", native, notice=notice)
+        return CoreTarget("kernel", native, _noticed(notice, keep), _reraise, None, counters_for(op, "native"))
     b = backends.get(target.backend)
     label = backends.log_name(target.backend)
     if b.core_route == "cpu_fallback":
-        return CoreTarget("cpu_fallback", label)
+        # Random operators draw from the flagos generator in a kernel of their own (decided here, once per
+        # operator); the others take the C++ fallback, as before.
+        draws = cpu_random.random_kernel(op)
+        if draws is None:
+            return CoreTarget("cpu_fallback", label)
+        if STATE.log_fallback:
+            draws = _logging_fallback(draws, f"[flagos cpu_fallback] aten::{op}\n")
+        return CoreTarget("kernel", label, draws, _reraise, None, fb.counters)
     on_empty = empty_input_notice(fb, b.empty_inputs_unsafe) if b.empty_inputs_unsafe else None
     on_error = error_policy(fb, ops.is_mutable(op), native_runner(op), kernel_failed)
     return CoreTarget("kernel", label, b.kernel(op).fn, on_error, on_empty, fb.counters, fast=b.fast_path)

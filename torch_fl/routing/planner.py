@@ -13,11 +13,12 @@ import warnings
 import torch
 
 import torch_fl
+from torch_fl.backends import cpu_random
 from torch_fl.routing import autograd_guard, kernels, native_only, policy, registry, rules
 from torch_fl.routing.config import LAYER_RUNTIME, Rule, check_backend_name
 from torch_fl.routing.state import LOCK, STATE, all_rules
 from torch_fl.routing.types import OpRoute
-from torch_fl.vocab.errors import FallbackWarning, RoutingError
+from torch_fl.vocab.errors import FallbackWarning, RoutingError, shorten
 from torch_fl.vocab.ops import parse_op_key
 
 
@@ -28,19 +29,26 @@ def _kernel_failed(op: str, backend: str, dtype: torch.dtype | None) -> None:
         replan(op)
 
 
-def _apply_op(op: str, route: OpRoute | None) -> None:
-    if route is None:
+def _keeps_kernel(op: str) -> bool:
+    """Whether `op`'s PyRoute keeps a kernel of ours on the native route: a random operator on host backing
+    once routed (a PyRoute's native state runs the C++ native route, which hands the CPU kernel no generator,
+    so it would draw from the CPU's own; its native target draws from the flagos one, cpu_random.py)."""
+    return cpu_random.host_native_kernel(op) is not None and torch_fl._C.PyRoute(op).registered
+
+
+def _apply_op(op: str, route: OpRoute | None, force: bool = False) -> None:
+    if route is None and not _keeps_kernel(op):
         registry.remove(op)
         autograd_guard.set_routed(op, None)
         return
-    plan = rules.plan_for(op, route, STATE.failed.get(op, ()), STATE.strict)
-    if not plan.needs_kernel:
+    plan = rules.plan_for(op, route or OpRoute(op, None), STATE.failed.get(op, ()), STATE.strict)
+    if not plan.needs_kernel and not _keeps_kernel(op):
         registry.remove(op)  # the C++ native route takes over again
         autograd_guard.set_routed(op, None)
         return
-    if registry.plan_of(op) == plan:
+    if registry.plan_of(op) == plan and not force:
         return
-    autograd_guard.set_routed(op, policy.autograd_fallback(op, plan))
+    autograd_guard.set_routed(op, policy.autograd_fallback(op, plan) if plan.needs_kernel else None)
     default, by_dtype, by_size = kernels.core_targets(op, plan, _kernel_failed)
     registry.install(op, plan, default, by_dtype, by_size)
 
@@ -61,7 +69,7 @@ def strict_problems(resolved: dict[str, OpRoute], notes: list[str]) -> list[str]
         for dt, rule in ([(None, route.default)] if route.default is not None else []) + list(route.by_dtype) + sized:
             t = rules.target_for(op, rule, dt)
             if t.kind == "fallback":
-                problems.append(f"{rule.source}: '{rule.written}' would run natively instead: {t.reason}")
+                problems.append(f"{rule.source}: '{shorten(rule.written)}' would run natively instead: {t.reason}")
     return problems
 
 
@@ -123,6 +131,7 @@ def set_flags(log_dispatch=None, log_fallback=None, strict=None) -> None:
         if log_dispatch is not None:
             STATE.log_dispatch = bool(log_dispatch)
             torch_fl._C._set_log_dispatch(STATE.log_dispatch)
+        rebuild = log_fallback is not None and STATE.log_fallback != bool(log_fallback)
         if log_fallback is not None:
             STATE.log_fallback = bool(log_fallback)
             torch_fl._C._set_log_fallback(STATE.log_fallback)
@@ -130,6 +139,9 @@ def set_flags(log_dispatch=None, log_fallback=None, strict=None) -> None:
             STATE.strict = bool(strict)
             torch_fl._C._set_strict(STATE.strict)
         apply()
+        if rebuild:  # kernels built with the flag (a random operator's cpu_fallback) again, plans unchanged
+            for op in list(registry.REGISTERED):
+                _apply_op(op, STATE.resolved.get(op) or OpRoute(op, None), force=True)
 
 
 def set_runtime(op: str, backend: str | None) -> None:

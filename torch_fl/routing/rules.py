@@ -7,6 +7,7 @@ nothing is registered with PyTorch.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection
 
 import torch
@@ -18,6 +19,7 @@ from torch_fl.routing.config import Rule
 from torch_fl.routing.types import OpRoute, Plan, Target
 from torch_fl.vocab import ops
 from torch_fl.vocab.dtypes import dtype_name
+from torch_fl.vocab.errors import shorten
 
 #: (backend, dtype or None for every dtype) whose kernel raised for an operator
 Failures = Collection[tuple[str, torch.dtype | None]]
@@ -63,6 +65,26 @@ def skipped_native_only(rule: Rule) -> list[str]:
     return [op for op in ops.matching(rule.pattern) if core_op(op) and b.supports_op(op)]
 
 
+def _runs(backend: str, op: str) -> bool:
+    """Whether `backend` has a kernel of its own for `op` that `op` may take (no fallback, no error)."""
+    b = backends.get(backend)
+    return b.native or (b.available() and b.supports_op(op) and not core_op(op))
+
+
+def with_out_overloads(rules: list[Rule]) -> list[Rule]:
+    """`rules` and, for each rule naming a functional overload, the same rule for its out= overloads (`mm` ->
+    `mm.out`, what compiled code calls for a matmul) that no rule names themselves and its backend runs."""
+    named = {r.pattern for r in rules if not r.is_glob}
+    derived = [
+        dataclasses.replace(r, pattern=out, via=r.pattern)
+        for r in rules
+        if not r.is_glob and r.via is None
+        for out in ops.out_overloads(r.pattern)
+        if out not in named and _runs(r.backend, out)
+    ]
+    return [*rules, *derived] if derived else rules
+
+
 def resolve(rules: list[Rule]) -> tuple[dict[str, OpRoute], list[str]]:
     """Per operator, the winning dtype-less rule and the winning per-dtype rules; notes on globs that apply nowhere."""
     per_op: dict[str, list[Rule]] = {}
@@ -73,12 +95,12 @@ def resolve(rules: list[Rule]) -> tuple[dict[str, OpRoute], list[str]]:
             if not targets:
                 b = backends.get(r.backend)
                 why = b.unavailable_reason() or f"{r.backend} has none of the operators it matches"
-                notes.append(f"{r.source}: '{r.written}' applies to no operator: {why}")
+                notes.append(f"{r.source}: '{shorten(r.written)}' applies to no operator: {why}")
             skipped = skipped_native_only(r)
             if skipped:
                 notes.append(
-                    f"{r.source}: '{r.written}' leaves {len(skipped)} operator(s) on the native route, which the "
-                    f"flagos core and the CPU fallback need there: {', '.join(skipped)}"
+                    f"{r.source}: '{shorten(r.written)}' leaves {len(skipped)} operator(s) on the native route, which "
+                    f"the flagos core and the CPU fallback need there: {', '.join(skipped)}"
                 )
             for op in targets:
                 per_op.setdefault(op, []).append(r)

@@ -14,6 +14,7 @@ from array import array
 import torch
 
 from torch_fl import backends
+from torch_fl.routing import rules
 from torch_fl.routing.config import Rule
 from torch_fl.routing.types import Counters, OpRoute
 
@@ -30,6 +31,7 @@ class State:
         self.log_fallback = False
         self.strict = False
         self.runtime_order = 0
+        self.route_blocks: list = []  # active routing.route() blocks, in the order they were entered
         self.counters: dict[tuple[str, str], Counters] = {}  # (op, stats backend name) -> its counters
         self.warned: set[tuple[str, str, object]] = set()  # (op, backend, dtype or "empty input") warned about
         self.failed: dict[str, set[tuple[str, torch.dtype | None]]] = {}  # op -> {(backend, dtype) that raised}
@@ -41,8 +43,9 @@ STATE = State()
 
 
 def all_rules() -> list[Rule]:
-    """Every rule of the three layers, lowest precedence first."""
-    return [*STATE.file_rules, *STATE.env_rules, *STATE.runtime_rules.values()]
+    """Every rule of the three layers, lowest precedence first, and those out= overloads take from their
+    functional overloads' rules (rules.with_out_overloads)."""
+    return rules.with_out_overloads([*STATE.file_rules, *STATE.env_rules, *STATE.runtime_rules.values()])
 
 
 def counters_for(op: str, backend: str) -> Counters:

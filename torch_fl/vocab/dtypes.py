@@ -6,6 +6,8 @@ import difflib
 
 import torch
 
+from torch_fl.vocab.errors import shorten
+
 _DTYPE_ALIASES = {
     "float16": torch.float16,
     "half": torch.float16,
@@ -40,9 +42,8 @@ def parse_dtype(text: str) -> torch.dtype:
     except KeyError:
         hints = difflib.get_close_matches(key, list(_DTYPE_ALIASES), n=3)
         did = f" Did you mean {', '.join(hints)}?" if hints else ""
-        raise ValueError(
-            f"unknown dtype '{text.strip()}'.{did} Use a torch dtype name: {', '.join(sorted(set(_DTYPE_ALIASES)))}."
-        ) from None
+        names = ", ".join(sorted(set(_DTYPE_ALIASES)))
+        raise ValueError(f"unknown dtype '{shorten(text.strip())}'.{did} Use a torch dtype name: {names}.") from None
 
 
 def dtype_name(dtype: torch.dtype | None) -> str:

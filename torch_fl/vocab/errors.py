@@ -4,6 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: User input quoted in a message is cut to this many characters (a routing file line may hold megabytes).
+QUOTE_LIMIT = 80
+
+
+def shorten(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """`text` (user input) as an error message quotes it: whole up to `limit` characters, else its first
+    `limit`, '...' and its length, so a message stays readable whatever the input."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
 
 class RoutingError(ValueError):
     """Bad routing input: unknown operator or backend, bad env override, bad call."""

@@ -3,8 +3,10 @@
 Operator names are ATen overload names as `torch.ops.aten` spells them, without
 the `aten::` prefix: `add.Tensor`, `mm` (the default overload; `mm.default` is
 accepted and means the same), `_softmax`. A bare name means the default
-overload only, exactly as in FEP 0025 files (`abs = flagos_python` routes
-`aten::abs`, not `aten::abs.out`); use a glob (`abs*`) for more.
+overload, exactly as in FEP 0025 files (`abs = flagos_python` routes
+`aten::abs`, not `abs_`); use a glob (`abs*`) for more. Routing gives a
+functional overload's rule to its out= overload too (`abs.out`, see
+`out_overloads` and routing/rules.py's with_out_overloads).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import functools
 import torch
 
 from torch_fl.vocab.dtypes import parse_dtype
-from torch_fl.vocab.errors import RoutingError
+from torch_fl.vocab.errors import RoutingError, shorten
 
 GLOB_CHARS = frozenset("*?")
 
@@ -92,7 +94,7 @@ def unknown_op_message(op: str, suggest: bool = True) -> str:
     hints = closest(op) if suggest else []
     did_you_mean = f" Did you mean {', '.join(hints)}?" if hints else ""
     return (
-        f"unknown operator '{op}': not an ATen operator overload of torch {torch.__version__}.{did_you_mean} "
+        f"unknown operator '{shorten(op)}': not an ATen operator overload of torch {torch.__version__}.{did_you_mean} "
         "Write the overload as torch.ops.aten names it (add.Tensor, mm, _softmax; a bare name is the default "
         "overload)."
     )
@@ -120,9 +122,48 @@ def dtype_rule_problem(op: str, dtype_text: str, backend: str | None = None) -> 
         return None
     instead = f"'{op} = {backend}'" if backend else f"'{op}' without a dtype"
     return (
-        f"'{op}[{dtype_text}]' never applies: calls are routed by their first tensor argument's dtype and "
+        f"'{op}[{shorten(dtype_text)}]' never applies: calls are routed by their first tensor argument's dtype and "
         f"aten::{op} has no tensor argument. Write {instead} to route it for every dtype."
     )
+
+
+@functools.lru_cache(maxsize=1)
+def _overloads_by_name() -> dict[str, tuple[str, ...]]:
+    by_name: dict[str, list[str]] = {}
+    for op in _sorted_ops():
+        by_name.setdefault(split(op)[0], []).append(op)
+    return {name: tuple(ops) for name, ops in by_name.items()}
+
+
+def overloads_of(name: str) -> tuple[str, ...]:
+    """Every overload of an operator name (`randn` -> randn, randn.generator, randn.out, ...), sorted."""
+    return _overloads_by_name().get(name, ())
+
+
+def _writes(arg) -> bool:
+    return arg.alias_info is not None and arg.alias_info.is_write
+
+
+@functools.cache
+def out_overloads(op: str) -> tuple[str, ...]:
+    """The out= overloads of a functional overload: those of its name whose arguments are `op`'s plus keyword-only
+    tensors they write (mm -> mm.out, add.Tensor -> add.out, add.Scalar -> add.Scalar_out). Empty for an operator
+    that writes an argument itself."""
+    args = schema(op).arguments
+    if any(_writes(a) for a in args):
+        return ()
+    want = [(a.name, str(a.type)) for a in args]
+    found = []
+    for other in overloads_of(split(op)[0]):
+        other_args = schema(other).arguments
+        outs = [a for a in other_args if _writes(a)]
+        if (
+            outs
+            and all(a.kwarg_only for a in outs)
+            and [(a.name, str(a.type)) for a in other_args if not _writes(a)] == want
+        ):
+            found.append(other)
+    return tuple(found)
 
 
 def is_mutable(op: str) -> bool:
@@ -145,7 +186,7 @@ def read_args(op: str) -> tuple[frozenset[int], frozenset[str]]:
 def parse_op_key(op: str) -> tuple[str, torch.dtype | None]:
     """`mm`, `aten::mm.default`, `mm[bfloat16]` -> (normalised op, dtype); RoutingError for anything else."""
     if not isinstance(op, str):
-        raise RoutingError(f"operator names are strings like 'add.Tensor', got {op!r}")
+        raise RoutingError(f"operator names are strings like 'add.Tensor', got {shorten(repr(op))}")
     text = op.strip()
     dtype = None
     if text.endswith("]") and "[" in text:
@@ -156,7 +197,7 @@ def parse_op_key(op: str) -> tuple[str, torch.dtype | None]:
             raise RoutingError(str(e)) from None
     norm = normalize(text)
     if is_glob(norm):
-        raise RoutingError(f"'{op}': set_route takes one operator, not a glob; put globs in a routing file")
+        raise RoutingError(f"'{shorten(op)}': set_route takes one operator, not a glob; put globs in a routing file")
     if not is_known(norm):
         raise RoutingError(unknown_op_message(norm))
     if dtype is not None:
