@@ -38,7 +38,7 @@ from collections.abc import Callable
 
 import torch
 
-import torch_fl
+from torch_fl._core import _C, backing
 from torch_fl.vocab import ops
 
 #: the private operator through which the native route hands Python a backing generator
@@ -101,9 +101,9 @@ def host_generators() -> list[torch.Generator]:
                 _library.define("backing_generator(Tensor anchor, Generator? generator) -> ()")
                 _library.impl("backing_generator", _record_generator, "CPU")
             found = []
-            for i in range(torch_fl._C._device_count()):
+            for i in range(_C._device_count()):
                 torch.ops.torch_fl_internal.backing_generator(
-                    torch.empty(0, device=torch.device("flagos", i)), torch_fl._C._default_generator(i)
+                    torch.empty(0, device=torch.device("flagos", i)), _C._default_generator(i)
                 )
                 found.append(_recorded.pop())
             if any(g is None or g.device.type != "cpu" for g in found):
@@ -115,7 +115,7 @@ def host_generators() -> list[torch.Generator]:
 def _host_default() -> torch.Generator:
     """The current flagos device's default generator as its CPU generator (the routed kernel runs with the
     call's device current)."""
-    return host_generators()[torch_fl._C._current_device()]
+    return host_generators()[_C._current_device()]
 
 
 def _device_default(index: int) -> torch.Generator:
@@ -242,7 +242,7 @@ def _device_kernel(op: str) -> Callable | None:
         cargs = [host(a) for a in args]
         ckwargs = {k: host(v) for k, v in kwargs.items()}
         if device is None or device.index is None:
-            device = torch.device(device.type if device is not None else "cuda", torch_fl._C._current_device())
+            device = torch.device(device.type if device is not None else "cuda", _C._current_device())
         given = cargs[pos] if pos is not None and pos < len(cargs) else ckwargs.get(name)
         cpu_generator = _seeded_cpu_generator(given if given is not None else _device_default(device.index))
         if target is None:
@@ -278,7 +278,7 @@ def _device_kernel(op: str) -> Callable | None:
 def random_kernel(op: str) -> Callable | None:
     """The cpu_fallback kernel of `op` if it draws random numbers (see the module's docstring), called like the
     aten operator on the call's native aliases; None for an operator that does not (the C++ fallback runs it)."""
-    return _host_kernel(op) if torch_fl.backing() == "cpu" else _device_kernel(op)
+    return _host_kernel(op) if backing() == "cpu" else _device_kernel(op)
 
 
 def host_native_kernel(op: str) -> Callable | None:
@@ -286,4 +286,4 @@ def host_native_kernel(op: str) -> Callable | None:
     with the call's flagos generator: native_random, or the decomposition on flagos, of csrc/route/native_route.cpp),
     for the native targets of its PyRoute (whose C++ native route would give the CPU kernel no generator); None
     for other operators and on a CUDA backing (a CUDA kernel takes cuda:i's generator, which flagos:i's wraps)."""
-    return random_kernel(op) if torch_fl.backing() == "cpu" else None
+    return random_kernel(op) if backing() == "cpu" else None

@@ -84,8 +84,8 @@ def unkept_routes() -> dict[str, str]:
     """Extern operator -> why compiled code cannot keep its route: its out= overload, what compiled code calls,
     does not take the functional overload's rule (routing gives it the rule unless a rule names the out=
     overload itself or the backend has no kernel for it). Operators kept as calls (keep_calls) are left out."""
-    import torch_fl
     from torch_fl import backends
+    from torch_fl._core import backing
     from torch_fl.compile import keep_calls
     from torch_fl.routing import rules
     from torch_fl.routing.state import STATE
@@ -108,7 +108,7 @@ def unkept_routes() -> dict[str, str]:
                 why = f"has a rule of its own ('{other.written}', {other.source})"
             else:
                 why = f"is not routed with it: '{rule.backend}' has no kernel for it"
-            runs = other.backend if other is not None else backends.log_name(torch_fl.backing())
+            runs = other.backend if other is not None else backends.log_name(backing())
             found[op] = (
                 f"torch.compile: aten::{op} is routed to '{rule.backend}' ('{rule.written}', {rule.source}), but "
                 f"compiled flagos code calls aten::{out} for it (inductor's extern kernel), and {out} {why}: compiled "

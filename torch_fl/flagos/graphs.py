@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from collections.abc import Callable
 
 import torch
 
@@ -27,16 +28,14 @@ def _require_cuda(name: str) -> None:
         raise needs_cuda_backing(name, _WHY)
 
 
-def _route_counts() -> Counter:
-    """Calls per (operator, backend that ran) so far, fallbacks counted under 'fallback:<backend>'."""
-    from torch_fl import routing
+def _no_routes() -> Counter:
+    return Counter()
 
-    counts: Counter = Counter()
-    for row in routing.stats():
-        counts[(row.op, row.backend)] += row.calls
-        if row.fallbacks:
-            counts[(row.op, f"fallback:{row.backend}")] += row.fallbacks
-    return counts
+
+# Calls per (operator, backend that ran) so far, fallbacks counted under 'fallback:<backend>'. The routing
+# layer sits above the device API and installs its counter here at startup (routing._startup), so that
+# torch.flagos imports nothing of routing.
+route_counts: Callable[[], Counter] = _no_routes
 
 
 class CUDAGraph(torch.cuda.CUDAGraph):
@@ -56,13 +55,13 @@ class CUDAGraph(torch.cuda.CUDAGraph):
         return graph
 
     def capture_begin(self, pool=None, capture_error_mode: str = "global", **kwargs) -> None:
-        self._before = _route_counts()
+        self._before = route_counts()
         super().capture_begin(pool=pool, capture_error_mode=capture_error_mode, **kwargs)
 
     def capture_end(self) -> None:
         super().capture_end()
         if self._before is not None:
-            after = _route_counts()
+            after = route_counts()
             self._captured = Counter({k: n - self._before[k] for k, n in after.items() if n > self._before[k]})
             self._before = None
 

@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import Counter
 from typing import NamedTuple
 
 import torch
 
-import torch_fl
 from torch_fl import backends
+from torch_fl._core import _C, backing
 from torch_fl.backends import cpu_random
 from torch_fl.backends.flaggems import FlagGemsBackend
+from torch_fl.flagos import graphs
 from torch_fl.routing import config, env, planner, registry, rules
 from torch_fl.routing.explain import Explanation
 from torch_fl.routing.explain import explain as _explain
@@ -138,14 +140,14 @@ def table() -> list[RouteEntry]:
             rows += [(d, r.default) for d in sorted(demoted, key=str)]
         for dt, rule in rows:
             t = rules.target_for(op, rule, dt, failed)
-            runs = rule.backend if t.kind != "fallback" else f"native ({torch_fl.backing()})"
+            runs = rule.backend if t.kind != "fallback" else f"native ({backing()})"
             out.append(
                 RouteEntry(op, rule.backend, rule.source, None if dt is None else dtype_name(dt), runs, t.reason)
             )
         for dt, classes in r.by_size:
             for n, rule in classes:
                 t = rules.target_for(op, rule, dt, failed)
-                runs = rule.backend if t.kind != "fallback" else f"native ({torch_fl.backing()})"
+                runs = rule.backend if t.kind != "fallback" else f"native ({backing()})"
                 where = f"{dtype_name(dt)}, " if dt is not None else ""
                 out.append(RouteEntry(op, rule.backend, rule.source, f"{where}numel>={n}", runs, t.reason))
     return out
@@ -174,7 +176,7 @@ def explain(op: str, dtype: torch.dtype | str | None = None) -> Explanation:
 def stats() -> list[OpStat]:
     """Calls per (op, backend that ran), with fallbacks and failures; includes the C++ native route's counts."""
     rows: dict[tuple[str, str], list[int]] = {}
-    for op, kind, calls in torch_fl._C._route_stats():
+    for op, kind, calls in _C._route_stats():
         if op.startswith(cpu_random.QUALIFIED_PREFIX):
             continue  # torch_fl's own operator, asked once for the host generators
         rows.setdefault((op, kind), [0, 0, 0])[0] += calls
@@ -187,7 +189,7 @@ def stats() -> list[OpStat]:
 
 
 def reset_stats() -> None:
-    torch_fl._C._reset_route_stats()
+    _C._reset_route_stats()
     for counters in STATE.counters.values():
         counters[0] = counters[1] = counters[2] = 0  # in place: kernels hold these arrays
 
@@ -238,9 +240,21 @@ def using_config(path: str, origin: str = "user file"):
             planner.apply()
 
 
+def _route_counts() -> Counter:
+    """Calls per (operator, backend that ran) so far, fallbacks counted under 'fallback:<backend>': what a
+    torch.flagos.CUDAGraph counts of its capture (torch_fl/flagos/graphs.py)."""
+    counts: Counter = Counter()
+    for row in stats():
+        counts[(row.op, row.backend)] += row.calls
+        if row.fallbacks:
+            counts[(row.op, f"fallback:{row.backend}")] += row.fallbacks
+    return counts
+
+
 def _startup(environ=None) -> None:
     """Read config and env once (at `import torch_fl`), validate, register kernels."""
     environ = os.environ if environ is None else environ
+    graphs.route_counts = _route_counts  # the device API counts captured routed calls through routing
     env.warn_unknown_variables(environ)  # a misspelt FLAGOS_STRICT would otherwise be ignored silently
     log_dispatch = env.flag(environ, "FLAGOS_LOG_DISPATCH")
     log_fallback = env.flag(environ, "FLAGOS_LOG_FALLBACK")
@@ -258,7 +272,7 @@ def _startup(environ=None) -> None:
     if path:
         origin = "user file"  # config.load_file says what is wrong with the path (missing, a directory, ...)
     else:
-        path, origin = config.default_file(torch_fl.backing(), use_flaggems), "default file"
+        path, origin = config.default_file(backing(), use_flaggems), "default file"
     file_rules = config.load_file(path, origin=origin)
     env_rules = env.op_overrides(environ)
     with planner.changing():
@@ -268,9 +282,9 @@ def _startup(environ=None) -> None:
         STATE.log_dispatch = log_dispatch
         STATE.log_fallback = log_fallback
         STATE.strict = strict
-        torch_fl._C._set_log_dispatch(log_dispatch)
-        torch_fl._C._set_log_fallback(log_fallback)
-        torch_fl._C._set_strict(strict)
+        _C._set_log_dispatch(log_dispatch)
+        _C._set_log_fallback(log_fallback)
+        _C._set_strict(strict)
         planner.apply()
 
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-import torch_fl
 from torch_fl import backends
+from torch_fl._core import _C, backing
 from torch_fl.routing import autograd_guard, native_only, registry, rules
 from torch_fl.routing.config import Rule
 from torch_fl.routing.state import STATE, all_rules
@@ -74,7 +74,7 @@ class Explanation:
             lines.append(f"       {c.status}: {c.why}")
             if c.measured:
                 lines.append(f"       measured: {c.measured}")
-        lines.append(f"    {len(self.candidates) + 1}. default: native route ({torch_fl.backing()})")
+        lines.append(f"    {len(self.candidates) + 1}. default: native route ({backing()})")
         lines.append("       taken: no rule applies" if self.default_taken else "       not used: a rule applies")
         if self.sizes:
             lines.append("  by size (elements of the first tensor argument); smaller calls take the route above:")
@@ -179,8 +179,8 @@ def explain(op: str, dtype=None) -> Explanation:
         else:
             cands.append(Candidate(r, "shadowed", "a more specific rule takes precedence"))
     target = rules.target_for(norm, winner, dtype, failed)
-    routed = winner.backend if winner is not None else torch_fl.backing()
-    runs = routed if target.kind != "fallback" else f"native ({torch_fl.backing()})"
+    routed = winner.backend if winner is not None else backing()
+    runs = routed if target.kind != "fallback" else f"native ({backing()})"
     notes = []
     for r in applicable:
         b = backends.get(r.backend)
@@ -199,11 +199,11 @@ def explain(op: str, dtype=None) -> Explanation:
     kernel = "C++ routed kernel (PyRoute, PrivateUse1)" if registered else "C++ native route"
     fast = None
     if registered and target.kind == "kernel" and backends.get(routed).fast_path:
-        fast = torch_fl._C.PyRoute(norm).fast_stats()
+        fast = _C.PyRoute(norm).fast_stats()
     sizes = []
     for n, r in classes:
         t = rules.target_for(norm, r, dtype, failed)
-        sizes.append(SizeClass(n, r, r.backend if t.kind != "fallback" else f"native ({torch_fl.backing()})", t.reason))
+        sizes.append(SizeClass(n, r, r.backend if t.kind != "fallback" else f"native ({backing()})", t.reason))
     return Explanation(
         norm, dtype, routed, runs, target.reason, cands, sorted(set(notes)), kernel, winner is None, fast, sizes
     )

@@ -1,6 +1,6 @@
 """An operator's plan as the C++ kernel runs it: one CoreTarget per target, per dtype.
 
-Every routed operator runs in C++ (torch_fl._C.PyRoute): it finds a call's
+Every routed operator runs in C++ (_C.PyRoute): it finds a call's
 dtype and whether an input is empty, then runs the target the plan gives that
 dtype. Built when the route changes, from the policy callables (policy.py),
 so that a call runs only what its target needs: no flag read, no dict built,
@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import torch
 
-import torch_fl
 from torch_fl import backends
+from torch_fl._core import _C, backing
 from torch_fl.backends import cpu_random
 from torch_fl.routing.policy import (
     Fallback,
@@ -33,7 +33,7 @@ from torch_fl.vocab.dtypes import dtype_name
 
 def native_runner(op: str) -> Callable:
     """The native route of `op` as a Python callable on flagos arguments (logged and counted as the route)."""
-    return functools.partial(torch_fl._C._run_native, *ops.split(op))
+    return functools.partial(_C._run_native, *ops.split(op))
 
 
 def _reraise(exc, dtype, args, kwargs):
@@ -72,7 +72,7 @@ def _noticed(notice: Callable, fn: Callable) -> Callable:
 
 
 def _core_target(op: str, target: Target, strict: bool, kernel_failed: KernelFailed) -> CoreTarget:
-    native = backends.log_name(torch_fl.backing())
+    native = backends.log_name(backing())
     # A random operator's native route on host backing as a kernel of ours (cpu_random.py): a PyRoute's C++
     # native route would hand its CPU kernel no generator. None elsewhere.
     keep = cpu_random.host_native_kernel(op)

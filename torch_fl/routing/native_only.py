@@ -3,7 +3,7 @@
 Two kinds, each with the reason routing errors and notes give:
 
 * the operators the flagos core implements itself (empty, view, set_, _copy_from, ...;
-  torch_fl._C._core_ops());
+  _C._core_ops());
 * the CPU fallback's and device transfers' own operators. PyTorch's CPU fallback
   (at::native::cpu_fallback, which the `cpu_fallback` backend and the native route's
   last resort both run) moves the inputs to the host with at::_to_cpu (Tensor.cpu():
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import functools
 
-import torch_fl
 from torch_fl import backends
+from torch_fl._core import _C
 from torch_fl.vocab import ops
 
 #: The CPU fallback's and device transfers' operators (see the module docstring); the core
@@ -55,7 +55,7 @@ _TRANSFER_REASON = (
 @functools.cache
 def core_ops() -> frozenset[str]:
     """The operators the flagos core registers itself (csrc/ops/core_ops.h); fixed once the extension is loaded."""
-    return frozenset(ops.normalize(name) for name in torch_fl._C._core_ops())
+    return frozenset(ops.normalize(name) for name in _C._core_ops())
 
 
 @functools.cache

@@ -12,7 +12,7 @@ import warnings
 
 import torch
 
-import torch_fl
+from torch_fl._core import _C
 from torch_fl.backends import cpu_random
 from torch_fl.routing import autograd_guard, kernels, native_only, policy, registry, rules
 from torch_fl.routing.config import LAYER_RUNTIME, Rule, check_backend_name
@@ -33,7 +33,7 @@ def _keeps_kernel(op: str) -> bool:
     """Whether `op`'s PyRoute keeps a kernel of ours on the native route: a random operator on host backing
     once routed (a PyRoute's native state runs the C++ native route, which hands the CPU kernel no generator,
     so it would draw from the CPU's own; its native target draws from the flagos one, cpu_random.py)."""
-    return cpu_random.host_native_kernel(op) is not None and torch_fl._C.PyRoute(op).registered
+    return cpu_random.host_native_kernel(op) is not None and _C.PyRoute(op).registered
 
 
 def _apply_op(op: str, route: OpRoute | None, force: bool = False) -> None:
@@ -121,7 +121,7 @@ def changing():
             STATE.runtime_order = order
             if STATE.strict != strict:
                 STATE.strict = strict
-                torch_fl._C._set_strict(strict)
+                _C._set_strict(strict)
             raise
 
 
@@ -130,14 +130,14 @@ def set_flags(log_dispatch=None, log_fallback=None, strict=None) -> None:
     with changing():
         if log_dispatch is not None:
             STATE.log_dispatch = bool(log_dispatch)
-            torch_fl._C._set_log_dispatch(STATE.log_dispatch)
+            _C._set_log_dispatch(STATE.log_dispatch)
         rebuild = log_fallback is not None and STATE.log_fallback != bool(log_fallback)
         if log_fallback is not None:
             STATE.log_fallback = bool(log_fallback)
-            torch_fl._C._set_log_fallback(STATE.log_fallback)
+            _C._set_log_fallback(STATE.log_fallback)
         if strict is not None:
             STATE.strict = bool(strict)
-            torch_fl._C._set_strict(STATE.strict)
+            _C._set_strict(STATE.strict)
         apply()
         if rebuild:  # kernels built with the flag (a random operator's cpu_fallback) again, plans unchanged
             for op in list(registry.REGISTERED):

@@ -1,6 +1,6 @@
 """What a routed call does when its target cannot run it: fall back, warn once, or raise.
 
-The C++ kernel of a routed operator (torch_fl._C.PyRoute) decides which
+The C++ kernel of a routed operator (_C.PyRoute) decides which
 target a call takes (by the call's dtype) and whether an input is empty; the
 callables made here decide what follows, given that dtype: a notice before a
 call runs natively (counted, warned once per (op, backend, dtype), or the
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-import torch_fl
+from torch_fl._core import _C
 from torch_fl.routing.state import STATE, counters_for
 from torch_fl.routing.types import Counters, Plan, Target
 from torch_fl.vocab import ops
@@ -236,7 +236,7 @@ def autograd_fallback(op: str, plan: Plan) -> Callable:
     name, overload = ops.split(op)
 
     def on_fallback(args, kwargs):
-        dt = torch_fl._C._call_dtype(name, overload, *args, **kwargs)
+        dt = _C._call_dtype(name, overload, *args, **kwargs)
         hit = per_dtype.get(dt, other)
         if hit is None:
             return

@@ -1,6 +1,6 @@
 """What routing has registered with PyTorch, and the registering itself.
 
-An operator routed anywhere but native runs a C++ torch_fl._C.PyRoute at
+An operator routed anywhere but native runs a C++ _C.PyRoute at
 PrivateUse1. It is registered at the operator's first such plan and never
 removed: a later plan swaps its state, and an operator routed back to native
 keeps the kernel in its native state (every call goes straight to the native
@@ -10,7 +10,7 @@ that thread, so route changes are safe while other threads dispatch.
 
 from __future__ import annotations
 
-import torch_fl
+from torch_fl._core import _C
 from torch_fl.routing.types import CoreTarget, Plan, Registration
 
 #: op -> its plan and kernel, for operators whose plan is not all native
@@ -37,11 +37,11 @@ def remove(op: str) -> None:
 def install(op: str, plan: Plan, default: CoreTarget, by_dtype: tuple, by_size: tuple = ()) -> None:
     """Run `op` by its PyRoute with these targets (the default, (dtype, target) pairs, and (dtype or None,
     [(min_numel, target), ...]) size classes)."""
-    handle = torch_fl._C.PyRoute(op)  # the operator's one kernel, registered at its first plan
+    handle = _C.PyRoute(op)  # the operator's one kernel, registered at its first plan
     handle.update(default, list(by_dtype), [(d, list(cs)) for d, cs in by_size])
     REGISTERED[op] = Registration(plan, handle)
 
 
 def note_attention_routes() -> None:
     """Tell the core whether an attention operator has a kernel of ours (its SDPA shortcut would skip it)."""
-    torch_fl._C._set_attention_routed(any(op.startswith(_ATTENTION_OPS) for op in REGISTERED))
+    _C._set_attention_routed(any(op.startswith(_ATTENTION_OPS) for op in REGISTERED))

@@ -12,8 +12,8 @@ from collections.abc import Collection
 
 import torch
 
-import torch_fl
 from torch_fl import backends
+from torch_fl._core import backing
 from torch_fl.routing import native_only
 from torch_fl.routing.config import Rule
 from torch_fl.routing.types import OpRoute, Plan, Target
@@ -148,7 +148,7 @@ def size_classes(rs: list[Rule], dtype: torch.dtype | None, base: Rule | None) -
 def target_for(op: str, rule: Rule | None, dtype: torch.dtype | None, failed: Failures = ()) -> Target:
     """What runs for `op` under `rule` for `dtype` (None: any), given the kernels that `failed` for it."""
     if rule is None:
-        return Target("native", torch_fl.backing())
+        return Target("native", backing())
     b = backends.get(rule.backend)
     reason = b.unavailable_reason()
     if reason is None and not b.native:

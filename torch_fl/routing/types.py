@@ -9,7 +9,7 @@ from typing import Literal
 
 import torch
 
-import torch_fl
+from torch_fl._core import _C
 from torch_fl.routing.config import Rule
 
 #: Per (op, backend as stats name it): array('q', [calls, fallbacks, failures]). Kernels increment it in
@@ -60,7 +60,7 @@ class Plan:
 
 @dataclass(frozen=True)
 class CoreTarget:
-    """One target as the C++ kernel of a routed operator (torch_fl._C.PyRoute) runs it.
+    """One target as the C++ kernel of a routed operator (_C.PyRoute) runs it.
 
     The kernel decides which target a call takes (by its dtype) and whether an
     input is empty; these callables decide what follows.
@@ -83,4 +83,4 @@ class Registration:
     """An operator's plan and the C++ kernel that runs it."""
 
     plan: Plan
-    handle: torch_fl._C.PyRoute
+    handle: _C.PyRoute
