@@ -32,6 +32,10 @@ def as_flagos(tensor, index: int = -1):
     return _C.as_flagos(tensor, index)
 
 
+from torch_fl import multiprocessing  # noqa: E402
+
+multiprocessing.install()  # flagos tensors on torch.multiprocessing queues and pipes, share_memory_()
+
 from torch_fl import routing  # noqa: E402  (reads the routing config and env once, registers kernels)
 
 routing._startup()
@@ -88,5 +92,6 @@ __all__ = [
     "integrations",
     "is_flaggems_available",
     "is_flaggems_enabled",
+    "multiprocessing",
     "routing",
 ]
