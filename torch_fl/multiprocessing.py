@@ -22,10 +22,11 @@ made by PyTorch's own sharing strategy (torch.multiprocessing.get_sharing_strate
 file_system), so every tensor over the storage follows and later writes on either side are seen by the
 other. The memory stays flagos memory of its device: tagged flagos:i and counted in torch.flagos's
 memory statistics, in each process that maps it. Putting a flagos tensor on a queue shares it that way
-first, as for a CPU tensor, and the consumer rebuilds it as a flagos tensor on the same device index.
-Like a CPU storage in shared memory, such a storage can no longer be resized; a native alias taken with
-torch_fl.as_native() before the move keeps pointing at the old memory, which the move frees: take it
-again after.
+first, as for a CPU tensor, and the consumer rebuilds it as a flagos tensor on the same device index;
+a DataLoader worker's default_collate stacks its batch straight into shared memory (_new_shared), as on
+the CPU. Like a CPU storage in shared memory, such a storage can no longer be resized. A native alias
+taken with torch_fl.as_native() before the move still points at the old memory, which the move frees
+(as a resize_() does): take the alias again after the move.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from torch.multiprocessing import reductions as _torch
 import torch_fl
 from torch_fl._loader import DEVICE_NAME
 
-# What a backing is called in errors, and how a process gets it (FLAGOS_ACCELERATOR).
+# What each backing (torch_fl.backing()) is called in errors.
 _BACKINGS = {"cuda": "a CUDA GPU", "cpu": "host memory"}
 
 
