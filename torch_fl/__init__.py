@@ -21,6 +21,10 @@ if _first_import:  # torch.flagos, Tensor.flagos(), Module.flagos(), ...: once p
 
 __version__ = VERSION
 
+from torch_fl import multiprocessing  # noqa: E402
+
+multiprocessing.install()  # flagos tensors on torch.multiprocessing queues and pipes, share_memory_()
+
 from torch_fl import routing  # noqa: E402  (reads the routing config and env once, registers kernels)
 
 routing._startup()
@@ -77,5 +81,6 @@ __all__ = [
     "integrations",
     "is_flaggems_available",
     "is_flaggems_enabled",
+    "multiprocessing",
     "routing",
 ]

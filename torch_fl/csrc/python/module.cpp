@@ -26,6 +26,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <ATen/Context.h>
+#include <ATen/MapAllocator.h>
 #include <ATen/ScalarOps.h>
 
 #include <algorithm>
@@ -130,6 +131,44 @@ void bind_module(py::module& m) {
         "A tensor of the backing device over the same bytes as a flagos tensor (zero copy).");
   m.def("as_flagos", &as_flagos, py::arg("tensor"), py::arg("index") = -1,
         "A flagos tensor over the same bytes as a backing-device tensor (zero copy).");
+  // Host shared memory (torch_fl/multiprocessing.py; runtime/allocator.h says what it is).
+  m.def(
+      "_host_shared_storage",
+      [](const at::Storage& storage) -> py::object {
+        c10::StorageImpl* shared = runtime::host_shared_storage(storage.unsafeGetStorageImpl());
+        if (shared == nullptr) {
+          return py::none();
+        }
+        // PyTorch's fd strategy maps with at::MapAllocator; its file_system one with libshm's allocator.
+        const bool fd = at::MapAllocator::fromDataPtr(shared->data_ptr()) != nullptr;
+        return py::make_tuple(at::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(shared)),
+                              fd ? "file_descriptor" : "file_system");
+      },
+      py::arg("storage"),
+      "(the CPU storage whose shared memory a host-backed flagos storage is, the sharing strategy that made it), "
+      "or None when the storage is not in shared memory. Internal: the CPU storage must not be resized or "
+      "re-shared with the other strategy (the flagos storage would keep its old address).");
+  m.def(
+      "_host_move_to_shared",
+      [](const at::Storage& storage, const at::Storage& shared) {
+        py::gil_scoped_release no_gil;
+        runtime::host_move_to_shared(storage.unsafeGetStorageImpl(),
+                                     c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(shared.unsafeGetStorageImpl()));
+      },
+      py::arg("storage"), py::arg("shared"),
+      "Copy a host-backed flagos storage's bytes into `shared` (a CPU storage of the same size in shared memory) "
+      "and make them its memory, in place.");
+  m.def(
+      "_host_wrap_shared",
+      [](const at::Storage& shared, int64_t index) {
+        const auto i = static_cast<c10::DeviceIndex>(std::clamp<int64_t>(index, -1, runtime::kMaxDevices));
+        return at::Storage(runtime::host_wrap_shared(
+            c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(shared.unsafeGetStorageImpl()),
+            runtime::index_or_current(i)));
+      },
+      py::arg("shared"), py::arg("index"),
+      "A flagos storage of flagos:index (-1: the current device) over the memory of `shared`, a CPU storage in "
+      "shared memory.");
   m.def("_set_log_dispatch", [](bool on) { route::g_route_flags.log_dispatch = on; });
   m.def("_set_log_fallback", [](bool on) { route::g_route_flags.log_fallback = on; });
   m.def("_set_strict", [](bool on) { route::g_route_flags.strict = on; });

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -68,6 +69,12 @@ void host_block_delete(void* ctx) {
   c.blocks -= 1;
   c.blocks_out += 1;
   delete block;
+}
+
+// The memory of a CPU storage in shared memory, as the inner DataPtr of a
+// host block (host_adopt_shared): holds a reference to that storage.
+void host_shared_release(void* ctx) {
+  c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx));
 }
 
 c10::CachingAllocator::Stat host_stat(int64_t current, int64_t peak, int64_t in, int64_t out) {
@@ -282,6 +289,61 @@ c10::DataPtr host_adopt(c10::DataPtr&& data, size_t nbytes, c10::DeviceIndex ind
   c.blocks_in += 1;
   auto* block = new HostBlock{std::move(data), nbytes, index};
   return {raw, block, &host_block_delete, c10::Device(kFlagos, index)};
+}
+
+namespace {
+
+void check_shared(const c10::StorageImpl& shared) {
+  TORCH_CHECK(g_backing.host, "torch_fl: host shared memory is flagos memory on a host backing only; flagos is ",
+              "backed by ", c10::DeviceTypeName(g_backing.type, true), " in this process");
+  TORCH_CHECK(shared.device_type() == c10::DeviceType::CPU,
+              "torch_fl: expected a CPU storage in shared memory, got one on ", shared.device());
+}
+
+// Counts `shared`'s memory as flagos memory of device `index`, holding `shared`.
+c10::DataPtr host_adopt_shared(c10::intrusive_ptr<c10::StorageImpl> shared, c10::DeviceIndex index) {
+  check_device_index(index);
+  const size_t nbytes = shared->nbytes();
+  void* raw = shared->mutable_data();
+  c10::DataPtr inner(raw, shared.release(), &host_shared_release, c10::Device(c10::DeviceType::CPU));
+  return host_adopt(std::move(inner), nbytes, index);
+}
+
+}  // namespace
+
+void host_move_to_shared(c10::StorageImpl* flagos, c10::intrusive_ptr<c10::StorageImpl> shared) {
+  check_shared(*shared);
+  TORCH_CHECK(flagos->device_type() == kFlagos, "torch_fl: expected a flagos storage, got one on ", flagos->device());
+  const size_t nbytes = flagos->nbytes();
+  TORCH_CHECK(shared->nbytes() == nbytes, "torch_fl: the shared memory has ", shared->nbytes(),
+              " bytes for a flagos storage of ", nbytes);
+  if (nbytes > 0) {
+    std::memcpy(shared->mutable_data(), flagos->data(), nbytes);
+  }
+  flagos->set_data_ptr_noswap(host_adopt_shared(std::move(shared), flagos->device().index()));
+  // Shared memory has the size it was made with (a resize would move it out).
+  flagos->set_resizable(false);
+}
+
+c10::intrusive_ptr<c10::StorageImpl> host_wrap_shared(c10::intrusive_ptr<c10::StorageImpl> shared,
+                                                      c10::DeviceIndex index) {
+  check_shared(*shared);
+  const size_t nbytes = shared->nbytes();
+  return c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
+                                               host_adopt_shared(std::move(shared), index), &flagos_alloc,
+                                               /*resizable=*/false);
+}
+
+c10::StorageImpl* host_shared_storage(const c10::StorageImpl* flagos) {
+  const c10::DataPtr& data = flagos->data_ptr();
+  if (data.get_deleter() != &host_block_delete) {
+    return nullptr;
+  }
+  const auto* block = static_cast<const HostBlock*>(data.get_context());
+  if (block->inner.get_deleter() != &host_shared_release) {
+    return nullptr;
+  }
+  return static_cast<c10::StorageImpl*>(block->inner.get_context());
 }
 
 void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {

@@ -1,5 +1,5 @@
 // flagos memory: the allocator of flagos storages, host "pinned" memory, the
-// byte accounting of a host backing, and storage resizes.
+// byte accounting of a host backing, host shared memory, and storage resizes.
 #pragma once
 
 #include <c10/core/Allocator.h>
@@ -22,6 +22,22 @@ bool host_is_pinned(const void* ptr);
 // Host backing only: counts the bytes of a DataPtr as flagos memory of device
 // `index` and retags it; returns the counted DataPtr.
 c10::DataPtr host_adopt(c10::DataPtr&& data, size_t nbytes, c10::DeviceIndex index);
+
+// Host backing's shared memory (torch_fl/multiprocessing.py): flagos memory
+// that is the memory of a CPU storage in shared memory, made by PyTorch's
+// sharing strategies (an fd, or a named file of torch_shm_manager), counted as
+// flagos memory of its device like any other. host_move_to_shared copies a
+// flagos storage's bytes into `shared` (a CPU storage of the same size) and
+// makes them its memory in place, as Storage._share_fd_cpu_ does on the CPU:
+// every tensor over the storage follows, its old memory is freed, and it can
+// no longer be resized.
+void host_move_to_shared(c10::StorageImpl* flagos, c10::intrusive_ptr<c10::StorageImpl> shared);
+// A flagos storage of device `index` over `shared`'s memory (a consumer's rebuild).
+c10::intrusive_ptr<c10::StorageImpl> host_wrap_shared(c10::intrusive_ptr<c10::StorageImpl> shared,
+                                                      c10::DeviceIndex index);
+// The CPU storage whose shared memory a host-backed flagos storage is; nullptr
+// when it is not in shared memory.
+c10::StorageImpl* host_shared_storage(const c10::StorageImpl* flagos);
 
 // Resizes a flagos storage to `nbytes`, keeping its contents.
 void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes);
