@@ -184,6 +184,15 @@ def test_writes_after_sharing_are_seen_both_ways(consumer):
     assert t.cpu().tolist() == [3.0] * 8
 
 
+def test_the_consumer_keeps_what_the_producer_dropped(consumer):
+    t = torch.arange(5.0, device="flagos") * 3
+    consumer.call("hold", "orphan", t)
+    del t  # the producer's last reference: the memory lives on for the consumer (CUDA: in torch's IPC limbo)
+    torch.flagos.empty_cache()
+    assert consumer.call("read", "orphan") == [0.0, 3.0, 6.0, 9.0, 12.0]
+    torch.flagos.ipc_collect()
+
+
 def test_pipe_round_trip(consumer):
     t = torch.linspace(0, 1, 5, device="flagos")
     consumer.requests.put(("from_pipe", ("piped",)))
