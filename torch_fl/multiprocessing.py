@@ -25,7 +25,7 @@ memory statistics, in each process that maps it. Putting a flagos tensor on a qu
 first, as for a CPU tensor, and the consumer rebuilds it as a flagos tensor on the same device index;
 a DataLoader worker's default_collate stacks its batch straight into shared memory (_new_shared), as on
 the CPU. Like a CPU storage in shared memory, such a storage can no longer be resized. A native alias
-taken with torch_fl.as_native() before the move still points at the old memory, which the move frees
+taken with as_native() before the move still points at the old memory, which the move frees
 (as a resize_() does): take the alias again after the move.
 """
 
@@ -39,15 +39,14 @@ import torch
 from torch.multiprocessing import get_sharing_strategy
 from torch.multiprocessing import reductions as _torch
 
-import torch_fl
-from torch_fl._loader import DEVICE_NAME
+from torch_fl._core import _C, DEVICE_NAME, as_flagos, as_native, backing
 
 # What each backing (torch_fl.backing()) is called in errors.
 _BACKINGS = {"cuda": "a CUDA GPU", "cpu": "host memory"}
 
 
 def _host() -> bool:
-    return torch_fl.backing() == "cpu"
+    return backing() == "cpu"
 
 
 # ---------------------------------------------------------------- the producer's side
@@ -81,7 +80,7 @@ def _reduce_cuda_tensor(tensor):
     # torch's CUDA path on the zero-copy CUDA alias: an IPC handle of the caching allocator's block, and a
     # reference-counted DataPtr on the alias that keeps the flagos storage (which the alias holds) alive
     # until the consumers release it.
-    rebuild, args = _torch.reduce_tensor(torch_fl.as_native(tensor))
+    rebuild, args = _torch.reduce_tensor(as_native(tensor))
     return (rebuild_cuda_tensor, (type(tensor), tensor.requires_grad, rebuild, args))
 
 
@@ -99,7 +98,7 @@ def reduce_storage(storage):
     if strategy == "file_descriptor" and storage.nbytes() == 0:
         return (rebuild_storage_empty, (index,))  # as torch: an empty file cannot be mapped
     storage.share_memory_()
-    shared, _ = torch_fl._C._host_shared_storage(storage)
+    shared, _ = _C._host_shared_storage(storage)
     if strategy == "file_system":
         manager, handle, size = shared._share_filename_cpu_()
         shared._shared_incref()  # the consumer's rebuild releases it (torch's protocol)
@@ -118,11 +117,11 @@ def _move_to_shared(storage) -> None:
     """Host backing: the flagos storage's bytes into shared memory of the current sharing strategy, in place
     (nothing to do if they are there already)."""
     strategy = get_sharing_strategy()
-    found = torch_fl._C._host_shared_storage(storage)
+    found = _C._host_shared_storage(storage)
     if found is not None and found[1] == strategy:
         return
     # As a CPU storage shared with one strategy and pickled with the other, it moves again.
-    torch_fl._C._host_move_to_shared(storage, _shared_cpu_storage(storage.nbytes()))
+    _C._host_move_to_shared(storage, _shared_cpu_storage(storage.nbytes()))
 
 
 def _shared_cpu_storage(nbytes: int):
@@ -139,18 +138,18 @@ _move_to_shared_locked = torch.storage._share_memory_lock_protected(_move_to_sha
 # ---------------------------------------------------------------- the consumer's side
 
 
-def _check_consumer(index: int, backing: str) -> None:
-    here = torch_fl.backing()
-    if here != backing:
+def _check_consumer(index: int, theirs: str) -> None:
+    here = backing()
+    if here != theirs:
         raise RuntimeError(
-            f"torch_fl: a flagos tensor shared by a process whose flagos is backed by {_BACKINGS[backing]} cannot "
+            f"torch_fl: a flagos tensor shared by a process whose flagos is backed by {_BACKINGS[theirs]} cannot "
             f"be rebuilt in this process, whose flagos is backed by {_BACKINGS[here]}: the memory is "
-            f"{'CUDA IPC memory' if backing == 'cuda' else 'host shared memory'}. Give both processes the same "
-            f"backing (FLAGOS_ACCELERATOR={backing} in the consumer's environment), or send tensor.cpu() instead."
+            f"{'CUDA IPC memory' if theirs == 'cuda' else 'host shared memory'}. Give both processes the same "
+            f"backing (FLAGOS_ACCELERATOR={theirs} in the consumer's environment), or send tensor.cpu() instead."
         )
-    count = torch_fl._C._device_count()
+    count = _C._device_count()
     if index >= count:
-        how = "FLAGOS_HOST_DEVICES" if backing == "cpu" else "CUDA_VISIBLE_DEVICES"
+        how = "FLAGOS_HOST_DEVICES" if theirs == "cpu" else "CUDA_VISIBLE_DEVICES"
         raise RuntimeError(
             f"torch_fl: a flagos tensor shared from flagos:{index} cannot be rebuilt in this process, which has "
             f"{count} flagos device{'s' if count != 1 else ''}. Give the consumer as many devices as the producer "
@@ -178,7 +177,7 @@ def rebuild_cuda_tensor(cls, requires_grad, rebuild, args):
     storage = _torch.storage_from_cache(torch.UntypedStorage, key)
     if storage is None or storage.data_ptr() != native_storage.data_ptr():
         whole = torch.empty(0, dtype=torch.uint8, device=native.device).set_(native_storage)
-        storage = torch_fl.as_flagos(whole).untyped_storage()
+        storage = as_flagos(whole).untyped_storage()
         _torch.shared_cache[key] = _torch.StorageWeakRef(storage)
     typed = torch.storage.TypedStorage(wrap_storage=storage, dtype=native.dtype, _internal=True)
     tensor = torch._utils._rebuild_tensor(typed, native.storage_offset(), native.size(), native.stride())
@@ -195,7 +194,7 @@ def rebuild_storage_fd(index, df, size):
         if storage is not None:
             return storage
         shared = torch.UntypedStorage._new_shared_fd_cpu(fd, size)
-        storage = torch_fl._C._host_wrap_shared(shared, index)
+        storage = _C._host_wrap_shared(shared, index)
         _torch.shared_cache[key] = _torch.StorageWeakRef(storage)
         return storage
     finally:
@@ -207,19 +206,19 @@ def rebuild_storage_filename(index, manager, handle, size):
     key = (DEVICE_NAME, handle)
     storage = _torch.storage_from_cache(torch.UntypedStorage, key)
     if storage is not None:
-        torch_fl._C._host_shared_storage(storage)[0]._shared_decref()
+        _C._host_shared_storage(storage)[0]._shared_decref()
         return storage
     shared = torch.UntypedStorage._new_shared_filename_cpu(manager, handle, size)
     shared._shared_decref()  # the producer's reference for this message (mapped here, ours now holds it)
     _check_consumer(index, "cpu")
-    storage = torch_fl._C._host_wrap_shared(shared, index)
+    storage = _C._host_wrap_shared(shared, index)
     _torch.shared_cache[key] = _torch.StorageWeakRef(storage)
     return storage
 
 
 def rebuild_storage_empty(index):
     """An empty flagos storage on flagos:index."""
-    _check_consumer(index, torch_fl.backing())
+    _check_consumer(index, backing())
     return torch.UntypedStorage(0, device=torch.device(DEVICE_NAME, index))
 
 
@@ -246,7 +245,7 @@ def _patch_storage() -> None:
     @functools.wraps(is_shared)
     def flagos_is_shared(self):
         if self.device.type == DEVICE_NAME and _host():
-            return torch_fl._C._host_shared_storage(self) is not None
+            return _C._host_shared_storage(self) is not None
         return is_shared(self)
 
     @functools.wraps(new_shared)
@@ -254,8 +253,8 @@ def _patch_storage() -> None:
         device = torch.device(device)
         if device.type == DEVICE_NAME and _host():
             # As for the CPU: the batch is stacked straight into shared memory, not copied there when sent.
-            index = device.index if device.index is not None else torch_fl._C._current_device()
-            return torch_fl._C._host_wrap_shared(_shared_cpu_storage(size), index)
+            index = device.index if device.index is not None else _C._current_device()
+            return _C._host_wrap_shared(_shared_cpu_storage(size), index)
         return new_shared(size, device=device)
 
     flagos_share_memory_._flagos = True

@@ -176,13 +176,6 @@ def makes_views(op: str) -> bool:
     return any(a.alias_info is not None and not a.alias_info.is_write for a in schema(op).arguments)
 
 
-def read_args(op: str) -> tuple[frozenset[int], frozenset[str]]:
-    """Positions and names of the arguments the operator reads only (not an in-place self or an out= tensor)."""
-    args = schema(op).arguments
-    read = [(i, a.name) for i, a in enumerate(args) if a.alias_info is None or not a.alias_info.is_write]
-    return frozenset(i for i, _ in read), frozenset(n for _, n in read)
-
-
 def parse_op_key(op: str) -> tuple[str, torch.dtype | None]:
     """`mm`, `aten::mm.default`, `mm[bfloat16]` -> (normalised op, dtype); RoutingError for anything else."""
     if not isinstance(op, str):

@@ -261,8 +261,6 @@ void bind_py_route(py::module& m) {
       .def("fast_stats", [](const PyRoute& r) { return fast_stats(r.reg->slot->fast); },
            "The FlagGems fast path's counts for this operator: hits (replayed calls), recorded, python (calls "
            "left on the Python function), evicted, signatures, programs, capacity, reasons {why: calls}.")
-      .def("fast_clear", [](const PyRoute& r) { r.reg->slot->fast.cache.clear(); },
-           "Drops the recorded signatures: the next call of each records again.")
       .def_property(
           "fast_capacity", [](const PyRoute& r) { return r.reg->slot->fast.cache.capacity(); },
           [](const PyRoute& r, size_t n) { r.reg->slot->fast.cache.set_capacity(n); },
