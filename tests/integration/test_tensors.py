@@ -243,3 +243,52 @@ def test_typed_native_kernels_handle_every_argument_and_result_kind():
     assert torch.full((2,), 3.0, device=f"flagos:{last}").device.index == last
     assert torch.arange(1, 4, device=f"flagos:{last}").device.index == last
     assert fa.to("cpu", torch.float64).device.type == "cpu"
+
+
+# ------------------------------------------------- torch.use_deterministic_algorithms
+
+
+@pytest.fixture
+def deterministic():
+    enabled, fill = torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = True  # the default, said here
+    yield
+    torch.use_deterministic_algorithms(enabled)
+    torch.utils.deterministic.fill_uninitialized_memory = fill
+
+
+# The ways new memory is made: flagos's own kernels (empty, empty_strided, resize_) and the native route's
+# composites over the backing device's empty.
+UNINITIALIZED = {
+    "empty": lambda d, dtype: torch.empty(2, 3, dtype=dtype, device=d),
+    "empty channels_last": lambda d, dtype: torch.empty(
+        2, 3, 2, 2, dtype=dtype, device=d, memory_format=torch.channels_last
+    ),
+    "empty_strided": lambda d, dtype: torch.empty_strided((2, 3), (1, 2), dtype=dtype, device=d),
+    "resize_ (the new elements)": lambda d, dtype: torch.zeros(2, dtype=dtype, device=d).resize_(2, 3),
+    "empty_like": lambda d, dtype: torch.empty_like(torch.zeros(3, 2, dtype=dtype, device=d).t()),
+    "new_empty": lambda d, dtype: torch.zeros(1, dtype=dtype, device=d).new_empty(4),
+    "new_empty_strided": lambda d, dtype: torch.zeros(1, dtype=dtype, device=d).new_empty_strided((2, 2), (1, 2)),
+    "empty_permuted": lambda d, dtype: torch.empty_permuted((2, 3), (1, 0), dtype=dtype, device=d),
+}
+
+
+DTYPES = [torch.float32, torch.bfloat16, torch.complex64, torch.int32, torch.uint8, torch.bool]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("way", UNINITIALIZED.values(), ids=UNINITIALIZED.keys())
+def test_deterministic_algorithms_fill_new_memory_as_the_backing_device_does(deterministic, way, dtype):
+    # NaN for floating and complex dtypes, the largest value for integers (True for bool); resize_ only the
+    # elements it adds. flagos's empty, empty_strided and resize_ left theirs unfilled.
+    want = way(NATIVE, dtype)
+    got = way("flagos", dtype)
+    assert got.device.type == "flagos" and got.stride() == want.stride()
+    torch.testing.assert_close(got.cpu(), want.cpu(), equal_nan=True, rtol=0, atol=0)
+
+
+def test_without_deterministic_algorithms_resize_keeps_what_it_had(deterministic):
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    x = torch.arange(4.0, device="flagos").resize_(2, 4)
+    assert x[0].cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
