@@ -292,3 +292,23 @@ def test_without_deterministic_algorithms_resize_keeps_what_it_had(deterministic
     torch.utils.deterministic.fill_uninitialized_memory = False
     x = torch.arange(4.0, device="flagos").resize_(2, 4)
     assert x[0].cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+# --------------------------------------------------------------------- pinned memory
+
+
+def test_pin_memory_of_a_flagos_tensor_raises_as_for_a_cuda_tensor():
+    # PyTorch's own composites answer on flagos as on CUDA: only dense CPU tensors can be pinned. Run on the
+    # host backing's CPU alias, pin_memory() returned a flagos tensor whose is_pinned() was True.
+    x = torch.randn(4, device="flagos")
+    assert x.is_pinned() is False
+    with pytest.raises(RuntimeError, match=r"cannot pin 'flagosFloatType' only dense CPU tensors can be pinned"):
+        x.pin_memory()
+    with pytest.raises(RuntimeError, match="only dense CPU tensors can be pinned"):
+        torch.ops.aten._pin_memory(x)
+    if NATIVE.type == "cuda":
+        native = torch.randn(4, device=NATIVE)
+        assert native.is_pinned() is False
+        with pytest.raises(RuntimeError, match=r"cannot pin 'CUDAFloatType' only dense CPU tensors can be pinned"):
+            native.pin_memory()
+    assert torch.randn(4).pin_memory().is_pinned()  # host tensors still pin for flagos

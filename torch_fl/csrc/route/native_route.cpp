@@ -304,6 +304,11 @@ void register_native_route() {
                                (name.name == "aten::convolution" || name.name == "aten::convolution_backward" ||
                                 name.name == "aten::_convolution" || name.name == "aten::copy_" ||
                                 name.name == "aten::_to_copy");
+    // Composites that answer by the tensor's own device stay composite on
+    // flagos, where they see a flagos tensor as CUDA's see a CUDA one:
+    // is_pinned() is False and _pin_memory raises "only dense CPU tensors can
+    // be pinned". Run on a host backing's alias, a CPU tensor, they pinned it.
+    const bool by_own_device = name.name == "aten::is_pinned" || name.name == "aten::_pin_memory";
     // Other composite operators (abs, mul.Scalar, zeros, ones_like,
     // constant_pad_nd, embedding, ...) run as one native call too: their
     // decomposition then happens on the backing device, with no flagos cost
@@ -311,7 +316,7 @@ void register_native_route() {
     // (FEP 0025 scripts expect `abs -> cuda`, not `abs.out -> cuda`). Views
     // stay composite on flagos, where they are cheapest.
     const bool whole = composite && op->hasComputedKernelForDispatchKey(g_backing.key) && !is_view_op(*op) &&
-                       name.name != "aten::_unsafe_view" && !host_random;
+                       name.name != "aten::_unsafe_view" && !host_random && !by_own_device;
     // A backing kernel that takes a generator (normal_, uniform_,
     // multinomial, ...) is registered as native_random, not left to the
     // fallback, which does not look for generators.
