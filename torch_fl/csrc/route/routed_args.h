@@ -63,6 +63,10 @@ class RoutedArgs {
   c10::DeviceIndex index() const {
     return index_;
   }
+  // A device argument names a native device: the results are that device's (_to_copy(x, device="cpu")).
+  bool to_native_device() const {
+    return to_native_device_;
+  }
 
   // Typed calls (route/typed_native.cpp, python/typed_fronts.cpp), one
   // argument or result at a time, in the same order as the boxed path:

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace torch_fl {
 namespace runtime {
@@ -22,6 +23,11 @@ bool host_is_pinned(const void* ptr);
 // Host backing only: counts the bytes of a DataPtr as flagos memory of device
 // `index` and retags it; returns the counted DataPtr.
 c10::DataPtr host_adopt(c10::DataPtr&& data, size_t nbytes, c10::DeviceIndex index);
+
+// Host backing: counts an allocation that failed on flagos:index (memory_stats'
+// num_ooms) and raises c10::OutOfMemoryError (torch.OutOfMemoryError), as
+// CUDA's allocator does. `what`: the failure, which the message starts with.
+[[noreturn]] void raise_host_oom(c10::DeviceIndex index, const std::string& what);
 
 // Resizes a flagos storage to `nbytes`, keeping its contents.
 void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes);
