@@ -312,3 +312,48 @@ def test_pin_memory_of_a_flagos_tensor_raises_as_for_a_cuda_tensor():
         with pytest.raises(RuntimeError, match=r"cannot pin 'CUDAFloatType' only dense CPU tensors can be pinned"):
             native.pin_memory()
     assert torch.randn(4).pin_memory().is_pinned()  # host tensors still pin for flagos
+
+
+# ------------------------------------------------------------------- nested tensors
+
+NESTED_REFUSED = r"nested tensors of the strided layout .* are not supported on flagos .*layout=torch\.jagged"
+
+
+SIZES = torch.tensor([[2], [3]])  # a nested tensor's sizes, a CPU tensor on every device
+
+
+def _parts(device="cpu"):
+    return [torch.arange(2.0, device=device), torch.arange(3.0, device=device)]
+
+
+# Every way a strided nested tensor reaches flagos; each made one on which nothing ran, repr included.
+NESTED_WAYS = {
+    "nested_tensor(device=flagos)": lambda: torch.nested.nested_tensor(_parts(), device="flagos"),
+    "nested_tensor(numbers, device=flagos)": lambda: torch.nested.nested_tensor([[1.0, 2.0], [3.0]], device="flagos"),
+    "nested_tensor(flagos tensors)": lambda: torch.nested.nested_tensor(_parts("flagos")),
+    "as_nested_tensor(device=flagos)": lambda: torch.nested.as_nested_tensor(_parts(), device="flagos"),
+    "as_nested_tensor(flagos tensor)": lambda: torch.nested.as_nested_tensor(torch.ones(2, 3, device="flagos")),
+    "_nested_from_padded": lambda: torch._nested_from_padded(torch.ones(2, 3, device="flagos"), SIZES),
+    ".to(flagos)": lambda: torch.nested.nested_tensor(_parts()).to("flagos"),
+    "cpu nested tensor + flagos": lambda: torch.nested.nested_tensor(_parts()) + torch.tensor(1.0, device="flagos"),
+}
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype stage")
+@pytest.mark.parametrize("way", NESTED_WAYS.values(), ids=NESTED_WAYS.keys())
+def test_strided_nested_tensors_are_refused_naming_the_jagged_layout(way):
+    with pytest.raises(NotImplementedError, match=NESTED_REFUSED):
+        way()
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype stage")
+def test_jagged_nested_tensors_and_cpu_nested_tensors_work():
+    parts = [torch.randn(2, 3), torch.randn(4, 3)]
+    jagged = torch.nested.nested_tensor(parts, layout=torch.jagged, device="flagos")
+    padded = (jagged * 2).sin().to_padded_tensor(0.0)
+    want = torch.nested.nested_tensor(parts, layout=torch.jagged).mul(2).sin().to_padded_tensor(0.0)
+    assert padded.device.type == "flagos" and "NestedTensor" in repr(jagged)
+    torch.testing.assert_close(padded.cpu(), want)
+    on_cpu = torch.nested.nested_tensor([p.to("flagos") for p in parts], device="cpu")
+    assert on_cpu.is_nested and on_cpu.device.type == "cpu"
+    torch.testing.assert_close(on_cpu.to_padded_tensor(0.0), torch.nested.nested_tensor(parts).to_padded_tensor(0.0))
