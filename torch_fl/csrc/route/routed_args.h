@@ -99,6 +99,15 @@ class RoutedArgs {
     note_foreign(t);
     return t;
   }
+  // The same for an element of a Tensor?[] argument (an indexing operator's
+  // indices), whose CPU tensors the device check tells apart.
+  C10_ALWAYS_INLINE at::Tensor index_value(const at::Tensor& t, bool keep = false) {
+    if (t.defined() && t.device().type() == kFlagos) {
+      return borrow_held_reserved(t, keep);
+    }
+    devices_.index(t, index_ >= 0);
+    return t;
+  }
   std::optional<c10::Device> device_arg(std::optional<c10::Device> d);
   at::Tensor result(at::Tensor&& r) const {
     return C10_LIKELY(!to_native_device_) ? unwrap_result(std::move(r)) : std::move(r);

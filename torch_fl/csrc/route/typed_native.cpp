@@ -135,7 +135,7 @@ struct Param<const c10::List<std::optional<at::Tensor>>&> {
     Held out;
     out.reserve(list.size());
     for (std::optional<at::Tensor> t : list) {  // a copy: the alias keeps what it borrows
-      out.push_back(t.has_value() ? std::optional<at::Tensor>(a.arg_value(*t, /*keep=*/true)) : std::move(t));
+      out.push_back(t.has_value() ? std::optional<at::Tensor>(a.index_value(*t, /*keep=*/true)) : std::move(t));
     }
     return out;
   }
