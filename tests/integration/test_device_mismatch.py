@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import torch_fl
+from tests.conftest import NATIVE
 from tests.unit.routing_fixtures import fake_gems, routing_state  # noqa: F401
 from torch_fl import routing
 from torch_fl.routing import registry
@@ -121,6 +122,62 @@ def test_cpu_indices_as_on_cuda(two):
     # the indexed tensor and the values are still checked
     with mismatch("flagos:1", "flagos:0"):
         x.index_put_((idx.to("flagos:1"),), torch.ones(2, device="flagos:0"))
+
+
+# The indexing operators take CPU indices (the elements of their Tensor?[] argument) on CUDA, each as CUDA does:
+# index checks them (check_indices_on_cpu_or_selfdevice), _index_put_impl_ moves them to the device, and the rest
+# call those two. Each call: (x, CPU indices on x's device's dimension 1) -> what x became or the result.
+def _values(x):
+    return torch.full((3, 2), 10.0, device=x.device)
+
+
+def _mask(x):
+    return torch.tensor([[True], [False], [True]], device=x.device)
+
+
+CPU_INDEX_CALLS = {
+    "index.Tensor": lambda x, i: torch.ops.aten.index.Tensor(x, [None, i]),
+    "index.Tensor_out": lambda x, i: torch.ops.aten.index.Tensor_out(x, [None, i], out=torch.empty(0, device=x.device)),
+    "_unsafe_index": lambda x, i: torch.ops.aten._unsafe_index.Tensor(x, [None, i]),
+    "_unsafe_masked_index": lambda x, i: torch.ops.aten._unsafe_masked_index(x, _mask(x), [None, i], -1.0),
+    "index_put": lambda x, i: torch.ops.aten.index_put(x, [None, i], _values(x)),
+    "index_put accumulate": lambda x, i: torch.ops.aten.index_put(x, [None, i], _values(x), True),
+    "index_put_": lambda x, i: torch.ops.aten.index_put_(x, [None, i], _values(x)),
+    "index_put_ accumulate": lambda x, i: torch.ops.aten.index_put_(x, [None, i], _values(x), True),
+    "index_put_ 0-dim CPU value": lambda x, i: x.index_put_((i,), torch.tensor(7.0), accumulate=True),
+    "_index_put_impl_": lambda x, i: torch.ops.aten._index_put_impl_(x, [None, i], _values(x), True),
+    "_unsafe_index_put": lambda x, i: torch.ops.aten._unsafe_index_put(x, [None, i], _values(x), True),
+    "_unsafe_masked_index_put_accumulate": lambda x, i: torch.ops.aten._unsafe_masked_index_put_accumulate(
+        x, _mask(x), [None, i], _values(x)
+    ),
+    "x[:, i] = v": lambda x, i: x.__setitem__((slice(None), i), _values(x)) or x,
+}
+
+
+@pytest.mark.parametrize("call", CPU_INDEX_CALLS.values(), ids=CPU_INDEX_CALLS.keys())
+def test_indexing_operators_take_cpu_indices_as_on_cuda(call):
+    # _unsafe_index and the masked forms raised the device-mismatch error on flagos
+    last = f"flagos:{torch.flagos.device_count() - 1}"
+    x = torch.arange(12.0, device=last).view(3, 4)
+    want_x = torch.arange(12.0, device=NATIVE).view(3, 4)
+    i = torch.tensor([0, 2])
+    want = call(want_x, i)
+    got = call(x, i)
+    assert got.device == torch.device(last)
+    torch.testing.assert_close(got.cpu(), want.cpu())
+    torch.testing.assert_close(x.cpu(), want_x.cpu())  # what the in-place forms wrote
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_index_put_values_are_not_indices(accumulate):
+    # CUDA moves CPU indices, not CPU values: a 1-dim CPU value tensor fails there (TensorIterator's device check,
+    # or accumulate's "expected device cuda:0 but got device cpu for value tensor"), and so on flagos
+    x = torch.zeros(4, device="flagos")
+    with mismatch("flagos:0", "cpu"):
+        x.index_put_((torch.tensor([0, 2]),), torch.ones(2), accumulate=accumulate)
+    with mismatch("flagos:0", "cpu"):
+        torch.ops.aten._unsafe_masked_index(x, torch.tensor([True, False] * 2), [torch.tensor([0, 1, 2, 3])], 0.0)
+    assert x.cpu().tolist() == [0.0] * 4
 
 
 def test_pack_padded_sequence_takes_cpu_lengths():

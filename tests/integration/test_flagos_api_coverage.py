@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tests.conftest import ON_CUDA
+from tests.unit.routing_fixtures import routing_state  # noqa: F401
 from torch_fl.flagos import _coverage
 
 pytestmark = pytest.mark.anyplatform
@@ -162,6 +163,71 @@ def test_an_allocation_too_large_raises_out_of_memory():
     assert flagos.memory_stats()["num_ooms"] == before + counted
     flagos.reset_accumulated_memory_stats()
     assert flagos.memory_stats()["num_ooms"] == 0
+
+
+# More than a 64-bit address space maps: every allocator refuses it at once, without touching memory.
+BIG = 1 << 60
+
+
+def _one(i):
+    return torch.ones(1, dtype=torch.uint8, device=i)
+
+
+# Allocations of flagos operations other than flagos's own empty/empty_strided/resize_: on host backing the
+# native route's CPU kernels allocate their results (and out= resizes) with the CPU's allocator, whose refusal
+# was a plain RuntimeError, uncounted. `d`: the device to run on.
+ALLOCATING = {
+    "ones": lambda d: torch.ones(BIG, dtype=torch.uint8, device=d),
+    "zeros": lambda d: torch.zeros(BIG, dtype=torch.uint8, device=d),
+    "full": lambda d: torch.full((BIG,), 7, dtype=torch.uint8, device=d),
+    "arange": lambda d: torch.arange(BIG, dtype=torch.uint8, device=d),
+    "new_empty": lambda d: _one(d).new_empty(BIG),
+    "contiguous": lambda d: _one(d).expand(BIG).contiguous(),
+    "an op's result": lambda d: _one(d).expand(BIG) + 1,
+    "an out= resized": lambda d: torch.mul(_one(d).expand(BIG), 2, out=torch.empty(0, dtype=torch.uint8, device=d)),
+    "a dtype conversion": lambda d: _one(d).expand(BIG).float(),
+    "empty": lambda d: torch.empty(BIG, dtype=torch.uint8, device=d),
+    "resize_": lambda d: torch.empty(0, dtype=torch.uint8, device=d).resize_(BIG),
+}
+
+
+def _ooms(index: int) -> int:
+    return flagos.memory_stats(index)["num_ooms"]
+
+
+@pytest.mark.parametrize("way", ALLOCATING.values(), ids=ALLOCATING.keys())
+def test_every_allocation_failure_is_out_of_memory_counted_on_its_device(way):
+    last = flagos.device_count() - 1
+    counted = 1
+    if ON_CUDA:  # flagos:i's statistics are cuda:i's: the same call there counts as flagos's must
+        before = _ooms(last)
+        with pytest.raises(torch.OutOfMemoryError):
+            way(f"cuda:{last}")
+        counted = _ooms(last) - before
+    before = _ooms(last)
+    with pytest.raises(torch.OutOfMemoryError, match="out of memory" if ON_CUDA else f"out of memory .*flagos:{last}"):
+        way(f"flagos:{last}")
+    assert _ooms(last) == before + counted
+
+
+@pytest.mark.skipif(ON_CUDA, reason="the CPU fallback's host memory is not a CUDA backing's device memory")
+@pytest.mark.usefixtures("routing_state")
+def test_an_allocation_failure_on_the_cpu_fallback_route_is_flagos_s_on_host_backing():
+    from torch_fl import routing
+
+    before = _ooms(0)
+    with routing.route({"add.Tensor": "cpu_fallback"}):
+        with pytest.raises(torch.OutOfMemoryError, match=r"out of memory on flagos:0 \(host memory\) in aten::add"):
+            _one("flagos:0").expand(BIG) + 1
+    assert _ooms(0) == before + 1
+
+
+def test_a_copy_to_the_host_that_fails_is_the_host_s_error():
+    # x.cpu() allocates host memory, not flagos memory: a plain RuntimeError, uncounted, as from a CUDA tensor
+    before = _ooms(0)
+    with pytest.raises(RuntimeError, match="DefaultCPUAllocator") as e:
+        _one("flagos:0").expand(BIG).cpu()
+    assert not isinstance(e.value, torch.OutOfMemoryError) and _ooms(0) == before
 
 
 # ---------------------------------------------------------------- memory

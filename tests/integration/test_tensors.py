@@ -243,3 +243,117 @@ def test_typed_native_kernels_handle_every_argument_and_result_kind():
     assert torch.full((2,), 3.0, device=f"flagos:{last}").device.index == last
     assert torch.arange(1, 4, device=f"flagos:{last}").device.index == last
     assert fa.to("cpu", torch.float64).device.type == "cpu"
+
+
+# ------------------------------------------------- torch.use_deterministic_algorithms
+
+
+@pytest.fixture
+def deterministic():
+    enabled, fill = torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = True  # the default, said here
+    yield
+    torch.use_deterministic_algorithms(enabled)
+    torch.utils.deterministic.fill_uninitialized_memory = fill
+
+
+# The ways new memory is made: flagos's own kernels (empty, empty_strided, resize_) and the native route's
+# composites over the backing device's empty.
+UNINITIALIZED = {
+    "empty": lambda d, dtype: torch.empty(2, 3, dtype=dtype, device=d),
+    "empty channels_last": lambda d, dtype: torch.empty(
+        2, 3, 2, 2, dtype=dtype, device=d, memory_format=torch.channels_last
+    ),
+    "empty_strided": lambda d, dtype: torch.empty_strided((2, 3), (1, 2), dtype=dtype, device=d),
+    "resize_ (the new elements)": lambda d, dtype: torch.zeros(2, dtype=dtype, device=d).resize_(2, 3),
+    "empty_like": lambda d, dtype: torch.empty_like(torch.zeros(3, 2, dtype=dtype, device=d).t()),
+    "new_empty": lambda d, dtype: torch.zeros(1, dtype=dtype, device=d).new_empty(4),
+    "new_empty_strided": lambda d, dtype: torch.zeros(1, dtype=dtype, device=d).new_empty_strided((2, 2), (1, 2)),
+    "empty_permuted": lambda d, dtype: torch.empty_permuted((2, 3), (1, 0), dtype=dtype, device=d),
+}
+
+
+DTYPES = [torch.float32, torch.bfloat16, torch.complex64, torch.int32, torch.uint8, torch.bool]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("way", UNINITIALIZED.values(), ids=UNINITIALIZED.keys())
+def test_deterministic_algorithms_fill_new_memory_as_the_backing_device_does(deterministic, way, dtype):
+    # NaN for floating and complex dtypes, the largest value for integers (True for bool); resize_ only the
+    # elements it adds. flagos's empty, empty_strided and resize_ left theirs unfilled.
+    want = way(NATIVE, dtype)
+    got = way("flagos", dtype)
+    assert got.device.type == "flagos" and got.stride() == want.stride()
+    torch.testing.assert_close(got.cpu(), want.cpu(), equal_nan=True, rtol=0, atol=0)
+
+
+def test_without_deterministic_algorithms_resize_keeps_what_it_had(deterministic):
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    x = torch.arange(4.0, device="flagos").resize_(2, 4)
+    assert x[0].cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+# --------------------------------------------------------------------- pinned memory
+
+
+def test_pin_memory_of_a_flagos_tensor_raises_as_for_a_cuda_tensor():
+    # PyTorch's own composites answer on flagos as on CUDA: only dense CPU tensors can be pinned. Run on the
+    # host backing's CPU alias, pin_memory() returned a flagos tensor whose is_pinned() was True.
+    x = torch.randn(4, device="flagos")
+    assert x.is_pinned() is False
+    with pytest.raises(RuntimeError, match=r"cannot pin 'flagosFloatType' only dense CPU tensors can be pinned"):
+        x.pin_memory()
+    with pytest.raises(RuntimeError, match="only dense CPU tensors can be pinned"):
+        torch.ops.aten._pin_memory(x)
+    if NATIVE.type == "cuda":
+        native = torch.randn(4, device=NATIVE)
+        assert native.is_pinned() is False
+        with pytest.raises(RuntimeError, match=r"cannot pin 'CUDAFloatType' only dense CPU tensors can be pinned"):
+            native.pin_memory()
+    assert torch.randn(4).pin_memory().is_pinned()  # host tensors still pin for flagos
+
+
+# ------------------------------------------------------------------- nested tensors
+
+NESTED_REFUSED = r"nested tensors of the strided layout .* are not supported on flagos .*layout=torch\.jagged"
+
+
+SIZES = torch.tensor([[2], [3]])  # a nested tensor's sizes, a CPU tensor on every device
+
+
+def _parts(device="cpu"):
+    return [torch.arange(2.0, device=device), torch.arange(3.0, device=device)]
+
+
+# Every way a strided nested tensor reaches flagos; each made one on which nothing ran, repr included.
+NESTED_WAYS = {
+    "nested_tensor(device=flagos)": lambda: torch.nested.nested_tensor(_parts(), device="flagos"),
+    "nested_tensor(numbers, device=flagos)": lambda: torch.nested.nested_tensor([[1.0, 2.0], [3.0]], device="flagos"),
+    "nested_tensor(flagos tensors)": lambda: torch.nested.nested_tensor(_parts("flagos")),
+    "as_nested_tensor(device=flagos)": lambda: torch.nested.as_nested_tensor(_parts(), device="flagos"),
+    "as_nested_tensor(flagos tensor)": lambda: torch.nested.as_nested_tensor(torch.ones(2, 3, device="flagos")),
+    "_nested_from_padded": lambda: torch._nested_from_padded(torch.ones(2, 3, device="flagos"), SIZES),
+    ".to(flagos)": lambda: torch.nested.nested_tensor(_parts()).to("flagos"),
+    "cpu nested tensor + flagos": lambda: torch.nested.nested_tensor(_parts()) + torch.tensor(1.0, device="flagos"),
+}
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype stage")
+@pytest.mark.parametrize("way", NESTED_WAYS.values(), ids=NESTED_WAYS.keys())
+def test_strided_nested_tensors_are_refused_naming_the_jagged_layout(way):
+    with pytest.raises(NotImplementedError, match=NESTED_REFUSED):
+        way()
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype stage")
+def test_jagged_nested_tensors_and_cpu_nested_tensors_work():
+    parts = [torch.randn(2, 3), torch.randn(4, 3)]
+    jagged = torch.nested.nested_tensor(parts, layout=torch.jagged, device="flagos")
+    padded = (jagged * 2).sin().to_padded_tensor(0.0)
+    want = torch.nested.nested_tensor(parts, layout=torch.jagged).mul(2).sin().to_padded_tensor(0.0)
+    assert padded.device.type == "flagos" and "NestedTensor" in repr(jagged)
+    torch.testing.assert_close(padded.cpu(), want)
+    on_cpu = torch.nested.nested_tensor([p.to("flagos") for p in parts], device="cpu")
+    assert on_cpu.is_nested and on_cpu.device.type == "cpu"
+    torch.testing.assert_close(on_cpu.to_padded_tensor(0.0), torch.nested.nested_tensor(parts).to_padded_tensor(0.0))

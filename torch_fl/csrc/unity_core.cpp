@@ -19,6 +19,7 @@
 
 #include "ops/core_ops.cpp"
 #include "ops/metadata_ops.cpp"
+#include "ops/nested.cpp"
 #include "ops/autocast.cpp"
 #include "ops/sdpa.cpp"
 #include "route/host_rnn.cpp"

@@ -8,8 +8,11 @@
 #include "runtime/library.h"
 #include "tensor/alias.h"
 
+#include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/ResizeCommon.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
@@ -41,23 +44,48 @@ void check_factory(std::optional<c10::Layout> layout, std::optional<bool> pin_me
               *layout);
 }
 
+// torch.use_deterministic_algorithms(True) with
+// torch.utils.deterministic.fill_uninitialized_memory (the default): new
+// memory is filled, NaN for floating and complex dtypes, the largest value for
+// integers, as CPU's and CUDA's empty, empty_strided and resize_ do
+// (at::native's "Enabling Deterministic Operations" note).
+inline bool fill_uninitialized() {
+  auto& ctx = at::globalContext();
+  return C10_UNLIKELY(ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory());
+}
+
 at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
                                std::optional<c10::Layout> layout, std::optional<c10::Device> device,
                                std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
   check_factory(layout, pin_memory);
   c10::DeviceGuard guard(target_device(device));
-  return at::detail::empty_generic(size, flagos_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                   c10::dtype_or_default(dtype), memory_format);
+  at::Tensor t = at::detail::empty_generic(size, flagos_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype), memory_format);
+  if (fill_uninitialized()) {
+    at::native::fill_empty_deterministic_(t);
+  }
+  return t;
 }
 
-at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::optional<at::ScalarType> dtype,
-                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
-                         std::optional<bool> pin_memory) {
+// Never filled: what at::detail::empty_strided_cuda is to CUDA (inductor's buffers, empty_strided_on).
+at::Tensor empty_strided_unfilled(at::IntArrayRef size, at::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                                  std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                                  std::optional<bool> pin_memory) {
   check_factory(layout, pin_memory);
   c10::DeviceGuard guard(target_device(device));
   return at::detail::empty_strided_generic(size, stride, flagos_allocator(),
                                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                            c10::dtype_or_default(dtype));
+}
+
+at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                         std::optional<bool> pin_memory) {
+  at::Tensor t = empty_strided_unfilled(size, stride, dtype, layout, device, pin_memory);
+  if (fill_uninitialized()) {
+    at::native::fill_empty_deterministic_(t);
+  }
+  return t;
 }
 
 // Makes the storage large enough for the tensor's current geometry.
@@ -85,7 +113,11 @@ const at::Tensor& resize_(const at::Tensor& self, at::IntArrayRef size,
     TORCH_CHECK(*memory_format != c10::MemoryFormat::Preserve, "Unsupported memory format ", *memory_format);
     impl->empty_tensor_restride(*memory_format);
   }
+  const auto old_nbytes = static_cast<int64_t>(impl->storage().nbytes());
   fit_storage(self);
+  if (fill_uninitialized()) {
+    at::native::fill_resize_deterministic_(self, old_nbytes);  // only the bytes the storage grew by
+  }
   return self;
 }
 
@@ -227,7 +259,7 @@ void register_metadata_ops() {
 at::Tensor empty_strided_on(at::IntArrayRef size, at::IntArrayRef stride, at::ScalarType dtype,
                             c10::DeviceIndex index) {
   const c10::Device device = index < 0 ? c10::Device(kFlagos) : c10::Device(kFlagos, index);
-  return empty_strided(size, stride, dtype, std::nullopt, device, std::nullopt);
+  return empty_strided_unfilled(size, stride, dtype, std::nullopt, device, std::nullopt);
 }
 
 }  // namespace ops

@@ -12,7 +12,8 @@ namespace ops {
 void register_metadata_ops();
 
 // aten::empty_strided on flagos:index (-1: the current device) without the dispatcher: the allocation
-// function of inductor's flagos wrappers (python/module.cpp).
+// function of inductor's flagos wrappers (python/module.cpp). Never filled under deterministic algorithms, as
+// inductor's CUDA buffers (at::detail::empty_strided_cuda) are not.
 at::Tensor empty_strided_on(at::IntArrayRef size, at::IntArrayRef stride, at::ScalarType dtype,
                             c10::DeviceIndex index);
 

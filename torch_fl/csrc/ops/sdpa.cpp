@@ -3,6 +3,7 @@
 
 #include "ops/core_ops.h"
 #include "route/counters.h"
+#include "route/native_route.h"
 #include "route/routed_args.h"
 #include "runtime/device.h"
 #include "runtime/library.h"
@@ -147,7 +148,12 @@ at::Tensor sdpa_shortcut(const at::Tensor& q, const at::Tensor& k, const at::Ten
       m = a.arg_value(*mask);
     }
     a.check_devices(*sdpa_handle);
-    out = a.result(at::scaled_dot_product_attention(*qa, *ka, *va, m, dropout_p, is_causal, scale, enable_gqa));
+    try {
+      out = a.result(at::scaled_dot_product_attention(*qa, *ka, *va, m, dropout_p, is_causal, scale, enable_gqa));
+    } catch (const c10::Error& e) {
+      route::raise_if_host_oom(e, *sdpa_handle, a);
+      throw;
+    }
   }
   a.release();  // after the aliases above are gone: only then are they recycled
   return out;

@@ -3,6 +3,7 @@
 #include "ops/autocast.h"
 #include "ops/core_ops.h"
 #include "ops/metadata_ops.h"
+#include "ops/nested.h"
 #include "ops/sdpa.h"
 #include "python/alias_objects.h"
 #include "python/fast_path.h"
@@ -49,6 +50,7 @@ void init(const std::string& backing_type, int64_t host_devices) {
   install_python_object_hooks();
   runtime::init(backing_type, host_devices);
   ops::register_metadata_ops();
+  ops::register_nested_refusal();
   route::register_native_route();
   ops::register_autocast();
   ops::register_sdpa();

@@ -72,7 +72,10 @@ py::object py_arg(route::RoutedArgs& a, const c10::List<std::optional<at::Tensor
   py::list out(list.size());
   for (size_t i = 0; i < list.size(); ++i) {
     const std::optional<at::Tensor> t = list.get(i);
-    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), py_arg(a, t).release().ptr());
+    // An indexing operator's indices: a CPU one is checked as an index (RoutedArgs::index_value). `t` is a
+    // copy that ends with this iteration: the borrow keeps its own reference.
+    py::object item = t.has_value() ? py_tensor(a.index_value(*t, /*keep=*/true)) : py::none();
+    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), item.release().ptr());
   }
   return out;
 }

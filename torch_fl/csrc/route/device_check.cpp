@@ -15,9 +15,10 @@ namespace {
 
 // What an operator may mix that other operators may not.
 enum class Mixes {
-  kNothing,  // the rule: one device, CPU scalars aside
-  kCpu,      // CPU tensors of any shape beside flagos ones (still one flagos device)
-  kAny,      // any devices: a copy between them
+  kNothing,     // the rule: one device, CPU scalars aside
+  kCpuIndices,  // CPU tensors of any shape as indices (Tensor?[] elements); other arguments by the rule
+  kCpu,         // CPU tensors of any shape beside flagos ones (still one flagos device)
+  kAny,         // any devices: a copy between them
 };
 
 struct Exemption {
@@ -51,14 +52,24 @@ constexpr Exemption kExemptions[] = {
     {"is_set_to", nullptr, Mixes::kAny},
     // Advanced indexing takes CPU indices on any device: index's meta function
     // allows indices "either on cpu or on the same device as the indexed
-    // tensor" (check_indices_on_cpu_or_selfdevice), and make_info moves them
-    // to the indexed tensor's device for index_put_ too.
-    {"index", "Tensor", Mixes::kCpu},
-    {"index", "Tensor_out", Mixes::kCpu},
-    {"index_put_", nullptr, Mixes::kCpu},
-    {"index_put", nullptr, Mixes::kCpu},
-    {"_index_put_impl_", nullptr, Mixes::kCpu},
-    {"_unsafe_index_put", nullptr, Mixes::kCpu},
+    // tensor" (check_indices_on_cpu_or_selfdevice), and _index_put_impl_
+    // moves them to the indexed tensor's device (make_info; CUDA's
+    // index_put_with_sort, for accumulate=True, in makeLinearIndex). The
+    // composites over them take CPU indices as they do: _unsafe_index calls
+    // index, _unsafe_index_put index_put, the masked forms those two; index_put
+    // and index_put_ call _index_put_impl_. Only the indices: the values and a
+    // mask are TensorIterator operands (a 0-dim CPU value is a scalar, as
+    // everywhere; CUDA's accumulate path checks the values' device itself).
+    {"index", "Tensor", Mixes::kCpuIndices},
+    {"index", "Tensor_out", Mixes::kCpuIndices},
+    {"_unsafe_index", nullptr, Mixes::kCpuIndices},
+    {"_unsafe_masked_index", nullptr, Mixes::kCpuIndices},
+    {"index_put_", nullptr, Mixes::kCpuIndices},
+    {"index_put", nullptr, Mixes::kCpuIndices},
+    {"_index_put_impl_", nullptr, Mixes::kCpuIndices},
+    {"_index_put_impl", nullptr, Mixes::kCpuIndices},
+    {"_unsafe_index_put", nullptr, Mixes::kCpuIndices},
+    {"_unsafe_masked_index_put_accumulate", nullptr, Mixes::kCpuIndices},
     // pack_padded_sequence's lengths must be a CPU tensor (its own check says
     // so), with the input on the device.
     {"_pack_padded_sequence", nullptr, Mixes::kCpu},
@@ -105,6 +116,18 @@ void DeviceCheck::note_other(c10::Device device, bool flagos_before) {
   noted_ = true;
 }
 
+void DeviceCheck::note_index(c10::Device device, bool flagos_before) {
+  if (!device.is_cpu()) {
+    note_other(device, flagos_before);  // indices on another device are checked as any argument is
+    return;
+  }
+  if (!cpu_index_) {
+    cpu_index_first_ = !flagos_before;
+    cpu_index_ = true;
+  }
+  noted_ = true;
+}
+
 void DeviceCheck::decide(const c10::OperatorHandle& op, c10::DeviceIndex first) const {
   if (first < 0) {
     return;  // no flagos tensor: the call is another device's (a device argument made it flagos's)
@@ -116,12 +139,18 @@ void DeviceCheck::decide(const c10::OperatorHandle& op, c10::DeviceIndex first) 
   if (split_other_ >= 0) {
     raise(op, c10::Device(kFlagos, split_first_), c10::Device(kFlagos, split_other_));
   }
+  const c10::Device flagos(kFlagos, first);
   if (has_other_ && !(mixes == Mixes::kCpu && other_.is_cpu())) {
-    const c10::Device flagos(kFlagos, first);
     if (other_first_) {
       raise(op, other_, flagos);
     }
     raise(op, flagos, other_);
+  }
+  if (cpu_index_ && mixes == Mixes::kNothing) {
+    if (cpu_index_first_) {
+      raise(op, c10::Device(c10::kCPU), flagos);
+    }
+    raise(op, flagos, c10::Device(c10::kCPU));
   }
 }
 
@@ -149,8 +178,13 @@ void check_devices(const c10::OperatorHandle& op, const torch::jit::Stack& stack
       }
     } else if (v.isOptionalTensorList()) {
       for (const std::optional<at::Tensor>& t : v.toOptionalTensorVector()) {
-        if (t.has_value()) {
+        if (!t.has_value() || !t->defined()) {
+          continue;
+        }
+        if (t->device().type() == kFlagos) {
           see(*t);
+        } else {
+          check.index(*t, first >= 0);
         }
       }
     }

@@ -7,7 +7,9 @@
 // route checks here, with PyTorch's rule: every tensor on one device, except
 // CPU tensors of no dimensions (TensorIterator's CPU scalars: wrapped numbers,
 // torch.tensor(2.)), and except the operators that CUDA lets mix devices
-// (device_check.cpp lists them, with PyTorch's reason for each).
+// (device_check.cpp lists them, with PyTorch's reason for each): copies, and
+// the indexing operators' CPU indices (the elements of their Tensor?[]
+// argument, which a CUDA kernel moves to its device).
 //
 // The per-call part only notes: RoutedArgs compares each flagos argument's
 // index with the first one's and notes a tensor of another device while it
@@ -40,6 +42,14 @@ class DeviceCheck {
       note_other(t.device(), flagos_before);
     }
   }
+  // An element of a Tensor?[] argument: the indices of the indexing
+  // operators (index, index_put_, _unsafe_index, ...: the only ATen operators
+  // that take one). A CPU tensor there is noted apart from other arguments'.
+  C10_ALWAYS_INLINE void index(const at::Tensor& t, bool flagos_before) {
+    if (t.defined() && !(t.is_cpu() && t.dim() == 0)) {
+      note_index(t.device(), flagos_before);
+    }
+  }
   // Raises PyTorch's device-mismatch error (a RuntimeError) where the call's
   // tensors are on two devices and `op` may not mix them. `first`: the
   // call's first flagos index (-1: no flagos tensor, nothing to check).
@@ -52,6 +62,7 @@ class DeviceCheck {
  private:
   C10_NOINLINE void note_split(c10::DeviceIndex first, c10::DeviceIndex index);
   C10_NOINLINE void note_other(c10::Device device, bool flagos_before);
+  C10_NOINLINE void note_index(c10::Device device, bool flagos_before);
   C10_NOINLINE void decide(const c10::OperatorHandle& op, c10::DeviceIndex first) const;
 
   c10::DeviceIndex split_first_ = -1;  // two flagos indices: the first and the first other one
@@ -59,6 +70,8 @@ class DeviceCheck {
   c10::Device other_{c10::kCPU};  // the first tensor of another device type
   bool has_other_ = false;
   bool other_first_ = false;  // it came before every flagos argument
+  bool cpu_index_ = false;     // a CPU tensor among the elements of a Tensor?[] argument
+  bool cpu_index_first_ = false;
   bool noted_ = false;
 };
 

@@ -17,6 +17,7 @@
 #include "route/profiling.h"
 #include "route/routed_args.h"
 #include "route/typed_native.h"
+#include "runtime/allocator.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device.h"
 #include "runtime/generator.h"
@@ -50,7 +51,12 @@ void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   RoutedArgs args;
   args.unwrap(stack, schema.arguments().size());
   args.check_devices(op);
-  op.redispatchBoxed(g_backing.keyset, stack);
+  try {
+    op.redispatchBoxed(g_backing.keyset, stack);
+  } catch (const c10::Error& e) {
+    raise_if_host_oom(e, op, args);
+    throw;
+  }
   args.finish(schema, stack);
 }
 
@@ -209,7 +215,29 @@ void call_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
   }
   count(op, true);
   RouteScope scope(op, "cpu_fallback");
-  at::native::cpu_fallback(op, stack);
+  c10::DeviceType other = c10::DeviceType::CPU;
+  const c10::DeviceIndex index = call_device(*stack, stack->size() - op.schema().arguments().size(), other);
+  try {
+    at::native::cpu_fallback(op, stack);
+  } catch (const c10::Error& e) {
+    raise_if_host_oom(e, op, index);
+    throw;
+  }
+}
+
+void raise_if_host_oom(const c10::Error& e, const c10::OperatorHandle& op, c10::DeviceIndex index) {
+  if (!g_backing.host || dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) {
+    return;  // CUDA's allocator raises its own; flagos's own allocations are counted where they fail
+  }
+  // c10::alloc_cpu's two refusals (DefaultCPUAllocator), by their words: c10 gives them no type of their own.
+  const std::string& msg = e.msg();
+  if (msg.find("DefaultCPUAllocator: ") == std::string::npos &&
+      msg.find("alloc_cpu() seems to have been called with negative number") == std::string::npos) {
+    return;
+  }
+  const c10::DeviceIndex i = index < 0 ? runtime::current_device() : index;
+  runtime::raise_host_oom(i, "flagos: out of memory on flagos:" + std::to_string(i) + " (host memory) in aten::" +
+                                 overload_name(op.operator_name()) + ": " + e.what_without_backtrace());
 }
 
 namespace {
@@ -304,6 +332,11 @@ void register_native_route() {
                                (name.name == "aten::convolution" || name.name == "aten::convolution_backward" ||
                                 name.name == "aten::_convolution" || name.name == "aten::copy_" ||
                                 name.name == "aten::_to_copy");
+    // Composites that answer by the tensor's own device stay composite on
+    // flagos, where they see a flagos tensor as CUDA's see a CUDA one:
+    // is_pinned() is False and _pin_memory raises "only dense CPU tensors can
+    // be pinned". Run on a host backing's alias, a CPU tensor, they pinned it.
+    const bool by_own_device = name.name == "aten::is_pinned" || name.name == "aten::_pin_memory";
     // Other composite operators (abs, mul.Scalar, zeros, ones_like,
     // constant_pad_nd, embedding, ...) run as one native call too: their
     // decomposition then happens on the backing device, with no flagos cost
@@ -311,7 +344,7 @@ void register_native_route() {
     // (FEP 0025 scripts expect `abs -> cuda`, not `abs.out -> cuda`). Views
     // stay composite on flagos, where they are cheapest.
     const bool whole = composite && op->hasComputedKernelForDispatchKey(g_backing.key) && !is_view_op(*op) &&
-                       name.name != "aten::_unsafe_view" && !host_random;
+                       name.name != "aten::_unsafe_view" && !host_random && !by_own_device;
     // A backing kernel that takes a generator (normal_, uniform_,
     // multinomial, ...) is registered as native_random, not left to the
     // fallback, which does not look for generators.

@@ -2,8 +2,12 @@
 // for every operator without another PrivateUse1 registration.
 #pragma once
 
+#include "route/routed_args.h"
+
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/core/Device.h>
+#include <c10/util/Exception.h>
 
 namespace torch_fl {
 namespace route {
@@ -22,6 +26,22 @@ bool native_route_may_own(const c10::OperatorHandle& op);
 void run_native_route(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
 // PyTorch's CPU fallback on a boxed stack (the cpu_fallback backend), logged and counted.
 void call_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// Where the kernel of a routed call on flagos:index (-1: the current device)
+// raised `e`. On host backing the CPU kernels allocate their results and
+// temporaries with the CPU's allocator, whose failure is a plain c10::Error:
+// that one is raised as flagos's out-of-memory error instead, counted for the
+// device (torch.OutOfMemoryError, memory_stats' num_ooms), as an allocation of
+// flagos's own and every CUDA allocation are. Returns for any other error
+// (the caller rethrows it) and on a GPU, whose kernels allocate with CUDA's allocator.
+C10_NOINLINE void raise_if_host_oom(const c10::Error& e, const c10::OperatorHandle& op, c10::DeviceIndex index);
+// The same for a call on aliases: a call whose results go to a native device
+// (a device argument: x.cpu() is _to_copy(x, device="cpu")) failed to allocate
+// that device's memory, not flagos's, and raises as that device does.
+inline void raise_if_host_oom(const c10::Error& e, const c10::OperatorHandle& op, const RoutedArgs& args) {
+  if (!args.to_native_device()) {
+    raise_if_host_oom(e, op, args.index());
+  }
+}
 
 }  // namespace route
 }  // namespace torch_fl

@@ -320,7 +320,7 @@ void RoutedArgs::unwrap(torch::jit::Stack* stack, size_t nargs) {
           out.push_back(borrow_held(*t, /*keep=*/true));
         } else {
           if (t.has_value()) {
-            devices_.other(*t, index_ >= 0);
+            devices_.index(*t, index_ >= 0);  // indices: CPU ones mix where the operator takes them
           }
           out.push_back(std::move(t));
         }

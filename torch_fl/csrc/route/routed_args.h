@@ -63,6 +63,10 @@ class RoutedArgs {
   c10::DeviceIndex index() const {
     return index_;
   }
+  // A device argument names a native device: the results are that device's (_to_copy(x, device="cpu")).
+  bool to_native_device() const {
+    return to_native_device_;
+  }
 
   // Typed calls (route/typed_native.cpp, python/typed_fronts.cpp), one
   // argument or result at a time, in the same order as the boxed path:
@@ -93,6 +97,15 @@ class RoutedArgs {
       return borrow_held_reserved(t, keep);
     }
     note_foreign(t);
+    return t;
+  }
+  // The same for an element of a Tensor?[] argument (an indexing operator's
+  // indices), whose CPU tensors the device check tells apart.
+  C10_ALWAYS_INLINE at::Tensor index_value(const at::Tensor& t, bool keep = false) {
+    if (t.defined() && t.device().type() == kFlagos) {
+      return borrow_held_reserved(t, keep);
+    }
+    devices_.index(t, index_ >= 0);
     return t;
   }
   std::optional<c10::Device> device_arg(std::optional<c10::Device> d);

@@ -135,7 +135,7 @@ struct Param<const c10::List<std::optional<at::Tensor>>&> {
     Held out;
     out.reserve(list.size());
     for (std::optional<at::Tensor> t : list) {  // a copy: the alias keeps what it borrows
-      out.push_back(t.has_value() ? std::optional<at::Tensor>(a.arg_value(*t, /*keep=*/true)) : std::move(t));
+      out.push_back(t.has_value() ? std::optional<at::Tensor>(a.index_value(*t, /*keep=*/true)) : std::move(t));
     }
     return out;
   }
@@ -168,8 +168,13 @@ struct Typed<Op, Ret(Args...)> {
   static inline bool mutates = false;
 
   template <size_t... I>
-  static Ret redispatch(Held& held, std::index_sequence<I...>) {
-    return handle->redispatch(g_backing.keyset, Param<Args>::pass(std::get<I>(held))...);
+  static Ret redispatch(const RoutedArgs& a, Held& held, std::index_sequence<I...>) {
+    try {
+      return handle->redispatch(g_backing.keyset, Param<Args>::pass(std::get<I>(held))...);
+    } catch (const c10::Error& e) {
+      raise_if_host_oom(e, *handle, a);  // the host's CPU allocator refused: flagos's OOM
+      throw;
+    }
   }
 
   // An in-place or out= kernel returns one of its own arguments: hand back
@@ -214,18 +219,18 @@ struct Typed<Op, Ret(Args...)> {
     a.check_devices(*handle);
     constexpr auto indices = std::index_sequence_for<Args...>{};
     if constexpr (std::is_void_v<Ret>) {
-      redispatch(held, indices);
+      redispatch(a, held, indices);
       if (mutates) {
         a.sync_mutated();
       }
     } else if constexpr (std::is_same_v<Ret, at::Tensor&>) {
-      at::Tensor& r = redispatch(held, indices);
+      at::Tensor& r = redispatch(a, held, indices);
       if (mutates) {
         a.sync_mutated();
       }
       return caller_tensor(r, held, std::forward_as_tuple(std::forward<Args>(args)...), indices);
     } else {
-      Ret r = redispatch(held, indices);
+      Ret r = redispatch(a, held, indices);
       if (mutates) {
         a.sync_mutated();
       }

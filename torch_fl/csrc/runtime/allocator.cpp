@@ -101,10 +101,8 @@ c10::DataPtr host_allocate(const Backing& b, size_t nbytes) {
     throw;
   } catch (const c10::Error& e) {
     const c10::DeviceIndex index = current_device();
-    counters(index).ooms += 1;
-    throw c10::OutOfMemoryError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-                                "flagos: out of memory allocating " + std::to_string(nbytes) + " bytes on flagos:" +
-                                    std::to_string(index) + " (host memory): " + e.what_without_backtrace());
+    raise_host_oom(index, "flagos: out of memory allocating " + std::to_string(nbytes) + " bytes on flagos:" +
+                              std::to_string(index) + " (host memory): " + e.what_without_backtrace());
   }
 }
 
@@ -344,6 +342,14 @@ c10::StorageImpl* host_shared_storage(const c10::StorageImpl* flagos) {
     return nullptr;
   }
   return static_cast<c10::StorageImpl*>(block->inner.get_context());
+}
+
+void raise_host_oom(c10::DeviceIndex index, const std::string& what) {
+  counters(index).ooms += 1;
+  throw c10::OutOfMemoryError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                              what + ". Free the flagos tensors you no longer need (torch.flagos.memory_allocated(" +
+                                  std::to_string(index) + ") counts what flagos:" + std::to_string(index) +
+                                  " holds) or use smaller ones.");
 }
 
 void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace torch_fl {
 namespace runtime {
@@ -38,6 +39,10 @@ c10::intrusive_ptr<c10::StorageImpl> host_wrap_shared(c10::intrusive_ptr<c10::St
 // The CPU storage whose shared memory a host-backed flagos storage is; nullptr
 // when it is not in shared memory.
 c10::StorageImpl* host_shared_storage(const c10::StorageImpl* flagos);
+// Host backing: counts an allocation that failed on flagos:index (memory_stats'
+// num_ooms) and raises c10::OutOfMemoryError (torch.OutOfMemoryError), as
+// CUDA's allocator does. `what`: the failure, which the message starts with.
+[[noreturn]] void raise_host_oom(c10::DeviceIndex index, const std::string& what);
 
 // Resizes a flagos storage to `nbytes`, keeping its contents.
 void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes);
