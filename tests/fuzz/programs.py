@@ -213,7 +213,22 @@ VIEWS = frozenset(
     "view reshape transpose permute expand as_strided unfold narrow select diagonal unsqueeze squeeze "
     "flatten t movedim".split()
 )
-STRIDED = VIEWS | {"to", "clone", "contiguous", "float", "half", "bfloat16", "int", "long", "bool", "double", "byte"}
+STRIDED = VIEWS | {
+    "to",
+    "clone",
+    "contiguous",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "float",
+    "half",
+    "bfloat16",
+    "int",
+    "long",
+    "bool",
+    "double",
+    "byte",
+}
 
 
 @dataclass(frozen=True, repr=False)
@@ -312,7 +327,11 @@ class Func(Step):
         return self.name in STRIDED
 
     def written(self, env):
-        return [env.value(self.kwargs["out"])] if "out" in self.kwargs else []
+        if "out" in self.kwargs:
+            return [env.value(self.kwargs["out"])]
+        if self.name.endswith("_"):  # torch._foreach_add_(selves, ...)
+            return [env.t[i] for i in _refs(self.args[0])]
+        return []
 
     def read(self, env):
         return [env.t[i] for i in _refs(self.args) if i in env.t]
@@ -338,7 +357,7 @@ class Method(Step):
         return self.bind(f"t{self.on}.{self.name}({_args(self.args, self.kwargs)})")
 
     def result_dev(self, env):
-        return env.dev[self.on]
+        return env.dev_of(self.kwargs["device"]) if "device" in self.kwargs else env.dev[self.on]
 
     def strided(self):
         return self.name in STRIDED
@@ -420,6 +439,31 @@ class Move(Step):
 
     def result_dev(self, env):
         return env.logical(self.dev)
+
+    def strided(self):
+        return True
+
+
+@dataclass(frozen=True, repr=False)
+class ToLike(Step):
+    """`t{on}.to(t{like})`: to that tensor's device and dtype; on the reference, to another logical device copies."""
+
+    out: int
+    on: int
+    like: int
+
+    def refs(self):
+        return [self.on, self.like]
+
+    def run(self, env):
+        copy = not env.flagos and env.dev[self.on] != env.dev[self.like]
+        return env.t[self.on].to(env.t[self.like], copy=copy)
+
+    def line(self):
+        return self.bind(f"t{self.on}.to(t{self.like})")
+
+    def result_dev(self, env):
+        return env.dev[self.like]
 
     def strided(self):
         return True
@@ -622,9 +666,9 @@ def routes_before(program: list[Step], k: int) -> dict[str, str]:
 
 
 def on_fallback(program: list[Step], k: int, calls: frozenset) -> bool:
-    """Whether step `k` calls an overload the program routed to cpu_fallback before it."""
+    """Whether step `k` calls an overload the program routed to cpu_fallback before it (for some dtype)."""
     routes = routes_before(program, k)
-    return any(routes.get(op) == "cpu_fallback" for op in calls)
+    return any(backend == "cpu_fallback" and key.split("[")[0] in calls for key, backend in routes.items())
 
 
 def reference_before(program: list[Step], k: int) -> Env:
@@ -686,6 +730,18 @@ def _fallback_resized_out(program, d, want, got) -> bool:
     return before is not None and tuple(before.shape) != want[d.step].result[1]
 
 
+def _like_on_the_input_device(program, d, want, got) -> bool:
+    step = program[d.step]
+    w, g = want[d.step].result, got[d.step].result
+    return (
+        d.kind == "result"
+        and isinstance(step, (Func, Method))
+        and step.kwargs.get("device") == Dev("cur")
+        and (step.name.endswith("_like") or step.name.startswith("new_"))
+        and w[:2] == g[:2]
+    )
+
+
 @dataclass(frozen=True)
 class Known:
     """A difference the fuzzer knows: `name`, the regression test that reproduces it (a strict xfail until
@@ -712,6 +768,11 @@ KNOWN = (
         "cpu_fallback results take the layout of the inputs' host copies (broadcast and size-1 strides lost)",
         "tests/integration/test_fuzz_regressions.py::test_cpu_fallback_result_layout_follows_the_inputs",
         _fallback_result_layout,
+    ),
+    Known(
+        "*_like and new_* factories given device='flagos' (no index) use the input's device, not the current one",
+        "tests/integration/test_fuzz_regressions.py::test_like_factories_without_an_index_use_the_current_device",
+        _like_on_the_input_device,
     ),
     Known(
         "cpu_fallback resizes an out= argument contiguous, not with the strides the CPU kernel gave its result",
@@ -892,12 +953,19 @@ def footprint(t: torch.Tensor) -> torch.Tensor:
 
 def overlap_undefined(written: list[torch.Tensor], read: list[torch.Tensor]) -> bool:
     """Whether a write to `written` has no defined result unless the kernel rejects it: a written tensor whose
-    elements overlap each other, or that partially overlaps a tensor the step reads (a different geometry
-    over some of the same bytes)."""
-    for w in written:
+    elements overlap each other or another written tensor, or that partially overlaps a tensor the step
+    reads (a different geometry over some of the same bytes)."""
+    for k, w in enumerate(written):
         fw = footprint(w)
         if fw.numel() and (fw[1:] == fw[:-1]).any():
             return True
+        for other in written[k + 1 :]:  # two written tensors over the same bytes: the later write wins, or races
+            if (
+                other.numel()
+                and _storage_key(other) == _storage_key(w)
+                and bool(torch.isin(footprint(other), fw).any())
+            ):
+                return True
         for r in read:
             if r.numel() == 0 or _storage_key(r) != _storage_key(w):
                 continue
@@ -927,6 +995,7 @@ class Generator:
         self.seeds = 0
         self.seen: set[str] = set()  # the aten overloads the program calls so far (on the CPU)
         self.calls: list[set[str]] = []  # the routable overloads each step calls
+        self.call_dtypes: list[dict[str, str]] = []  # and the dtype each call's first tensor has
 
     # -- bookkeeping
 
@@ -954,22 +1023,24 @@ class Generator:
         except Exception:  # noqa: BLE001  (e.g. a key that raises: the step raises when run)
             risky = False
         called: set[str] = set()
+        dtypes: dict[str, str] = {}
         try:
-            with warnings.catch_warnings(), _Ops(called):
+            with warnings.catch_warnings(), _Ops(called, dtypes):
                 warnings.simplefilter("ignore")
                 execute(step, env)
         except Exception:  # noqa: BLE001
-            self.keep(step, called)
+            self.keep(step, called, dtypes)
             return False
         if risky:
             self.replay()
             return False
-        self.keep(step, called)
+        self.keep(step, called, dtypes)
         return True
 
-    def keep(self, step: Step, called: set[str]) -> None:
+    def keep(self, step: Step, called: set[str], dtypes: dict[str, str]) -> None:
         self.program.append(step)
         self.calls.append(called & routable())
+        self.call_dtypes.append(dtypes)
         self.seen |= called
 
     def pick(self, pred: Callable[[torch.Tensor], bool] = lambda t: True, dev: str | None = None) -> int | None:
@@ -1270,7 +1341,7 @@ class Generator:
             return self.gen_new()
         t, rng, dev, out = self.env.t[i], self.rng, self.env.dev[i], self.var()
         kind = rng.choice(("add", "sub", "mul", "where", "gt", "cat", "stack", "index_select", "clone", "contiguous"))
-        kind = kind if rng.random() < 0.85 else rng.choice(("sum", "neg", "abs", "eq", "index"))
+        kind = kind if rng.random() < 0.8 else rng.choice(("sum", "neg", "abs", "eq", "index", "cat_many", "like"))
         if kind in ("add", "sub", "mul", "gt", "eq"):
             step = Func(out, kind, (V(i), self.scalar(t) if rng.random() < 0.3 else self.operand(t, dev)))
         elif kind == "where":
@@ -1283,6 +1354,22 @@ class Generator:
                 kind,
                 (parts, rng.randint(0, t.dim()) if kind == "stack" or t.dim() == 0 else rng.randrange(t.dim())),
             )
+        elif kind == "cat_many":  # past 16 tensor arguments a call finds the ones over one storage another way
+            same = [
+                j for j, u in self.env.t.items() if u.shape == t.shape and u.dtype == t.dtype and self.env.dev[j] == dev
+            ]
+            parts = [V(rng.choice(same)) for _ in range(rng.randint(15, 22))]
+            step = Func(out, rng.choice(("cat", "stack")), (parts, rng.randrange(t.dim()) if t.dim() else 0))
+        elif kind == "like":
+            name = rng.choice(("zeros_like", "ones_like", "full_like", "new_zeros", "new_ones", "new_full"))
+            kw = {"dtype": DT(self.dtype())} if rng.random() < 0.4 else {}
+            if rng.random() < 0.4:
+                kw["device"] = Dev(self.device(cur=True))
+            value = (self.scalar(),) if name.endswith("full_like") or name == "new_full" else ()
+            if name.startswith("new_"):
+                step = Method(out, i, name, (self.shape(), *value), kw)
+            else:
+                step = Func(out, name, (V(i), *value), kw)
         elif kind == "index_select":
             if not t.dim():
                 return None
@@ -1303,6 +1390,26 @@ class Generator:
         else:
             step = Func(out, kind, (V(i),))
         self.add(step)
+
+    def gen_foreach(self):
+        """torch._foreach_add_/_foreach_mul_ over a list of tensors (up to 20: one call, many arguments)."""
+        i = self.pick()
+        if i is None:
+            return self.gen_new()
+        t, rng, dev = self.env.t[i], self.rng, self.env.dev[i]
+        n = rng.choice((1, 2, 3, 4, 17, 20))
+        mine = [j for j, u in self.env.t.items() if self.env.dev[j] == dev and u.dtype == t.dtype]
+        selves = [V(rng.choice(mine)) for _ in range(n)]
+        name = rng.choice(("_foreach_add_", "_foreach_mul_"))
+        if rng.random() < 0.4:
+            other = self.scalar(t)
+        else:
+            other = []
+            for v in selves:
+                u = self.env.t[v.i]
+                same = [j for j in mine if self.env.t[j].shape == u.shape]
+                other.append(V(rng.choice(same)) if rng.random() < 0.5 else V(self.new(u.shape, u.dtype, dev)))
+        self.add(Func(None, name, (selves, other)))
 
     def gen_cast(self):
         i = self.pick()
@@ -1325,6 +1432,11 @@ class Generator:
         if i is None:
             return self.gen_new()
         rng, out = self.rng, self.var()
+        if rng.random() < 0.15:
+            like = self.pick()
+            if cast_defined(self.env.t[i], self.env.t[like].dtype):
+                self.add(ToLike(out, i, like))
+            return
         devs = self.devices + (("cur",) if self.flagos_devices else ())
         dt = self.dtype() if rng.random() < 0.2 else None
         if dt is not None and not cast_defined(self.env.t[i], getattr(torch, dt)):
@@ -1351,6 +1463,7 @@ class Generator:
         ("gen_inplace", 24),
         ("gen_out", 8),
         ("gen_func", 10),
+        ("gen_foreach", 3),
         ("gen_cast", 6),
         ("gen_move", 8),
         ("gen_route", 4),
@@ -1369,17 +1482,21 @@ class Generator:
 
     def routed(self) -> list[Step]:
         """The program with routes for the operators its steps call: all of them to one backend up front
-        (a fifth of the programs), or one before some steps that call it. Routes change nothing on the CPU,
-        so they are added afterwards."""
+        (a fifth of the programs), or one before some steps that call it, now and then for the dtype of
+        that call only (`add_.Tensor[float32]`). Routes change nothing on the CPU, so they are added
+        afterwards."""
         rng, out = self.rng, []
         if rng.random() < 0.2:
             backend = rng.choice(self.backends[1:] or self.backends)
             out = [Route(op, backend) for op in sorted(set().union(*self.calls))]
             return out + self.program
-        for step, called in zip(self.program, self.calls, strict=True):
+        for step, called, dtypes in zip(self.program, self.calls, self.call_dtypes, strict=True):
             if called and rng.random() < 0.3:
                 backend = rng.choices(self.backends, [1] + [3] * (len(self.backends) - 1))[0]
-                out.append(Route(rng.choice(sorted(called)), backend))
+                op = rng.choice(sorted(called))
+                if op in dtypes and rng.random() < 0.3:
+                    op = f"{op}[{dtypes[op]}]"
+                out.append(Route(op, backend))
             out.append(step)
         return out
 
@@ -1391,15 +1508,28 @@ _CPU_ONLY = frozenset({"randint", "lift_fresh", "detach", "_to_copy"})
 class _Ops(TorchDispatchMode):
     """Notes the aten overloads called ("add_.Tensor", "clone")."""
 
-    def __init__(self, seen: set[str]):
+    def __init__(self, seen: set[str], dtypes: dict[str, str] | None = None):
         super().__init__()
         self.seen = seen
+        self.dtypes = dtypes  # op -> dtype of its first tensor argument (what a dtype route selects by)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name, overload = func._schema.name.removeprefix("aten::"), func._overloadname
         if name not in _CPU_ONLY:
-            self.seen.add(name if overload == "default" else f"{name}.{overload}")
+            op = name if overload == "default" else f"{name}.{overload}"
+            self.seen.add(op)
+            first = next(iter(_tensors(list(args) + list((kwargs or {}).values()))), None)
+            if self.dtypes is not None and first is not None:
+                self.dtypes.setdefault(op, str(first.dtype).removeprefix("torch."))
         return func(*args, **(kwargs or {}))
+
+
+def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for a in x:
+            yield from _tensors(a)
 
 
 @functools.cache

@@ -134,3 +134,29 @@ def test_cpu_fallback_resizes_out_as_the_kernel_does():
     got = _out_resized("flagos")
     assert torch.equal(got.cpu(), want)
     assert got.stride() == want.stride()
+
+
+LIKE = {
+    "zeros_like": lambda x, d: torch.zeros_like(x, device=d),
+    "full_like with a dtype": lambda x, d: torch.full_like(x, 1, dtype=torch.int16, device=d),
+    "empty_like": lambda x, d: torch.empty_like(x, device=d),
+    "new_zeros": lambda x, d: x.new_zeros(3, device=d),
+}  # (not new_tensor: its Python binding guards the input's device, so CUDA puts its result there too)
+
+
+@pytest.mark.skipif(torch.flagos.device_count() < 2, reason="needs two flagos devices (FLAGOS_HOST_DEVICES=2)")
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="needs C++: the native route takes a call's flagos device from its first flagos tensor and lets an "
+    "index-less device argument keep it (RoutedArgs::device_arg, csrc/route/routed_args.cpp)",
+)
+@pytest.mark.parametrize("make", LIKE.values(), ids=LIKE.keys())
+def test_like_factories_without_an_index_use_the_current_device(make):
+    # torch.device("flagos") is the current device, as torch.device("cuda") is: CUDA's *_like and new_* are
+    # composite kernels and generated Python bindings, none with a device guard of the input's, so their
+    # empty() allocates on the current device
+    x = torch.ones(2, device="flagos:1")
+    assert torch.flagos.current_device() == 0
+    assert make(x, "flagos:0").device == torch.device("flagos", 0)  # an explicit index works
+    assert make(x, "flagos").device == torch.device("flagos", 0)
