@@ -980,6 +980,47 @@ def overlap_undefined(written: list[torch.Tensor], read: list[torch.Tensor]) -> 
     return False
 
 
+def _foreach(step: Step) -> bool:
+    return isinstance(step, Func) and step.name.startswith("_foreach_")
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if not a.numel() or not b.numel() or _storage_key(a) != _storage_key(b):
+        return False
+    return bool(torch.isin(footprint(a), footprint(b)).any())
+
+
+def foreach_undefined(step: Func, env: Env) -> bool:
+    """Whether an in-place _foreach call's result depends on how it runs: the CPU goes pair by pair (a later
+    pair reads an earlier pair's writes), a GPU in one kernel. Any written tensor that meets another tensor
+    of the call (its own pair's input of the same geometry aside), or whose elements overlap, makes it so."""
+    selves = [env.t[i] for i in _refs(step.args[0])]
+    others = [env.t[i] for i in _refs(step.args[1])] if len(step.args) > 1 and isinstance(step.args[1], list) else []
+    tensors = [("self", k, t) for k, t in enumerate(selves)] + [("other", k, t) for k, t in enumerate(others)]
+    for k, w in enumerate(selves):
+        fw = footprint(w)
+        if fw.numel() and (fw[1:] == fw[:-1]).any():
+            return True
+        for kind, j, t in tensors:
+            if j == k and (kind == "self" or _geometry(t) == _geometry(w)):
+                continue
+            if _overlap(w, t):
+                return True
+    return False
+
+
+def _geometry(t: torch.Tensor) -> tuple:
+    return (_storage_key(t), t.dtype, tuple(t.shape), t.stride(), t.storage_offset())
+
+
+def _fill_path(step: Step, env: Env) -> bool:
+    """`t[key] = v` with a 0-dim tensor v: Python's setitem fills from a CPU one and copies from any other,
+    and the two check overlapping elements differently. On the reference every tensor is a CPU one."""
+    if not isinstance(step, SetItem) or not isinstance(step.value, V):
+        return False
+    return env.t[step.value.i].dim() == 0 and env.dev[step.value.i] != "cpu"
+
+
 class Generator:
     """Builds one program from `seed`, choosing arguments against the reference run as it goes."""
 
@@ -1020,8 +1061,13 @@ class Generator:
         env = self.env
         try:
             risky = overlap_undefined(step.written(env), step.read(env))
+            # never kept: a _foreach call whose tensors meet, and a write to overlapping elements that the
+            # reference rejects on a path flagos does not take (0-dim CPU values fill_, others copy_)
+            never = (_foreach(step) and foreach_undefined(step, env)) or (risky and _fill_path(step, env))
         except Exception:  # noqa: BLE001  (e.g. a key that raises: the step raises when run)
-            risky = False
+            risky = never = False
+        if never:
+            return False
         called: set[str] = set()
         dtypes: dict[str, str] = {}
         try:
@@ -1029,6 +1075,9 @@ class Generator:
                 warnings.simplefilter("ignore")
                 execute(step, env)
         except Exception:  # noqa: BLE001
+            if _foreach(step):  # the CPU raises pair by pair: the pairs before stay written
+                self.replay()
+                return False
             self.keep(step, called, dtypes)
             return False
         if risky:

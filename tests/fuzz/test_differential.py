@@ -1,7 +1,7 @@
 """Differential fuzzing: random short tensor programs run on flagos and on the CPU must end the same way.
 
-Each program (tests/fuzz/programs.py) is a list of up to ~25 steps over small tensors (at most a few
-dozen elements, up to 3 dimensions, now and then an empty one), generated from a seed. It runs twice: on
+Each program (tests/fuzz/programs.py) is a list of up to ~40 steps over small tensors (up to 3 dimensions
+of up to 5 elements before expand/cat/stack, now and then an empty one), generated from a seed. It runs twice: on
 flagos, and on the CPU with every flagos device mapped to the CPU (the reference; a move between two
 different logical devices copies there, as it does on flagos). After every step the two runs must agree on:
 
@@ -26,23 +26,27 @@ What the programs do:
   index_add_/index_copy_/index_fill_/index_put_ (accumulate or not), masked_fill_, `t[key] = value`, and
   out= forms of add, mul, clamp, cat and index_select (into a fresh empty tensor the kernel resizes, or
   into an existing tensor or view of the result's shape); functional add/sub/mul/where/gt/eq/cat/stack/
-  index_select/clone (memory formats)/contiguous/sum/neg/abs;
+  index_select/clone (memory formats)/contiguous/sum/neg/abs; torch._foreach_add_/_foreach_mul_ over lists
+  of up to 20 tensors, and cat/stack of 15-22 tensors over shared storages (past 16 tensor arguments a
+  routed call finds those sharing a storage another way);
 * dtypes: float32/64, float16, bfloat16, int8/16/32/64, uint8, bool; casts by .to(dtype) and .float()/
   .int()/.bool()/..., and the type-promotion errors of in-place and out= calls;
 * devices: flagos:0, flagos:1 (with two flagos devices: FLAGOS_HOST_DEVICES=2) and the CPU; .to(device),
-  .to(device, dtype), copy=True, copy_ across devices, torch.flagos.set_device and the current device
-  (`torch.device("flagos")`) for factories and moves;
-* routes: `routing.set_route` of the operators the program calls, to native or cpu_fallback (and flaggems
-  where flagos is backed by CUDA and flag_gems is installed), switched between steps; a fifth of the
-  programs route every operator they call up front. Operators only the native route may run are left
-  alone, and view operators routed to cpu_fallback run natively (as routing says they must).
+  .to(device, dtype), .to(other tensor), copy=True, copy_ across devices, torch.flagos.set_device and the
+  current device (`torch.device("flagos")`) for factories (full, arange, tensor, *_like, new_*) and moves;
+* routes: `routing.set_route` of the operators the program calls (now and then for one dtype:
+  `add_.Tensor[float32]`), to native or cpu_fallback (and flaggems where flagos is backed by CUDA and
+  flag_gems is installed), switched between steps; a fifth of the programs route every operator they call
+  up front. Operators only the native route may run are left alone, and view operators routed to
+  cpu_fallback run natively (as routing says they must).
 
 What they avoid or leave out:
 
 * results the CPU itself leaves undefined: a write through a tensor whose elements overlap (expand,
-  as_strided, unfold) or that partially overlaps an input, unless the CPU rejects it (then flagos must raise
-  the same exception type: the step is kept); float-to-integer conversions of values out of the integer
-  type's range; indexing with duplicate indices where the writes would race; byte views of bools;
+  as_strided, unfold), that partially overlaps an input, or that overlaps another written tensor (a
+  _foreach list naming one tensor twice), unless the CPU rejects it (then flagos must raise the same
+  exception type: the step is kept); float-to-integer conversions of values out of the integer type's
+  range; indexing with duplicate indices where the writes would race; byte views of bools;
 * out-of-range indices (on a GPU a device-side assert, which no program survives), random-number
   operators (flagos' generators are its own), and values that round differently (inputs are small
   integers, exact in every dtype; scalars are multiples of 0.5);
