@@ -1050,11 +1050,11 @@ class Generator:
 
     def replay(self) -> None:
         self.env = Env(flagos=False)
-        for s in self.program:
-            try:
-                execute(s, self.env)
-            except Exception:  # noqa: BLE001, S110
-                pass
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for s in self.program:
+                with contextlib.suppress(Exception):
+                    execute(s, self.env)
 
     def add(self, step: Step) -> bool:
         """Run `step` on the reference and keep it, unless its CPU result is undefined (then it is dropped)."""
@@ -1448,7 +1448,17 @@ class Generator:
         t, rng, dev = self.env.t[i], self.rng, self.env.dev[i]
         n = rng.choice((1, 2, 3, 4, 17, 20))
         mine = [j for j, u in self.env.t.items() if self.env.dev[j] == dev and u.dtype == t.dtype]
-        selves = [V(rng.choice(mine)) for _ in range(n)]
+        if rng.random() < 0.3:  # any tensors: mostly calls whose tensors meet, which the reference cannot judge
+            selves = [V(rng.choice(mine)) for _ in range(n)]
+        else:  # tensors of distinct storages, new ones where those run out
+            rng.shuffle(mine)
+            storages: set[int] = set()
+            selves = []
+            for j in mine:
+                if len(selves) < n and _storage_key(self.env.t[j]) not in storages:
+                    storages.add(_storage_key(self.env.t[j]))
+                    selves.append(V(j))
+            selves += [V(self.new(self.shape(), t.dtype, dev)) for _ in range(n - len(selves))]
         name = rng.choice(("_foreach_add_", "_foreach_mul_"))
         if rng.random() < 0.4:
             other = self.scalar(t)
@@ -1457,7 +1467,7 @@ class Generator:
             for v in selves:
                 u = self.env.t[v.i]
                 same = [j for j in mine if self.env.t[j].shape == u.shape]
-                other.append(V(rng.choice(same)) if rng.random() < 0.5 else V(self.new(u.shape, u.dtype, dev)))
+                other.append(V(rng.choice(same)) if same and rng.random() < 0.5 else V(self.new(u.shape, u.dtype, dev)))
         self.add(Func(None, name, (selves, other)))
 
     def gen_cast(self):
