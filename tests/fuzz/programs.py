@@ -1109,7 +1109,10 @@ class Generator:
 
     def shape(self) -> tuple:
         nd = self.rng.choices((0, 1, 2, 3), (1, 5, 8, 5))[0]
-        return tuple(0 if self.rng.random() < 0.03 else self.rng.randint(1, 5) for _ in range(nd))
+        shape = [0 if self.rng.random() < 0.03 else self.rng.randint(1, 5) for _ in range(nd)]
+        if shape and self.rng.random() < 0.05:  # now and then one longer dimension: kernels' vectorised loops
+            shape[self.rng.randrange(nd)] = self.rng.randint(9, 40)
+        return tuple(shape)
 
     def scalar(self, t: torch.Tensor | None = None):
         s = self.rng.choice(SCALARS)
@@ -1182,7 +1185,7 @@ class Generator:
         nd = t.dim()
         kinds = ["slice", "narrow", "select", "unfold"] if nd else []
         kinds += ["transpose", "permute", "diagonal"] if nd >= 2 else []
-        kinds += ["expand", "as_strided", "view", "reshape", "unsqueeze", "view_dtype", "flatten"]
+        kinds += ["expand", "as_strided", "view", "reshape", "unsqueeze", "view_dtype", "flatten", "squeeze", "movedim"]
         kind = rng.choice(kinds)
         dim = rng.randrange(nd) if nd else 0
         size = t.shape[dim] if nd else 1
@@ -1233,11 +1236,16 @@ class Generator:
             step_ = Method(out, i, "unsqueeze", (rng.randint(-nd - 1, nd),))
         elif kind == "flatten":
             step_ = Method(out, i, "flatten")
-        else:  # view_dtype
+        elif kind == "squeeze":
+            step_ = Method(out, i, "squeeze", (dim,) if nd and rng.random() < 0.5 else ())
+        elif kind == "movedim":
+            step_ = Method(out, i, "movedim", (dim, rng.randrange(nd) if nd else 0))
+        else:  # view_dtype: of the same element size, or (a contiguous last dimension) of another
             same = SAME_SIZE[str(t.dtype).removeprefix("torch.")]
             if not same:
                 return None
-            step_ = Method(out, i, "view", (DT(rng.choice(same)),))
+            other = [d for d in DTYPES if d != "bool" and getattr(torch, d).itemsize != t.element_size()]
+            step_ = Method(out, i, "view", (DT(rng.choice(same if rng.random() < 0.6 else other)),))
         self.add(step_)
 
     def gen_inplace(self):

@@ -1,7 +1,8 @@
 """Differential fuzzing: random short tensor programs run on flagos and on the CPU must end the same way.
 
 Each program (tests/fuzz/programs.py) is a list of up to ~40 steps over small tensors (up to 3 dimensions
-of up to 5 elements before expand/cat/stack, now and then an empty one), generated from a seed. It runs twice: on
+of up to 5 elements before expand/cat/stack, now and then an empty one or one of 9 to 40), generated from
+a seed. It runs twice: on
 flagos, and on the CPU with every flagos device mapped to the CPU (the reference; a move between two
 different logical devices copies there, as it does on flagos). After every step the two runs must agree on:
 
@@ -19,8 +20,9 @@ What the programs do:
 
 * views: slices with steps (and the step 0 / negative step errors), narrow, select, unfold, transpose,
   permute, expand, as_strided (anywhere in the storage, overlapping too), view/reshape (to shapes a
-  non-contiguous tensor cannot view: the error must match), flatten, unsqueeze, diagonal, view(dtype)
-  between dtypes of one size, basic and advanced indexing (`t[1:, idx]`);
+  non-contiguous tensor cannot view: the error must match), flatten, squeeze, unsqueeze, movedim, diagonal,
+  view(dtype) (of the same element size, or of another: the last dimension grows or shrinks, or the call
+  raises), basic and advanced indexing (`t[1:, idx]`);
 * writes: add_/sub_/mul_ (scalars, tensors, broadcast, 0-dim CPU tensors, alpha), clamp_ (scalars or a
   tensor), copy_ (broadcast, any dtype, across devices), fill_ (scalar or 0-dim tensor), zero_, neg_, abs_,
   index_add_/index_copy_/index_fill_/index_put_ (accumulate or not), masked_fill_, `t[key] = value`, and
