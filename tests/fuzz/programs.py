@@ -12,14 +12,17 @@ runs. Routes (`Route`) and `SetDevice` only act on flagos.
 
 Programs are made by `generate(seed, ...)`, which runs each candidate step on the reference (the CPU) to
 choose arguments that fit the tensors at hand and drops steps whose CPU result is not defined: writes
-through a tensor whose elements overlap each other or partially overlap an input that the CPU does not
-reject, and float-to-integer conversions of values the integer type cannot hold. A step that raises on the
-CPU is kept: flagos must raise the same exception type.
+through a tensor whose elements overlap each other, or that partially overlap an input or another written
+tensor, that the CPU does not reject; _foreach calls whose tensors meet or that raise (the CPU runs them
+pair by pair); float-to-integer conversions of values the integer type cannot hold. Any other step that
+raises on the CPU is kept: flagos must raise the same exception type. Routes are added afterwards, before
+steps that call the routed operator (they change nothing on the CPU).
 
 `run(program, flagos=...)` executes a program and returns one `Record` per step (outcome, the result's
-dtype/shape/device and, where the step fixes them, strides; which variables share a storage; every
-variable's value). `difference(want, got)` names the first step where two runs differ; `check(program)`
-raises with the program and that difference; `shrink(program)` deletes steps while a difference remains.
+dtype/shape/device, strides and storage offset; which variables share a storage; every variable's value).
+`difference(want, got)` names the first step where two runs differ; `known(...)` says whether that is one
+of the KNOWN issues (each with its strict-xfail regression test); `check(program)` raises with the program
+and its difference; `shrink(program)` deletes steps while a difference remains.
 
 `python -m tests.fuzz.programs SEED [--shrink]` prints a seed's program and what differs.
 """
