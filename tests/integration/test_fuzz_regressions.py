@@ -1,0 +1,162 @@
+"""Differences between flagos and the CPU that the differential fuzzer (tests/fuzz/test_differential.py) found,
+each reduced by hand to a few lines.
+
+Each test says what the CPU does and asks flagos for the same. The ones that need a change in the C++ core
+(torch_fl/csrc) are strict xfails until it is made: the fuzzer's list of known issues
+(tests/fuzz/programs.py, KNOWN) names each of them, so that it reports those differences as known instead
+of failing; when a fix lands, the test passes, the strict xfail fails, and both entries go.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.unit.routing_fixtures import routing_state  # noqa: F401
+from torch_fl import routing
+
+pytestmark = [pytest.mark.anyplatform, pytest.mark.usefixtures("routing_state")]
+
+CPU_FALLBACK_COPIES = (
+    "needs C++: the cpu_fallback route (csrc/route/native_route.cpp, then at::native::cpu_fallback) copies "
+    "each argument to the host on its own"
+)
+
+
+def _arguments(device):
+    return torch.arange(8, device=device), torch.tensor([0, 1, 2, 3, 0, 1, 2, 3], device=device)
+
+
+# A written argument that is (all of) one of the inputs. PyTorch's kernels for these check at::assert_no_overlap,
+# which rejects a full overlap too, not only a partial one (TensorIterator allows x.add_(x)); the route checks
+# partial overlaps only (route/overlap_check.cpp), and on the host copies nothing overlaps any more: the CPU
+# kernel writes its result silently.
+OUTPUT_IS_INPUT = {
+    "index_select out= its index": ("index_select.out", lambda x, i: torch.index_select(x, 0, i, out=i)),
+    "index_select out= its input": ("index_select.out", lambda x, i: torch.index_select(x[:4], 0, i[:4], out=x[:4])),
+    "cat out= its only input": ("cat.out", lambda x, i: torch.cat([x], out=x)),
+    "cat out= a dtype view of its input": ("cat.out", lambda x, i: torch.cat([x], out=x.view(torch.float64))),
+    "index_add_ from itself": ("index_add_", lambda x, i: x[:4].index_add_(0, i[:4], x[:4])),
+    "index_copy_ from itself": ("index_copy_", lambda x, i: x[:4].index_copy_(0, i[:4], x[:4])),
+    "masked_select out= its input": ("masked_select.out", lambda x, i: torch.masked_select(x, x > 2, out=x)),
+    "take out= its index": ("take.out", lambda x, i: torch.take(x, i, out=i)),
+    "scatter_ of itself": ("scatter_.src", lambda x, i: i.scatter_(0, i, i)),
+}
+
+
+@pytest.mark.filterwarnings("ignore:An output with one or more elements was resized")  # masked_select's out=
+@pytest.mark.xfail(
+    strict=True,
+    raises=pytest.fail.Exception,  # DID NOT RAISE
+    reason=CPU_FALLBACK_COPIES + ", so a full overlap of an output and an input passes",
+)
+@pytest.mark.parametrize("op, call", OUTPUT_IS_INPUT.values(), ids=OUTPUT_IS_INPUT.keys())
+def test_cpu_fallback_rejects_an_output_that_is_an_input(op, call):
+    x, i = _arguments("cpu")
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        call(x, i)
+    routing.set_route(op, "cpu_fallback")
+    x, i = _arguments("flagos")
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        call(x, i)
+    # and nothing is written
+    assert x.cpu().tolist() == list(range(8)) and i.cpu().tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason=CPU_FALLBACK_COPIES + ": the route checks no internal overlap of a written argument before the kernel "
+    "(route/overlap_check.cpp), so the CPU kernel runs on a dense copy and its own error comes first",
+)
+def test_cpu_fallback_rejects_a_self_overlapping_output_first():
+    # abs_ has no Bool kernel; the CPU rejects the expanded (self-overlapping) output before it looks for one
+    def call(device):
+        torch.zeros(1, dtype=torch.bool, device=device).expand(3).abs_()
+
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        call("cpu")
+    routing.set_route("abs_", "cpu_fallback")
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        call("flagos")
+
+
+def _broadcast_and_transposed(device):
+    a = torch.arange(4.0, device=device).expand(3, 4)  # stride (0, 1): says nothing about the layout
+    b = torch.arange(12.0, device=device).reshape(4, 3).t()  # stride (1, 3): transposed
+    return a, b
+
+
+def _strided_with_size_one_dims(device):
+    t = torch.arange(6.0, device=device).reshape(1, 3, 2).permute(2, 0, 1).transpose(1, -2)[::2]  # (1, 1, 3)
+    return t, t
+
+
+# TensorIterator gives a result the layout of its inputs, reading past broadcast (stride 0) and size-1
+# dimensions. The host copies the fallback makes are dense (a broadcast input materialised, size-1 dimensions
+# given strides of their own), so the CPU kernel lays its result out after the copies, not the inputs.
+LAYOUTS = {"a broadcast and a transposed input": _broadcast_and_transposed, "size-1 dims": _strided_with_size_one_dims}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason=CPU_FALLBACK_COPIES + ", dense: the kernel lays its result out after those",
+)
+@pytest.mark.parametrize("inputs", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_cpu_fallback_result_layout_follows_the_inputs(inputs):
+    want = torch.add(*inputs("cpu"))
+    routing.set_route("add.Tensor", "cpu_fallback")
+    got = torch.add(*inputs("flagos"))
+    assert got.stride() == want.stride()
+    # which a program sees: the layout a preserve_format copy keeps, whether view() can flatten it
+    assert got.to(torch.float64).stride() == want.to(torch.float64).stride()
+
+
+def _out_resized(device):
+    a = torch.arange(30, dtype=torch.uint8, device=device).reshape(3, 2, 5).permute(0, 2, 1)  # dense, not contiguous
+    b = torch.arange(10, dtype=torch.uint8, device=device).reshape(5, 2)
+    out = torch.empty(0, dtype=torch.uint8, device=device)
+    torch.add(a, b, out=out)
+    return out
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="needs C++: the cpu_fallback route writes an out= result back with _copy_from_and_resize (a flagos core "
+    "op, csrc/ops/core_ops.cpp), which resizes the flagos tensor contiguous, not with the host result's strides",
+)
+def test_cpu_fallback_resizes_out_as_the_kernel_does():
+    want = _out_resized("cpu")
+    assert want.stride() == (10, 1, 5)  # TensorIterator resizes an empty out= after its inputs' layout
+    routing.set_route("add.out", "cpu_fallback")
+    got = _out_resized("flagos")
+    assert torch.equal(got.cpu(), want)
+    assert got.stride() == want.stride()
+
+
+LIKE = {
+    "zeros_like": lambda x, d: torch.zeros_like(x, device=d),
+    "full_like with a dtype": lambda x, d: torch.full_like(x, 1, dtype=torch.int16, device=d),
+    "empty_like": lambda x, d: torch.empty_like(x, device=d),
+    "new_zeros": lambda x, d: x.new_zeros(3, device=d),
+}  # (not new_tensor: its Python binding guards the input's device, so CUDA puts its result there too)
+
+
+@pytest.mark.skipif(torch.flagos.device_count() < 2, reason="needs two flagos devices (FLAGOS_HOST_DEVICES=2)")
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="needs C++: the native route takes a call's flagos device from its first flagos tensor and lets an "
+    "index-less device argument keep it (RoutedArgs::device_arg, csrc/route/routed_args.cpp)",
+)
+@pytest.mark.parametrize("make", LIKE.values(), ids=LIKE.keys())
+def test_like_factories_without_an_index_use_the_current_device(make):
+    # torch.device("flagos") is the current device, as torch.device("cuda") is: CUDA's *_like and new_* are
+    # composite kernels and generated Python bindings, none with a device guard of the input's, so their
+    # empty() allocates on the current device
+    x = torch.ones(2, device="flagos:1")
+    assert torch.flagos.current_device() == 0
+    assert make(x, "flagos:0").device == torch.device("flagos", 0)  # an explicit index works
+    assert make(x, "flagos").device == torch.device("flagos", 0)
