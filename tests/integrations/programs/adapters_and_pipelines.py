@@ -38,30 +38,11 @@ def lora(device: str) -> dict:
     return {"losses": losses, "merged_checksum": checksum(merged), "logits_sum": float(logits.double().sum())}
 
 
-def unet(device: str) -> dict:
+def tiny_unet():
     from diffusers import UNet2DModel
 
     torch.manual_seed(0)
-    model = UNet2DModel(
-        sample_size=8,
-        in_channels=3,
-        out_channels=3,
-        layers_per_block=1,
-        block_out_channels=(8, 16),
-        down_block_types=("DownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "UpBlock2D"),
-        norm_num_groups=4,
-    ).to(device)
-    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(1)).to(device)
-    with torch.no_grad():
-        return {"out": model(x, timestep=10).sample.cpu().double().sum().item()}
-
-
-def pipeline(device: str, offload: bool) -> dict:
-    from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
-
-    torch.manual_seed(0)
-    model = UNet2DModel(
+    return UNet2DModel(
         sample_size=8,
         in_channels=3,
         out_channels=3,
@@ -71,6 +52,19 @@ def pipeline(device: str, offload: bool) -> dict:
         up_block_types=("UpBlock2D", "UpBlock2D"),
         norm_num_groups=4,
     )
+
+
+def unet(device: str) -> dict:
+    model = tiny_unet().to(device)
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(1)).to(device)
+    with torch.no_grad():
+        return {"out": model(x, timestep=10).sample.cpu().double().sum().item()}
+
+
+def pipeline(device: str, offload: bool) -> dict:
+    from diffusers import DDPMPipeline, DDPMScheduler
+
+    model = tiny_unet()
     pipe = DDPMPipeline(unet=model, scheduler=DDPMScheduler(num_train_timesteps=10))
     if offload:
         pipe.enable_model_cpu_offload(device=device)
