@@ -733,18 +733,6 @@ def _fallback_resized_out(program, d, want, got) -> bool:
     return before is not None and tuple(before.shape) != want[d.step].result[1]
 
 
-def _like_on_the_input_device(program, d, want, got) -> bool:
-    step = program[d.step]
-    w, g = want[d.step].result, got[d.step].result
-    return (
-        d.kind == "result"
-        and isinstance(step, (Func, Method))
-        and step.kwargs.get("device") == Dev("cur")
-        and (step.name.endswith("_like") or step.name.startswith("new_"))
-        and w[:2] == g[:2]
-    )
-
-
 @dataclass(frozen=True)
 class Known:
     """A difference the fuzzer knows: `name`, the regression test that reproduces it (a strict xfail until
@@ -771,11 +759,6 @@ KNOWN = (
         "cpu_fallback results take the layout of the inputs' host copies (broadcast and size-1 strides lost)",
         "tests/integration/test_fuzz_regressions.py::test_cpu_fallback_result_layout_follows_the_inputs",
         _fallback_result_layout,
-    ),
-    Known(
-        "*_like and new_* factories given device='flagos' (no index) use the input's device, not the current one",
-        "tests/integration/test_fuzz_regressions.py::test_like_factories_without_an_index_use_the_current_device",
-        _like_on_the_input_device,
     ),
     Known(
         "cpu_fallback resizes an out= argument contiguous, not with the strides the CPU kernel gave its result",

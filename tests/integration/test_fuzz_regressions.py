@@ -145,12 +145,6 @@ LIKE = {
 
 
 @pytest.mark.skipif(torch.flagos.device_count() < 2, reason="needs two flagos devices (FLAGOS_HOST_DEVICES=2)")
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="needs C++: the native route takes a call's flagos device from its first flagos tensor and lets an "
-    "index-less device argument keep it (RoutedArgs::device_arg, csrc/route/routed_args.cpp)",
-)
 @pytest.mark.parametrize("make", LIKE.values(), ids=LIKE.keys())
 def test_like_factories_without_an_index_use_the_current_device(make):
     # torch.device("flagos") is the current device, as torch.device("cuda") is: CUDA's *_like and new_* are

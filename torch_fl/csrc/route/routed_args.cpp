@@ -349,6 +349,10 @@ std::optional<c10::Device> RoutedArgs::device_arg(std::optional<c10::Device> d) 
   if (d->has_index()) {
     runtime::check_device_index(d->index());
     index_ = d->index();
+  } else if (g_backing.host) {
+    // torch.device("flagos") is the current device, as torch.device("cuda") is (on a GPU the backing
+    // kernel allocates there itself), not the device of the call's first flagos tensor.
+    index_ = runtime::current_device();
   }
   const Backing& bk = g_backing;
   return c10::Device(bk.type, bk.host ? -1 : d->index());
