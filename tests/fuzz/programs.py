@@ -858,7 +858,7 @@ SCALARS = (0, 1, 2, -1, -2, 3, 0.5, 1.5, -0.5, True)
 CAST_METHODS = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "int": "int32", "long": "int64"}
 CAST_METHODS.update({"bool": "bool", "double": "float64", "byte": "uint8"})
 
-#: aten overloads the generated steps call, routable to native or cpu_fallback (views fall back to native)
+#: aten overloads the generated steps call, routable to native or cpu_fallback (views run natively only)
 ROUTABLE = (
     "add.Tensor",
     "add_.Tensor",
@@ -898,13 +898,6 @@ ROUTABLE = (
     "gt.Tensor",
     "gt.Scalar",
     "eq.Tensor",
-    "slice.Tensor",
-    "transpose.int",
-    "permute",
-    "expand",
-    "select.int",
-    "diagonal",
-    "unsqueeze",
 )
 
 
@@ -1587,11 +1580,12 @@ def _tensors(x):
 
 @functools.cache
 def routable() -> frozenset[str]:
-    """Overloads a runtime route may name for any backend: all but those the flagos core and transfers keep."""
+    """Overloads a runtime route may name for any backend: all but those only the native route runs (the core's,
+    the transfers', the views: routing/native_only.py)."""
     from torch_fl.routing import native_only
     from torch_fl.vocab import ops
 
-    return frozenset(ops.normalize(op) for op in ops.aten_ops()) - native_only.names()
+    return frozenset(op for op in map(ops.normalize, ops.aten_ops()) if not native_only.is_native_only(op))
 
 
 def _broadcasts(shape, to) -> bool:

@@ -14,6 +14,12 @@ Two kinds, each with the reason routing errors and notes give:
   fallback call itself (unbounded recursion) or hand back host tensors; routed to
   another backend, device transfers would leave the core.
 
+* the view operators (a result that shares an input's memory, `Tensor(a)` in the schema:
+  t, transpose, expand, select, ...). A backend that computes elsewhere (the CPU fallback's
+  host copies) cannot return a view, and the kernel a route registers would stay in the
+  dispatcher after the route is cleared, so views always run natively (views of tensors
+  made in inference mode among them).
+
 A glob skips these operators (with a note); a rule naming one routes it to a native
 backend or is an error.
 """
@@ -64,13 +70,33 @@ def names() -> frozenset[str]:
     return core_ops() | TRANSFER_OPS
 
 
+_VIEW_REASON = (
+    "aten::{op} returns a view of its input (the result shares the input's memory), which only the native route makes"
+)
+
+
+@functools.cache
+def _returns_view(op: str) -> bool:
+    try:
+        return ops.makes_views(op) and not ops.is_mutable(op)
+    except RuntimeError:  # not an operator: the caller's own check names it
+        return False
+
+
 def reason(op: str) -> str | None:
     """Why `op` (normalised) runs on the native route only, or None when it may be routed."""
     if op in TRANSFER_OPS:
         return _TRANSFER_REASON.format(op=op)
     if op in core_ops():
         return _CORE_REASON.format(op=op)
+    if _returns_view(op):
+        return _VIEW_REASON.format(op=op)
     return None
+
+
+def is_native_only(op: str) -> bool:
+    """Whether `op` (normalised) runs on the native route only (reason() says why)."""
+    return reason(op) is not None
 
 
 def route_problem(op: str, backend: str) -> str | None:

@@ -27,8 +27,9 @@ Failures = Collection[tuple[str, torch.dtype | None]]
 
 def core_op(op: str) -> bool:
     """True for operators only native routes may run: those the flagos core implements itself (empty,
-    view, set_, ...) and those the CPU fallback and device transfers run through (_to_copy, copy_, ...)."""
-    return op in native_only.names()
+    view, set_, ...), those the CPU fallback and device transfers run through (_to_copy, copy_, ...) and
+    the view operators (routing/native_only.py)."""
+    return native_only.is_native_only(op)
 
 
 def glob_targets(rule: Rule) -> list[str]:
