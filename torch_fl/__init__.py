@@ -21,6 +21,11 @@ if _first_import:  # torch.flagos, Tensor.flagos(), Module.flagos(), ...: once p
 
 __version__ = VERSION
 
+if backing() == "cuda":  # the engine's assert on native CUDA backward, raised with its cause and fix
+    from torch_fl import native_backward
+
+    native_backward.install()
+
 from torch_fl import multiprocessing  # noqa: E402
 
 multiprocessing.install()  # flagos tensors on torch.multiprocessing queues and pipes, share_memory_()

@@ -138,11 +138,14 @@ def test_native_cuda_forward_and_inference_work_beside_flagos():
 
 def test_native_cuda_backward_in_the_same_process_is_the_documented_limitation():
     # README "Limitations": PyTorch makes the renamed PrivateUse1 backend the
-    # accelerator, and its autograd engine then asserts on CUDA-only graphs.
+    # accelerator, and its autograd engine then asserts on CUDA-only graphs;
+    # torch_fl raises that one failure with its cause and fix (torch_fl/native_backward.py).
     m = nn.Linear(32, 8).cuda()
     loss = m(torch.randn(4, 32, device="cuda")).sum()
-    with pytest.raises(RuntimeError, match="opt_ready_stream && opt_parent_stream"):
+    with pytest.raises(RuntimeError, match="PyTorch issue 161129") as raised:
         loss.backward()
+    assert "torch_fl.integrations.enable()" in str(raised.value)
+    assert "opt_ready_stream && opt_parent_stream" in str(raised.value.__cause__)
 
 
 def test_native_cuda_backward_works_in_a_process_without_torch_fl():
