@@ -19,7 +19,8 @@ raises on the CPU is kept: flagos must raise the same exception type. Routes are
 steps that call the routed operator (they change nothing on the CPU).
 
 `run(program, flagos=...)` executes a program and returns one `Record` per step (outcome, the result's
-dtype/shape/device, strides and storage offset; which variables share a storage; every variable's value).
+dtype/shape/device, strides and storage offset; which variables share a storage; whose version counters
+changed; every variable's value).
 `difference(want, got)` names the first step where two runs differ; `known(...)` says whether that is one
 of the KNOWN issues (each with its strict-xfail regression test); `check(program)` raises with the program
 and its difference; `shrink(program)` deletes steps while a difference remains.
@@ -162,6 +163,7 @@ class Env:
         self.dev: dict[int, str] = {}
         self.current = 0
         self.routed: set[str] = set()
+        self.inference = None  # the torch.inference_mode() entered by an InferenceMode step
         if flagos:
             self.saved_device = torch.flagos.current_device()
             torch.flagos.set_device(0)
@@ -196,6 +198,9 @@ class Env:
         return "cpu"
 
     def close(self) -> None:
+        if self.inference is not None:
+            self.inference.__exit__(None, None, None)
+            self.inference = None
         if self.flagos:
             from torch_fl import routing
 
@@ -506,6 +511,24 @@ class SetDevice(Step):
 
 
 @dataclass(frozen=True, repr=False)
+class InferenceMode(Step):
+    """Enters torch.inference_mode() for the steps after it (`enabled`), or leaves it."""
+
+    enabled: bool
+
+    def run(self, env):
+        if self.enabled and env.inference is None:
+            env.inference = torch.inference_mode()
+            env.inference.__enter__()
+        elif not self.enabled and env.inference is not None:
+            env.inference.__exit__(None, None, None)
+            env.inference = None
+
+    def line(self):
+        return "mode = torch.inference_mode(); mode.__enter__()" if self.enabled else "mode.__exit__(None, None, None)"
+
+
+@dataclass(frozen=True, repr=False)
 class Observe(Step):
     """Reads `t{on}`'s strides, storage offset and contiguity (compared)."""
 
@@ -533,7 +556,9 @@ class Record:
     observed: bool = False  # PyTorch fixes those strides (a view, a layout-preserving copy): always compared
     sharing: frozenset = frozenset()  # groups (>1) of variables over one storage
     values: dict = field(default_factory=dict)  # var -> (logical device, CPU copy)
+    bumped: frozenset = frozenset()  # variables whose version counter the step changed (what autograd checks)
     calls: frozenset = frozenset()  # the aten overloads the step called (reference runs with calls=True)
+    call_dtypes: dict = field(default_factory=dict)  # and the dtype of each one's first tensor argument
 
 
 def _storage_key(t: torch.Tensor) -> int:
@@ -557,7 +582,16 @@ def _record(step: Step, env: Env, r: Any, snapshot: bool) -> Record:
     result = strides = None
     if out is not None:
         t = env.t[out]
-        result, strides = (str(t.dtype), tuple(t.shape), env.dev[out]), (t.stride(), t.storage_offset())
+        # whether autograd sees a view: where PyTorch says (views, layout-keeping copies); elsewhere a kernel's
+        # detail (the CPU's stack of inference tensors returns a view of its cat, CUDA's does not)
+        result = (
+            str(t.dtype),
+            tuple(t.shape),
+            env.dev[out],
+            t.is_inference(),
+            t._is_view() if step.strided() else None,
+        )
+        strides = (t.stride(), t.storage_offset())
     elif isinstance(step, Observe):
         result = r
     groups: dict[int, set[int]] = {}
@@ -573,6 +607,7 @@ def run(program: list[Step], flagos: bool, snapshot_every_step: bool = True, cal
     each step calls if `calls`: only on the CPU, where a dispatch mode changes nothing under test)."""
     env = Env(flagos)
     records = []
+    versions: dict[int, int | None] = {}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -582,8 +617,10 @@ def run(program: list[Step], flagos: bool, snapshot_every_step: bool = True, cal
                     records.append(Record("skipped"))
                     continue
                 called: set[str] = set()
+                dtypes: dict[str, str] = {}
                 try:
-                    with _Ops(called) if calls else contextlib.nullcontext():
+                    mode = _Ops(called, dtypes) if calls and not isinstance(step, InferenceMode) else None
+                    with mode or contextlib.nullcontext():
                         r = execute(step, env)
                 except Exception as e:  # noqa: BLE001  (an outcome to compare)
                     out = getattr(step, "out", None)
@@ -592,11 +629,18 @@ def run(program: list[Step], flagos: bool, snapshot_every_step: bool = True, cal
                     rec.outcome, rec.message = f"raised {type(e).__name__}", (str(e).splitlines() or [""])[0]
                 else:
                     rec = _record(step, env, r, snapshot_every_step or last)
-                rec.calls = frozenset(called)
+                rec.calls, rec.call_dtypes = frozenset(called), dtypes
+                now = {i: _version(t) for i, t in env.t.items()}
+                rec.bumped = frozenset(i for i, v in now.items() if i in versions and v != versions[i])
+                versions = now
                 records.append(rec)
     finally:
         env.close()
     return records
+
+
+def _version(t: torch.Tensor) -> int | None:
+    return None if t.is_inference() else t._version
 
 
 def _values_differ(want: torch.Tensor, got: torch.Tensor) -> str | None:
@@ -642,12 +686,19 @@ def difference(
             gs = g.outcome + (f" ({g.message})" if g.message else "")
             return diff("outcome", f"flagos {gs}; the CPU {ws}")
         if w.result != g.result:
-            return diff("result", f"result {g.result} on flagos, {w.result} on the CPU (dtype, shape, device)")
+            return diff(
+                "result", f"result {g.result} on flagos, {w.result} on the CPU (dtype, shape, device, inference, view)"
+            )
         if w.strides != g.strides and (all_strides or w.observed):
             return diff("strides", f"(strides, storage offset) {g.strides} on flagos, {w.strides} on the CPU")
         if w.sharing != g.sharing:
             show = lambda s: sorted(sorted(f"t{i}" for i in grp) for grp in s)  # noqa: E731
             return diff("sharing", f"storage sharing {show(g.sharing)} on flagos, {show(w.sharing)} on the CPU")
+        if w.bumped != g.bumped:
+            show = lambda s: sorted(f"t{i}" for i in s)  # noqa: E731
+            return diff(
+                "versions", f"version counters of {show(g.bumped)} changed on flagos, {show(w.bumped)} on the CPU"
+            )
         if set(w.values) != set(g.values):
             return diff("variables", f"variables {sorted(g.values)} on flagos, {sorted(w.values)} on the CPU")
         for i in sorted(w.values):
@@ -677,12 +728,15 @@ def on_fallback(program: list[Step], k: int, calls: frozenset) -> bool:
 def reference_before(program: list[Step], k: int) -> Env:
     """The reference's variables before step `k`."""
     env = Env(flagos=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for s in program[:k]:
-            if all(i in env.t for i in s.refs()):
-                with contextlib.suppress(Exception):
-                    execute(s, env)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for s in program[:k]:
+                if all(i in env.t for i in s.refs()):
+                    with contextlib.suppress(Exception):
+                        execute(s, env)
+    finally:
+        env.close()
     return env
 
 
@@ -790,11 +844,19 @@ def compare(program: list[Step], all_strides: bool | None = None, skip_known: bo
         import torch_fl
 
         all_strides = torch_fl.backing() == "cpu"
-    want, got = run(program, flagos=False, calls=skip_known), run(program, flagos=True)
+    want, got = run(program, flagos=False), run(program, flagos=True)
     d = difference(want, got, program, all_strides)
-    if d is not None and skip_known and known(program, d, want, got) is not None:
+    if d is not None and skip_known and known(program, d, with_calls(program, want), got) is not None:
         return None
     return d
+
+
+def with_calls(program: list[Step], want: list[Record]) -> list[Record]:
+    """`want` (a reference run) with the aten overloads each step calls, from another run under a dispatch
+    mode (which the compared run goes without: a mode is not transparent under inference_mode)."""
+    for r, c in zip(want, run(program, flagos=False, snapshot_every_step=False, calls=True), strict=True):
+        r.calls, r.call_dtypes = c.calls, c.call_dtypes
+    return want
 
 
 def report(program: list[Step], diff: str, seed: int | None = None) -> str:
@@ -1000,6 +1062,16 @@ def _fill_path(step: Step, env: Env) -> bool:
     return env.t[step.value.i].dim() == 0 and env.dev[step.value.i] != "cpu"
 
 
+def _cpu_values_put(step: Step, env: Env) -> bool:
+    """`t[index_tensor] = v` on a flagos t with a CPU v of more than 0 dims: CUDA's index_put_ takes a CPU value
+    only 0-dim and raises "Expected all tensors to be on the same device" otherwise, as flagos does; on the
+    reference every tensor is a CPU one, so the step has no CPU counterpart."""
+    if not isinstance(step, SetItem) or not isinstance(step.value, V) or env.dev[step.on] == "cpu":
+        return False
+    advanced = any(isinstance(k, V) for k in step.key)
+    return advanced and env.dev[step.value.i] == "cpu" and env.t[step.value.i].dim() > 0
+
+
 class Generator:
     """Builds one program from `seed`, choosing arguments against the reference run as it goes."""
 
@@ -1013,9 +1085,6 @@ class Generator:
         self.env = Env(flagos=False)
         self.next_var = 0
         self.seeds = 0
-        self.seen: set[str] = set()  # the aten overloads the program calls so far (on the CPU)
-        self.calls: list[set[str]] = []  # the routable overloads each step calls
-        self.call_dtypes: list[dict[str, str]] = []  # and the dtype each call's first tensor has
 
     # -- bookkeeping
 
@@ -1028,6 +1097,7 @@ class Generator:
         return self.seeds
 
     def replay(self) -> None:
+        self.env.close()
         self.env = Env(flagos=False)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -1040,36 +1110,33 @@ class Generator:
         env = self.env
         try:
             risky = overlap_undefined(step.written(env), step.read(env))
-            # never kept: a _foreach call whose tensors meet, and a write to overlapping elements that the
-            # reference rejects on a path flagos does not take (0-dim CPU values fill_, others copy_)
-            never = (_foreach(step) and foreach_undefined(step, env)) or (risky and _fill_path(step, env))
+            # never kept: a _foreach call whose tensors meet, a write to overlapping elements that the
+            # reference rejects on a path flagos does not take (0-dim CPU values fill_, others copy_), and
+            # an index_put of CPU values, which CUDA and flagos refuse
+            never = (
+                (_foreach(step) and foreach_undefined(step, env))
+                or (risky and _fill_path(step, env))
+                or _cpu_values_put(step, env)
+            )
         except Exception:  # noqa: BLE001  (e.g. a key that raises: the step raises when run)
             risky = never = False
         if never:
             return False
-        called: set[str] = set()
-        dtypes: dict[str, str] = {}
         try:
-            with warnings.catch_warnings(), _Ops(called, dtypes):
+            with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 execute(step, env)
         except Exception:  # noqa: BLE001
             if _foreach(step):  # the CPU raises pair by pair: the pairs before stay written
                 self.replay()
                 return False
-            self.keep(step, called, dtypes)
+            self.program.append(step)
             return False
         if risky:
             self.replay()
             return False
-        self.keep(step, called, dtypes)
-        return True
-
-    def keep(self, step: Step, called: set[str], dtypes: dict[str, str]) -> None:
         self.program.append(step)
-        self.calls.append(called & routable())
-        self.call_dtypes.append(dtypes)
-        self.seen |= called
+        return True
 
     def pick(self, pred: Callable[[torch.Tensor], bool] = lambda t: True, dev: str | None = None) -> int | None:
         """A variable satisfying `pred` (on `dev`), the last few made three times as likely as older ones."""
@@ -1490,13 +1557,14 @@ class Generator:
         self.add(Move(out, i, rng.choice(devs), dt, rng.random() < 0.1))
 
     def gen_route(self):
-        seen = sorted(self.seen & routable())
-        op = self.rng.choice(seen) if seen and self.rng.random() < 0.8 else self.rng.choice(ROUTABLE)
-        self.add(Route(op, self.rng.choice(self.backends)))
+        self.add(Route(self.rng.choice(ROUTABLE), self.rng.choice(self.backends)))
 
     def gen_set_device(self):
         if len(self.flagos_devices) > 1:
             self.add(SetDevice(self.rng.randrange(len(self.flagos_devices))))
+
+    def gen_inference(self):
+        self.add(InferenceMode(self.env.inference is None))
 
     def gen_observe(self):
         i = self.pick()
@@ -1515,15 +1583,19 @@ class Generator:
         ("gen_route", 4),
         ("gen_set_device", 3),
         ("gen_observe", 5),
+        ("gen_inference", 2),
     )
 
     def generate(self) -> list[Step]:
         self.gen_new()
         names, weights = zip(*self.KINDS, strict=True)
         attempts = 0
-        while len(self.program) < self.length and attempts < 10 * self.length:
-            attempts += 1
-            getattr(self, self.rng.choices(names, weights)[0])()
+        try:
+            while len(self.program) < self.length and attempts < 10 * self.length:
+                attempts += 1
+                getattr(self, self.rng.choices(names, weights)[0])()
+        finally:
+            self.env.close()
         return self.routed()
 
     def routed(self) -> list[Step]:
@@ -1532,11 +1604,16 @@ class Generator:
         that call only (`add_.Tensor[float32]`). Routes change nothing on the CPU, so they are added
         afterwards."""
         rng, out = self.rng, []
+        # the operators each step calls, from a run of its own: a dispatch mode is not transparent (under
+        # inference_mode a view of a normal tensor it sees is no view), so the steps were chosen without one
+        records = run(self.program, flagos=False, snapshot_every_step=False, calls=True)
+        calls = [set(r.calls) & routable() for r in records]
         if rng.random() < 0.2:
             backend = rng.choice(self.backends[1:] or self.backends)
-            out = [Route(op, backend) for op in sorted(set().union(*self.calls))]
+            out = [Route(op, backend) for op in sorted(set().union(*calls))]
             return out + self.program
-        for step, called, dtypes in zip(self.program, self.calls, self.call_dtypes, strict=True):
+        for step, called, r in zip(self.program, calls, records, strict=True):
+            dtypes = r.call_dtypes
             if called and rng.random() < 0.3:
                 backend = rng.choices(self.backends, [1] + [3] * (len(self.backends) - 1))[0]
                 op = rng.choice(sorted(called))
@@ -1631,9 +1708,9 @@ def outcome(program: list[Step]) -> tuple[Diff | None, Known | None]:
     """Run on the CPU and on flagos: the first difference and the known issue it is (or None)."""
     import torch_fl
 
-    want, got = run(program, flagos=False, calls=True), run(program, flagos=True)
+    want, got = run(program, flagos=False), run(program, flagos=True)
     d = difference(want, got, program, all_strides=torch_fl.backing() == "cpu")
-    return d, (known(program, d, want, got) if d is not None else None)
+    return d, (known(program, d, with_calls(program, want), got) if d is not None else None)
 
 
 def main(argv: list[str]) -> int:

@@ -2,17 +2,19 @@
 
 Each program (tests/fuzz/programs.py) is a list of up to ~40 steps over small tensors (up to 3 dimensions
 of up to 5 elements before expand/cat/stack, now and then an empty one or one of 9 to 40), generated from
-a seed. It runs twice: on
-flagos, and on the CPU with every flagos device mapped to the CPU (the reference; a move between two
-different logical devices copies there, as it does on flagos). After every step the two runs must agree on:
+a seed. It runs twice: on flagos, and on the CPU with every flagos device mapped to the CPU (the
+reference; a move between two different logical devices copies there, as it does on flagos). After every
+step the two runs must agree on:
 
 * the outcome: ran, or raised an exception of the same type (the message is shown, not compared);
-* the result's dtype, shape and device (flagos:0 / flagos:1 / cpu as the reference tracks them), and its
-  strides and storage offset (where flagos is backed by host memory, for every result: flagos runs the
-  CPU's own kernels there; over CUDA only where PyTorch fixes them: views, layout-preserving copies, and
-  what an explicit `Observe` step reads);
+* the result's dtype, shape and device (flagos:0 / flagos:1 / cpu as the reference tracks them), whether
+  it is an inference tensor and (for views and layout-keeping copies) whether autograd sees it as a view
+  (`_is_view()`), and its strides and storage offset (where flagos is backed by host memory, for every
+  result: flagos runs the CPU's own kernels there; over CUDA only where PyTorch fixes them: views,
+  layout-keeping copies, and what an explicit `Observe` step reads);
 * storage sharing: which variables share a storage (a view of its base, an in-place result of its self,
   a `.to()` to the same device and dtype of its input; a move, cast or clone of nothing);
+* which variables' version counters the step changed (what autograd checks saved tensors against);
 * every variable's values (exactly for integers and bools; `assert_close`'s default tolerances for floats),
   so a write through a view must reach its base and every other view of it, and nothing else.
 
@@ -36,6 +38,8 @@ What the programs do:
 * devices: flagos:0, flagos:1 (with two flagos devices: FLAGOS_HOST_DEVICES=2) and the CPU; .to(device),
   .to(device, dtype), .to(other tensor), copy=True, copy_ across devices, torch.flagos.set_device and the
   current device (`torch.device("flagos")`) for factories (full, arange, tensor, *_like, new_*) and moves;
+* torch.inference_mode(), entered and left between steps (views of normal tensors made in it, in-place
+  writes to inference tensors outside it: the error must match);
 * routes: `routing.set_route` of the operators the program calls (now and then for one dtype:
   `add_.Tensor[float32]`), to native or cpu_fallback (and flaggems where flagos is backed by CUDA and
   flag_gems is installed), switched between steps; a fifth of the programs route every operator they call
@@ -45,17 +49,19 @@ What the programs do:
 What they avoid or leave out:
 
 * results the CPU itself leaves undefined: a write through a tensor whose elements overlap (expand,
-  as_strided, unfold), that partially overlaps an input, or that overlaps another written tensor (a
-  _foreach list naming one tensor twice), unless the CPU rejects it (then flagos must raise the same
-  exception type: the step is kept); float-to-integer conversions of values out of the integer type's
-  range; indexing with duplicate indices where the writes would race; byte views of bools;
+  as_strided, unfold), or that partially overlaps an input, unless the CPU rejects it (then flagos must
+  raise the same exception type: the step is kept); a _foreach call whose tensors meet (one named twice,
+  one pair's output another's input) or that raises (the CPU runs it pair by pair, a GPU in one kernel,
+  and an error leaves the pairs before it written); float-to-integer conversions of values out of the
+  integer type's range; indexing with duplicate indices where the writes would race; byte views of bools;
 * out-of-range indices (on a GPU a device-side assert, which no program survives), random-number
   operators (flagos' generators are its own), and values that round differently (inputs are small
   integers, exact in every dtype; scalars are multiples of 0.5);
 * calls mixing tensors of two flagos devices, or of flagos and a non-scalar CPU tensor: they raise on
   flagos and cannot on the CPU reference (tests/integration/test_device_mismatch.py covers them);
-* autograd, torch.compile, streams and events, non_blocking copies, storage and resize_/set_ operations,
-  sparse, complex and quantized tensors, and larger tensors (where kernels take other paths).
+* autograd beyond version counters and views (no requires_grad, no backward), torch.compile, streams and
+  events, non_blocking copies, storage and resize_/set_ operations, sparse, complex and quantized tensors,
+  and larger tensors (where kernels take other paths).
 
 Known differences (KNOWN in tests/fuzz/programs.py, each with a strict-xfail regression test in
 tests/integration/test_fuzz_regressions.py) count as agreement here, so that each run can find the others.
@@ -167,8 +173,10 @@ def test_programs_cover_what_the_docstring_says():
     assert moves >= {"d0", "cpu", "cur"} | ({"d1"} if torch.flagos.device_count() > 1 else set())
     records = [r for seed in range(100) for r in P.run(P.generate(seed, *P.platform()), flagos=False)]
     assert any(r.outcome.startswith("raised") for r in records)  # errors are compared too
+    assert any(isinstance(s, P.InferenceMode) and s.enabled for s in steps)
 
 
+@pytest.mark.filterwarnings("ignore::torch_fl.vocab.errors.FallbackWarning")  # views: cpu_fallback has none
 def test_route_names_are_routable():
     for op in P.ROUTABLE:
         routing.set_route(op, "cpu_fallback")  # raises for a name routing does not know or keeps native
