@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.helpers import run_python
 from tests.unit.routing_fixtures import routing_state  # noqa: F401
 from torch_fl import routing
 
@@ -154,3 +155,70 @@ def test_like_factories_without_an_index_use_the_current_device(make):
     assert torch.flagos.current_device() == 0
     assert make(x, "flagos:0").device == torch.device("flagos", 0)  # an explicit index works
     assert make(x, "flagos").device == torch.device("flagos", 0)
+
+
+# An operator that writes arguments and returns nothing (_foreach_add_, _fused_adam_, ...) has no
+# ADInplaceOrView kernel: each route bumps the flagos tensors it writes (route/native_route.h); they used to
+# run on native aliases whose own counters took the bumps, so autograd missed a saved tensor's change.
+def _foreach_bumps_the_version(device, route):
+    x = torch.ones(3, device=device)
+    torch._foreach_mul_([x], 2.0)
+    assert x._version == 1
+
+
+def _foreach_change_to_a_saved_tensor_is_caught(device, route):
+    w = torch.ones(3, device=device, requires_grad=True)
+    x = torch.full((3,), 2.0, device=device)
+    y = w * x  # saves x for w's gradient
+    torch._foreach_mul_([x], 10.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()  # a silently wrong gradient (20, not 2) if the change goes unseen
+
+
+def _foreach_after_inference_mode(device, route):
+    # in a fresh process: the first alias of x's geometry is made under inference_mode, and the pool hands it
+    # to the next call (an alias made as an inference tensor raised there)
+    code = f"""
+        import torch, torch_fl
+        torch_fl.routing.set_route("_foreach_add_.Scalar", "{route}")
+        x = torch.zeros(3, device="{device}")
+        with torch.inference_mode():
+            torch._foreach_add_([x], 1)
+        torch._foreach_add_([x], 1)  # x is a normal tensor
+        assert x.cpu().tolist() == [2.0, 2.0, 2.0] and x._version == 2, (x, x._version)
+    """
+    done = run_python(code)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _foreach_on_an_inference_tensor(device, route):
+    with torch.inference_mode():
+        x = torch.zeros(3, device=device)
+    with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside InferenceMode"):
+        torch._foreach_add_([x], 1)
+    assert x.cpu().tolist() == [1.0, 1.0, 1.0]  # written, then refused, as on the CPU (CUDA bumps after its kernel)
+
+
+FOREACH = {
+    "version counter": _foreach_bumps_the_version,
+    "a saved tensor changed": _foreach_change_to_a_saved_tensor_is_caught,
+    "after inference mode": _foreach_after_inference_mode,
+    "an inference tensor": _foreach_on_an_inference_tensor,
+}
+
+
+@pytest.mark.parametrize("route", ["native", "cpu_fallback"])
+@pytest.mark.parametrize("case", FOREACH.values(), ids=FOREACH.keys())
+def test_foreach_in_place_bumps_the_tensors_versions(case, route):
+    case("cpu", route)
+    with routing.route({"_foreach_mul_.Scalar": route, "_foreach_add_.Scalar": route}):
+        case("flagos", route)
+
+
+def test_a_typed_foreach_kernel_bumps_only_what_it_writes():
+    # _foreach_add_.List has a typed native kernel (route/typed_ops.h): it writes self, not other
+    xs = [torch.ones(2, device="flagos"), torch.ones(3, device="flagos")]
+    ys = [torch.ones(2, device="flagos"), torch.ones(3, device="flagos")]
+    torch._foreach_add_(xs, ys)
+    assert [x._version for x in xs] == [1, 1]
+    assert [y._version for y in ys] == [0, 0]

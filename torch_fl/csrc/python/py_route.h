@@ -183,7 +183,22 @@ class PyRouteKernel final : public c10::OperatorKernel {
     return kwarg_names(schema, kwarg_names_);
   }
 
+  // The routing layer's error policy for a kernel that raised. GIL held.
+  static py::object call_on_error(const Target& t, py::error_already_set& e, c10::ScalarType dtype,
+                                  const py::tuple& args, const py::dict& kwargs);
+
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+    if (C10_UNLIKELY(writes_.load(std::memory_order_relaxed) != Writes::kNo) && writes(op)) {
+      const route::WrittenArguments written(op.schema(), *stack);
+      run(op, ks, stack);
+      written.bump();
+      return;
+    }
+    run(op, ks, stack);
+  }
+
+ private:
+  void run(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
     if (slot_->native.load(std::memory_order_relaxed)) {
       route::run_native_route(op, ks, stack);
       return;
@@ -201,11 +216,18 @@ class PyRouteKernel final : public c10::OperatorKernel {
     }
   }
 
-  // The routing layer's error policy for a kernel that raised. GIL held.
-  static py::object call_on_error(const Target& t, py::error_already_set& e, c10::ScalarType dtype,
-                                  const py::tuple& args, const py::dict& kwargs);
+  // Operators that write arguments and return nothing bump the flagos tensors they write on every route
+  // (route/native_route.h). Found on the first call: the kernel is made before it knows its operator.
+  enum class Writes : uint8_t { kUnknown, kNo, kYes };
+  C10_NOINLINE bool writes(const c10::OperatorHandle& op) {
+    Writes w = writes_.load(std::memory_order_relaxed);
+    if (w == Writes::kUnknown) {
+      w = route::writes_without_returning(op.schema()) ? Writes::kYes : Writes::kNo;
+      writes_.store(w, std::memory_order_relaxed);
+    }
+    return w == Writes::kYes;
+  }
 
- private:
   // What is left to run once the Python side has looked at a call.
   enum class Then : uint8_t { kDone, kNative, kCpuFallback };
 
@@ -294,6 +316,7 @@ class PyRouteKernel final : public c10::OperatorKernel {
   }
 
   Slot slot_;
+  std::atomic<Writes> writes_{Writes::kUnknown};  // relaxed: every thread computes the same answer
   std::optional<PyObject*> kwarg_names_;  // filled on the first call, with the GIL
 };
 

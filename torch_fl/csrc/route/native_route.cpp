@@ -188,10 +188,65 @@ void native_random(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torc
 // that does). On host backing it runs on flagos instead, so its bernoulli_
 // is a flagos call that draws from the device's own generator: the same
 // kernel, the same numbers as on the CPU for the same seed.
+// An operator that writes arguments and returns nothing
+// (writes_without_returning): the native route, then its flagos tensors bumped.
+void native_writing(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const WrittenArguments written(op.schema(), *stack);
+  native_fallback(op, keys, stack);
+  written.bump();
+}
+
+void native_writing_random(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const WrittenArguments written(op.schema(), *stack);
+  native_random(op, keys, stack);
+  written.bump();
+}
+
 std::tuple<at::Tensor, at::Tensor> host_native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
   return at::native::native_dropout_cpu(input, p, train);
 }
 }  // namespace
+
+bool writes_without_returning(const c10::FunctionSchema& schema) {
+  if (!schema.returns().empty()) {
+    return false;
+  }
+  for (const auto& arg : schema.arguments()) {
+    if (arg.alias_info() != nullptr && arg.alias_info()->isWrite()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+WrittenArguments::WrittenArguments(const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
+  const auto& params = schema.arguments();
+  const size_t first = stack.size() - params.size();
+  auto keep = [this](const at::Tensor& t) {
+    if (t.defined() && t.device().type() == kFlagos) {
+      tensors_.push_back(t);
+    }
+  };
+  for (size_t k = 0; k < params.size(); ++k) {
+    if (params[k].alias_info() == nullptr || !params[k].alias_info()->isWrite()) {
+      continue;
+    }
+    const c10::IValue& v = stack[first + k];
+    if (v.isTensor()) {
+      keep(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) {
+        keep(t);
+      }
+    }
+  }
+}
+
+void WrittenArguments::bump() const {
+  for (const at::Tensor& t : tensors_) {
+    t.unsafeGetTensorImpl()->bump_version();  // raises for an inference tensor outside inference_mode
+  }
+}
 
 void run_native_route(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   native_fallback(op, ks, stack);
@@ -350,7 +405,9 @@ void register_native_route() {
     // fallback, which does not look for generators.
     const bool random_kernel = draws && op->hasKernelForDispatchKey(g_backing.key) &&
                                !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
-    if (!device_switch && !whole && !random_kernel &&
+    const bool writes = writes_without_returning(op->schema()) &&
+                        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+    if (!device_switch && !whole && !random_kernel && !writes &&
         (!composite || !op->hasKernelForDispatchKey(g_backing.key) || host_random)) {
       continue;
     }
@@ -358,7 +415,11 @@ void register_native_route() {
     if (!name.overload_name.empty()) {
       qualified += "." + name.overload_name;
     }
-    if (draws) {
+    if (writes) {
+      direct_library.impl(qualified.c_str(),
+                          draws ? torch::CppFunction::makeFromBoxedFunction<&native_writing_random>()
+                                : torch::CppFunction::makeFromBoxedFunction<&native_writing>());
+    } else if (draws) {
       direct_library.impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&native_random>());
     } else {
       direct_library.impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&native_fallback>());

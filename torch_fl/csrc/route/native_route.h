@@ -8,6 +8,7 @@
 #include <ATen/core/stack.h>
 #include <c10/core/Device.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 
 namespace torch_fl {
 namespace route {
@@ -24,6 +25,23 @@ bool native_route_may_own(const c10::OperatorHandle& op);
 // backing device has none), logged and counted. For routes that run natively
 // for some calls (python/py_route.h) and the routing layer's fallbacks.
 void run_native_route(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
+// Operators that write arguments and return nothing (_foreach_add_,
+// _fused_adam_, _amp_foreach_non_finite_check_and_unscale_) have no
+// ADInplaceOrView kernel to bump the versions of what they write: CUDA's
+// kernels bump them themselves, the CPU's composites through their per-tensor
+// in-place calls. On flagos those calls reach native aliases, so every route
+// bumps the flagos tensors: WrittenArguments keeps them before the call and
+// bumps them after it succeeds, as CUDA's kernels do (autograd then sees a
+// saved tensor changed; an inference tensor outside inference_mode raises).
+bool writes_without_returning(const c10::FunctionSchema& schema);
+class WrittenArguments {
+ public:
+  WrittenArguments(const c10::FunctionSchema& schema, const torch::jit::Stack& stack);
+  void bump() const;
+
+ private:
+  c10::SmallVector<at::Tensor, 8> tensors_;
+};
 // PyTorch's CPU fallback on a boxed stack (the cpu_fallback backend), logged and counted.
 void call_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // Where the kernel of a routed call on flagos:index (-1: the current device)

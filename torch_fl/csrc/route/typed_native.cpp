@@ -26,6 +26,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/SmallVector.h>
 
+#include <array>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -166,6 +167,34 @@ struct Typed<Op, Ret(Args...)> {
   static inline std::optional<c10::TypedOperatorHandle<Ret(Args...)>> handle;
   static inline OpCounts* counts = nullptr;
   static inline bool mutates = false;
+  // Arguments of an operator that writes them and returns nothing, whose
+  // versions the route bumps (route/native_route.h, WrittenArguments).
+  static inline std::array<bool, sizeof...(Args)> written{};
+  static inline bool writes = false;
+
+  static void bump(const at::Tensor& t) {
+    if (t.defined() && t.device().type() == kFlagos) {
+      t.unsafeGetTensorImpl()->bump_version();  // raises for an inference tensor outside inference_mode
+    }
+  }
+  static void bump(at::TensorList list) {
+    for (const at::Tensor& t : list) {
+      bump(t);
+    }
+  }
+  template <class T>
+  static void bump(const T&) {}
+
+  template <size_t... I>
+  static void bump_written(std::index_sequence<I...>, const Args&... args) {
+    (
+        [&] {
+          if (written[I]) {
+            bump(args);
+          }
+        }(),
+        ...);
+  }
 
   template <size_t... I>
   static Ret redispatch(const RoutedArgs& a, Held& held, std::index_sequence<I...>) {
@@ -204,6 +233,9 @@ struct Typed<Op, Ret(Args...)> {
     if constexpr (std::is_void_v<Ret>) {
       run(a, args...);
       a.release();
+      if (C10_UNLIKELY(writes)) {  // after the kernel, as CUDA's bump
+        bump_written(std::index_sequence_for<Args...>{}, args...);
+      }
     } else {
       Ret out = run(a, args...);
       a.release();  // after the held aliases are gone: only then are they recycled
@@ -246,6 +278,11 @@ struct Typed<Op, Ret(Args...)> {
     handle = op->template typed<Ret(Args...)>();
     counts = op_counts(*op);
     mutates = op->schema().is_mutable();
+    writes = writes_without_returning(op->schema());
+    for (size_t i = 0; i < sizeof...(Args); ++i) {
+      const auto* alias = op->schema().arguments()[i].alias_info();
+      written[i] = writes && alias != nullptr && alias->isWrite();
+    }
     lib.impl(typed::overload_of<Op>().c_str(), TORCH_FN(call));
   }
 };

@@ -6,7 +6,10 @@
 #include "runtime/device.h"
 
 #include <ATen/core/TensorBody.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/StorageImpl.h>
+
+#include <optional>
 
 namespace torch_fl {
 namespace tensor {
@@ -30,10 +33,20 @@ c10::intrusive_ptr<c10::StorageImpl> reclaim(void* ctx) {
   return c10::intrusive_ptr<c10::StorageImpl>::unsafe_reclaim_from_nonowning(static_cast<c10::StorageImpl*>(ctx));
 }
 
-// A tensor over `storage` with the geometry and view bits of `like`.
-at::Tensor tensor_over(c10::intrusive_ptr<c10::StorageImpl> storage, c10::DispatchKey key, const at::Tensor& like) {
+// A tensor over `storage` with the geometry and view bits of `like`. A
+// native alias (`normal`) is never an inference tensor, whatever the mode it
+// is made in: the alias pool hands it to later calls in any mode, and a
+// kernel's in-place call on an inference tensor outside inference_mode
+// raises. A flagos tensor is one as any new tensor is (torch.inference_mode).
+at::Tensor tensor_over(c10::intrusive_ptr<c10::StorageImpl> storage, c10::DispatchKey key, const at::Tensor& like,
+                       bool normal = false) {
+  std::optional<c10::InferenceMode> not_inference;
+  if (normal && C10_UNLIKELY(c10::InferenceMode::is_enabled())) {
+    not_inference.emplace(false);
+  }
   auto t = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(std::move(storage)), c10::DispatchKeySet(key),
                                                     like.dtype());
+  not_inference.reset();
   auto* impl = t.unsafeGetTensorImpl();
   impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
   if (C10_UNLIKELY(like.is_conj())) {
@@ -58,7 +71,7 @@ at::Tensor native_alias(const at::Tensor& flagos, bool owning) {
   const c10::DataPtr& data = src->data_ptr();
   // A flagos storage that itself wraps a native one: hand back the original.
   if (C10_UNLIKELY(data.get_deleter() == &owning_native_deleter)) {
-    return tensor_over(reclaim(data.get_context()), b.key, flagos);
+    return tensor_over(reclaim(data.get_context()), b.key, flagos, /*normal=*/!owning);
   }
   void* ptr = src->mutable_data();
   c10::DataPtr alias_data;
@@ -70,11 +83,12 @@ at::Tensor native_alias(const at::Tensor& flagos, bool owning) {
   }
   auto storage = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), src->nbytes(),
                                                        std::move(alias_data), b.allocator, src->resizable());
-  return tensor_over(std::move(storage), b.key, flagos);
+  return tensor_over(std::move(storage), b.key, flagos, /*normal=*/!owning);
 }
 
 at::Tensor native_alias_sharing(const at::Tensor& flagos, const at::Tensor& sibling) {
-  return tensor_over(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage_of(sibling)), g_backing.key, flagos);
+  return tensor_over(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage_of(sibling)), g_backing.key, flagos,
+                     /*normal=*/true);
 }
 
 namespace {
