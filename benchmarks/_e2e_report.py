@@ -7,9 +7,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from _results import errors_brief, exception_line
-
-MODELS_DIR = Path(__file__).resolve().parents[1] / "torch_fl" / "models"
+from benchmarks import common
+from benchmarks.common import errors_brief, exception_line
 
 
 def compare_logits(res: dict, reference: dict) -> None:
@@ -22,7 +21,7 @@ def compare_logits(res: dict, reference: dict) -> None:
         return
     import torch
 
-    sys.path.insert(0, str(MODELS_DIR))
+    common.models()
     import workloads
 
     logits = torch.load(path)

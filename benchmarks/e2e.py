@@ -1,13 +1,13 @@
 """End-to-end benchmark: Qwen3 decode, prefill and training on flagos vs native PyTorch.
 
-    python benchmarks/e2e.py                          # GPU: Qwen3-0.6B architecture, all variants
-    python benchmarks/e2e.py --model tiny --quick     # host smoke run (written to the temporary folder)
-    python benchmarks/e2e.py --model /path/to/Qwen3-0.6B --rounds 5
-    python benchmarks/e2e.py --variants native,flagos --paired 6   # + in-process pairs
-    python benchmarks/e2e.py --variants native,flagos --concurrent  # two GPUs: native and flagos at once
-    python benchmarks/e2e.py --tasks decode --variants native,flagos --step-pairs 12  # token by token
-    python benchmarks/e2e.py --tasks decode,graphs --variants native,flagos,flagos_flaggems --rounds 5  # graphs
-    python benchmarks/e2e.py --replot benchmarks/results/e2e-h200.json   # the chart again
+    python -m benchmarks.e2e                          # GPU: Qwen3-0.6B architecture, all variants
+    python -m benchmarks.e2e --model tiny --quick     # host smoke run (written to the temporary folder)
+    python -m benchmarks.e2e --model /path/to/Qwen3-0.6B --rounds 5
+    python -m benchmarks.e2e --variants native,flagos --paired 6   # + in-process pairs
+    python -m benchmarks.e2e --variants native,flagos --concurrent  # two GPUs: native and flagos at once
+    python -m benchmarks.e2e --tasks decode --variants native,flagos --step-pairs 12  # token by token
+    python -m benchmarks.e2e --tasks decode,graphs --variants native,flagos,flagos_flaggems --rounds 5  # graphs
+    python -m benchmarks.e2e --replot benchmarks/results/e2e-h200.json   # the chart again
 
 Tasks (full sizes): decode (batch 1, 32-token prompt, 64 new tokens, greedy),
 prefill (8 x 512 tokens, one forward pass, logits of the last position as
@@ -28,7 +28,7 @@ Variants:
   cuda_flaggems    native cuda under flag_gems.enable() (FlagGems replaces CUDA kernels process-wide)
 
 The parent never touches a device. Every (round, variant) runs in its own child
-process (`python benchmarks/e2e.py --worker VARIANT ...`) that prints one JSON
+process (`python -m benchmarks.e2e --worker VARIANT ...`) that prints one JSON
 line, so variants that cannot share a process (native CUDA autograd after
 torch_fl is imported, PyTorch issue 161129; flag_gems.enable()) are measured
 the same way as the others. Rounds alternate between variants, rotating the
@@ -47,7 +47,7 @@ and flagos in one child process, alternating call by call for N pairs: on a
 shared machine whose load drifts between processes, the median of per-pair
 ratios is the steadier number. Training cannot pair in one process (native CUDA backward fails once
 torch_fl is imported): with "train" in --tasks, a native training worker process and a flagos one
-(benchmarks/_workers.py) build their models once and take turns, N ABBA pairs of samples of the
+(benchmarks/common.py) build their models once and take turns, N ABBA pairs of samples of the
 training step. --paired-variants pairs each flagos routing listed (flagos_flaggems,
 flagos_calibrated) with native the same way, each in a process of its own (and a training worker of its
 own), and also pairs its training step in one process with flagos on its native routes (the shipped
@@ -60,7 +60,7 @@ one thread, alternating token by token (workloads.greedy_steps(): the
 forward calls generate() makes), and also decodes each sequence with each
 model alone, so the report shows whether alternating slowed the steps.
 
-Writes benchmarks/results/e2e-<machine>.json (benchmarks/_results.py: the
+Writes benchmarks/results/e2e-<machine>.json (benchmarks/common.py: the
 command, date, versions and commit with the results; --out redirects it, to a
 folder or a file) and the .png beside it (if matplotlib is installed), and
 prints a Markdown table.
@@ -81,15 +81,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared modules, also when loaded by path
-import _e2e_child  # noqa: E402
-import _e2e_report  # noqa: E402
-import _results  # noqa: E402
-import _timing  # noqa: E402
-import _workers  # noqa: E402
+from benchmarks import _e2e_child, _e2e_report, common
 
-REPO = _results.REPO
-MODELS_DIR = _e2e_child.MODELS_DIR
+REPO = common.REPO
 RESULT_TAG = _e2e_child.RESULT_TAG
 VARIANTS = ("native", "flagos", "flagos_flaggems", "flagos_calibrated", "cuda_flaggems")
 PAIRABLE = ("flagos", "flagos_flaggems", "flagos_calibrated")  # flagos routings that share a process with native
@@ -129,8 +123,7 @@ def _run_child(variant, args, ckpt, sizes, gpu: int | None = None, routes: str |
     """One child process for `variant` (on CUDA device `gpu` alone when given; routed as the variant `routes`
     says, default `variant`); its JSON result."""
     cmd = [
-        sys.executable,
-        str(Path(__file__).resolve()),
+        *common.child_cmd("e2e"),
         "--worker",
         variant,
         "--ckpt",
@@ -163,7 +156,7 @@ def _run_child(variant, args, ckpt, sizes, gpu: int | None = None, routes: str |
             out = json.loads(lines[-1])
         else:
             text = proc.stderr or proc.stdout
-            error = f"child exited {proc.returncode} without a result: {_results.exception_line(text)}\n{text[-1500:]}"
+            error = f"child exited {proc.returncode} without a result: {common.exception_line(text)}\n{text[-1500:]}"
             out = {"variant": variant, "error": error, "tasks": {}}
     out["wall_s"] = round(time.perf_counter() - t, 2)
     if gpu is not None:
@@ -173,20 +166,18 @@ def _run_child(variant, args, ckpt, sizes, gpu: int | None = None, routes: str |
 
 def _train_worker_pairs(routings: list[str], args, ckpt, sizes, tmp: str) -> dict:
     """{routing: pairs} of the training step: a native worker process (never imports torch_fl) against a
-    worker per flagos routing in turn, ABBA samples of `iters` steps (benchmarks/_workers.py: native CUDA
+    worker per flagos routing in turn, ABBA samples of `iters` steps (benchmarks/common.py: native CUDA
     backward cannot share a process with torch_fl)."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--ckpt", ckpt, "--sizes", json.dumps(sizes)]
+    cmd = common.child_cmd("e2e", "--ckpt", ckpt, "--sizes", json.dumps(sizes))
     cmd += ["--seed", str(args.seed), "--serve-train", "--worker"]
 
-    def start(v: str) -> _workers.Worker:
+    def start(v: str) -> common.Worker:
         log = os.path.join(tmp, f"train-worker-{v}.log")
-        return _workers.Worker(
-            f"train ({v})", [*cmd, v], _variant_env(v, args.calibrated), REPO, log, args.child_timeout
-        )
+        return common.Worker(f"train ({v})", [*cmd, v], _variant_env(v, args.calibrated), REPO, log, args.child_timeout)
 
     sz = sizes["train"]
     tokens = sz["batch"] * sz["length"]
-    out = _workers.pair_each(start, "native", routings, args.paired)
+    out = common.pair_each(start, "native", routings, args.paired)
     for res in out.values():
         if "error" not in res:
             res.update(against="native, worker processes", steps_per_sample=sz["iters"])
@@ -291,7 +282,7 @@ def main(argv=None) -> int:
         print(RESULT_TAG + json.dumps(worker(args)), flush=True)
         return 0
 
-    sys.path.insert(0, str(MODELS_DIR))
+    common.models()
     import qwen3
     import torch
 
@@ -336,7 +327,7 @@ def main(argv=None) -> int:
         return 2
     spec = qwen3.canonical(args.model if args.model != "auto" else ("0.6b" if on_gpu else "tiny"))
     sizes = SIZES["quick" if args.quick else "full"]
-    json_path = _results.out_path("e2e", args.out, smoke=args.quick)
+    json_path = common.out_path("e2e", args.out, smoke=args.quick)
     paired: dict | None = None  # native against flagos's native routes
     paired_routed: dict = {}  # native against each other flagos routing in --paired-variants
 
@@ -359,7 +350,7 @@ def main(argv=None) -> int:
             "concurrent": _e2e_report.concurrent_ratios(raw, args.tasks) if args.concurrent else None,
             "raw": raw,
         }
-        _results.write("e2e", report, json_path)
+        common.write("e2e", report, json_path)
         return json.loads(json_path.read_text())
 
     started = time.perf_counter()
@@ -378,7 +369,7 @@ def main(argv=None) -> int:
         what = f"{args.paired} pairs" + (f", {args.step_pairs} sequences token by token" if args.step_pairs else "")
         # Each child runs for tens of seconds to minutes: the deadline is judged before each one, and the
         # report is written after each one, so a run stopped early, or killed, keeps what it measured.
-        deadline = _timing.Deadline(args.deadline, started)
+        deadline = common.Deadline(args.deadline, started)
 
         def may_start(kind: str, step: str) -> bool:
             if deadline.allows(kind):

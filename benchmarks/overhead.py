@@ -9,14 +9,14 @@ not); a large add measures bandwidth and a large bf16 matmul TFLOP/s, where
 flagos must equal native. Native and flagos alternate round by round and the
 median of the rounds is reported, with the ratio.
 
-    python benchmarks/overhead.py                 # full sizes (GPU)
-    python benchmarks/overhead.py --quick         # small sizes (smoke; written to the temporary folder)
+    python -m benchmarks.overhead                 # full sizes (GPU)
+    python -m benchmarks.overhead --quick         # small sizes (smoke; written to the temporary folder)
 
 With flag_gems on a GPU it also times a flaggems-routed add/mul on flagos:
 the fast path against native CUDA's add/mul, and the Python route
 (flaggems_python) against the same flag_gems function called directly.
 
-Writes benchmarks/results/overhead-<machine>.json (benchmarks/_results.py:
+Writes benchmarks/results/overhead-<machine>.json (benchmarks/common.py:
 command, date, versions, commit; --out redirects it) and, for full sizes, the
 PNG beside it when matplotlib is installed.
 """
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import statistics
 import sys
 import time
@@ -36,10 +35,8 @@ from dataclasses import asdict, dataclass, fields
 import torch
 
 import torch_fl
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared modules, also when loaded by path
-import _results  # noqa: E402
-from _timing import abba, alternating  # noqa: E402
+from benchmarks import common
+from benchmarks.common import abba, alternating
 
 
 @dataclass
@@ -406,7 +403,7 @@ def flaggems_rows(rounds: int, calls: int) -> list[Row]:
 
 
 def environment() -> dict:
-    """What the meta block (benchmarks/_results.py) does not say: flagos's version, backing and device."""
+    """What the meta block (benchmarks/common.py) does not say: flagos's version, backing and device."""
     return {"torch_fl": torch_fl.__version__, "backing": torch_fl.backing(), "device": torch.flagos.get_device_name(0)}
 
 
@@ -483,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
             for r in rows
         ],
     }
-    out = str(_results.write("overhead", report, args.out, smoke=args.quick))
+    out = str(common.write("overhead", report, args.out, smoke=args.quick))
     print(f"\n{'operator':<28}{'native':>10}{'flagos':>10}{'ratio':>8}  unit")
     for r in rows:
         print(f"{r.name:<28}{r.native:>10.2f}{r.flagos:>10.2f}{r.ratio:>8.3f}  {r.unit}")

@@ -1,6 +1,6 @@
 """Where decode or prefill time goes on flagos vs native: torch.profiler and cProfile, same run.
 
-    python benchmarks/profile_decode.py [--model 0.6b] [--tokens 24] [--task decode|prefill]
+    python -m benchmarks.profile_decode [--model 0.6b] [--tokens 24] [--task decode|prefill]
         [--grad-mode no_grad|inference_mode] [--after-decode N [--reload]] [--trace-dir DIR]
 
 Prints, for each device, the top operators by self CPU time and the Python

@@ -1,11 +1,11 @@
 """docs/benchmarks.md and README.md's performance table, generated from benchmarks/results/*.json.
 
-    python benchmarks/report.py            # rewrite both from the canonical result files
-    python benchmarks/report.py --check    # exit 1 if either differs from what the files give
+    python -m benchmarks.report            # rewrite both from the canonical result files
+    python -m benchmarks.report --check    # exit 1 if either differs from what the files give
 
 Every table names the file, command, date, commit and machine it comes from. A ratio is flagos
 relative to native (throughput: above 1 is faster; time per call: above 1 is slower) with its noise
-where the run kept per-pair or per-round samples: half the interquartile range (benchmarks/_timing.py).
+where the run kept per-pair or per-round samples: half the interquartile range (torch_fl/calibration/stats.py).
 README.md's table goes between the markers `<!-- benchmarks:start -->` and `<!-- benchmarks:end -->`;
 without them the script says so, leaves README.md alone and exits 1.
 """
@@ -18,10 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared modules, also when loaded by path
-from _report_distributed import ddp_tables, multigpu_tables, multigpu_targets  # noqa: E402
-from _results import errors_brief, exception_line  # noqa: E402
-from _timing import format_ratio, quartiles  # noqa: E402
+from benchmarks.common import errors_brief, exception_line, format_ratio, quartiles
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -265,7 +262,7 @@ def compile_tables(d: dict) -> list[str]:
         f"(inductor). Prefill {sizes.get('prefill')} (batch x length) in alternating pairs{per_sample} in one "
         f"process; training step {sizes.get('train')} (forward, backward, AdamW) {how}. Ratio: native "
         "time / flagos time, the median of the pairs' ratios, ± the noise, and the interval that holds the true "
-        "median with 95% probability (order statistics, benchmarks/_timing.py). Compile time: first call minus "
+        "median with 95% probability (order statistics, torch_fl/calibration/stats.py). Compile time: first call minus "
         "a steady call, from an empty inductor cache.",
         "",
         "| task | flagos / native | native compile s | flagos compile s |",
@@ -276,6 +273,67 @@ def compile_tables(d: dict) -> list[str]:
         f"{train['compile_s']['native']} | {train['compile_s']['flagos']} |",
     ]
     return out + [""]
+
+
+MODES = {"ddp": "DDP", "fsdp": "FSDP2"}
+
+
+def ddp_tables(d: dict) -> list[str]:
+    a, sides, r = d.get("args", {}), d["sides"], d["ratio"]
+    out = [
+        f"MLP of {a.get('layers')} x {a.get('hidden')} hidden, batch {a.get('batch')}, {a.get('steps')} timed steps "
+        f"per child, {a.get('rounds')} ABBA rounds; DDP at world size 1 (flagos: the flagos backend; native: "
+        f"NCCL on cuda, gloo on the CPU). flagos throughput / native: {format_ratio(r)}.",
+        "",
+        "| side | backing | step (ms, median of rounds) |",
+        "| --- | --- | ---: |",
+    ]
+    out += [f"| {side} | {v['backing']} | {v['step_ms_median']:.3f} |" for side, v in sides.items()]
+    return out + [""]
+
+
+def multigpu_tables(d: dict) -> list[str]:
+    sz, a = d.get("sizes", {}), d.get("args", {})
+    out = [
+        f"Qwen3 {sz.get('variant')}, batch {sz.get('batch')} x {sz.get('length')} per GPU, bf16 autocast, AdamW; "
+        f"{d.get('world_size')} processes per torchrun job, {a.get('steps')} timed steps, ABBA rounds (native: "
+        "NCCL on cuda, gloo on the CPU; flagos: the flagos backend). Losses: rank 0's, equal within "
+        f"relative {d.get('loss_rtol')}.",
+        "",
+        "| mode | flagos / native | native tokens/s per GPU | flagos tokens/s per GPU | peak memory ratio "
+        "| losses equal |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for mode, label in MODES.items():
+        e = d.get(mode, {})
+        if "ratio_median" not in e:
+            out.append(f"| {label} | error: {'; '.join(e.get('errors', ['not run']))[:90]} | | | | |")
+            continue
+        peak = f"{e['peak_memory_ratio']:.3f}x" if "peak_memory_ratio" in e else "n/a"
+        out.append(
+            f"| {label} | {format_ratio(e)} ({e['pairs']} rounds) | {e['native']['tokens_per_s_per_gpu']:,.0f} | "
+            f"{e['flagos']['tokens_per_s_per_gpu']:,.0f} | {peak} | {'yes' if e['losses_equal'] else 'NO'} |"
+        )
+    return out + [""]
+
+
+def multigpu_targets(results: dict[str, dict]) -> list[tuple]:
+    """The multi-GPU targets (flagos >= 0.97x native for DDP and FSDP2, peak memory <= 1.02x, equal losses)
+    from every multigpu-<GPU>x<N> result of several GPUs."""
+    rows = []
+    for stem, d in results.items():
+        if d["meta"]["benchmark"] != "multigpu" or stem.startswith("multigpu-host"):
+            continue
+        for mode, label in MODES.items():
+            e = d.get(mode, {})
+            if "ratio_median" not in e:
+                continue
+            peak = e.get("peak_memory_ratio")
+            text = f"{format_ratio(e)} ({e['pairs']} rounds), peak memory " + (f"{peak:.3f}x" if peak else "n/a")
+            text += ", losses equal" if e["losses_equal"] else ", losses DIFFER"
+            met = e["ratio_median"] >= 0.97 and (peak is None or peak <= 1.02) and e["losses_equal"]
+            rows.append((f"{label} Qwen3-0.6B on {d['world_size']} GPUs >= 0.97x native", text, met, stem))
+    return rows
 
 
 def _yes(ok) -> str:
@@ -355,13 +413,13 @@ def benchmarks_md(results: dict[str, dict], results_dir: Path = RESULTS) -> str:
     lines = [
         "# Benchmarks",
         "",
-        "<!-- Generated by `python benchmarks/report.py` from benchmarks/results/*.json: do not edit. -->",
+        "<!-- Generated by `python -m benchmarks.report` from benchmarks/results/*.json: do not edit. -->",
         "",
         "One canonical result file per benchmark and machine, `benchmarks/results/<benchmark>-<machine>.json`, "
         "overwritten by each run of its script (the GPU runs: `bash scripts/gpu_bench.sh`, then copy the files "
-        "it writes to `$OUT` into benchmarks/results/ and run `python benchmarks/report.py`). Ratios are "
+        "it writes to `$OUT` into benchmarks/results/ and run `python -m benchmarks.report`). Ratios are "
         "flagos relative to native; ± is the noise, half the interquartile range of the per-pair or per-round "
-        "samples (benchmarks/_timing.py).",
+        "samples (torch_fl/calibration/stats.py).",
         "",
     ]
     for stem, d in results.items():
@@ -594,7 +652,7 @@ def readme_table(results: dict[str, dict]) -> str:
         "| --- | --- | --- |",
         *[f"| {t} | {m} | {'yes' if ok else 'NO'} |" for t, m, ok, _ in rows],
         "",
-        "Generated by `python benchmarks/report.py` from "
+        "Generated by `python -m benchmarks.report` from "
         + ", ".join(
             f"`benchmarks/results/{s}.json` ({results[s]['meta'].get('date') or 'date not recorded'})" for s in sources
         )
@@ -629,7 +687,7 @@ def main(argv: list[str] | None = None) -> int:
     stale = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
     if args.check:
         for path in stale:
-            print(f"{path} is stale: run python benchmarks/report.py", file=sys.stderr)
+            print(f"{path} is stale: run python -m benchmarks.report", file=sys.stderr)
         return 1 if stale else 0
     for path in stale:
         path.write_text(wanted[path])

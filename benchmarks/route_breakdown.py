@@ -24,27 +24,23 @@ gaps into parts, each timed as host microseconds per call in the same run:
   kernel on aliased memory, no flagos dispatch),
 - mm 64x64 on native vs flagos through torch.mm and the @ operator.
 
-    python benchmarks/route_breakdown.py [--calls N] [--out PATH]
+    python -m benchmarks.route_breakdown [--calls N] [--out PATH]
 
-Writes benchmarks/results/route-breakdown-<machine>.json (benchmarks/_results.py; --out redirects it).
+Writes benchmarks/results/route-breakdown-<machine>.json (benchmarks/common.py; --out redirects it).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import time
 from array import array
 
 import torch
 
 import torch_fl
+from benchmarks import common
 from torch_fl.routing.types import CoreTarget
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared modules, also when loaded by path
-import _results  # noqa: E402
 
 
 def per_call_us(fn, calls: int, rounds: int = 5) -> float:
@@ -72,7 +68,7 @@ def flaggems_gaps(table: dict, a, b, fa, fb, native, pairs: int) -> dict[str, fl
     """What a flaggems-routed add or mul adds over the direct call, in steps, each step timed call by
     call in ABBA pairs (median of per-pair differences, microseconds): FlagGems' own time swings by
     more than these steps between rounds."""
-    from overhead import paired_calls_us
+    from benchmarks.overhead import paired_calls_us
 
     def gap(name: str, first, second) -> tuple[str, float]:
         one, two = paired_calls_us(first, second, native, pairs)
@@ -209,7 +205,7 @@ def main(argv=None) -> int:
             total += i
         return x
 
-    from overhead import paired_calls_us
+    from benchmarks.overhead import paired_calls_us
 
     na, nb = torch_fl.as_native(fa), torch_fl.as_native(fb)  # persistent aliases
     route = torch_fl._C.PyRoute("add.Tensor")
@@ -267,7 +263,7 @@ def main(argv=None) -> int:
     row("mm 64x64 flagos, torch.mm", lambda: torch.mm(f1, f2))
     row("mm 64x64 native, @", lambda: m1 @ m2)
     row("mm 64x64 flagos, @", lambda: f1 @ f2)
-    out = _results.write("route-breakdown", {"backing": torch_fl.backing(), "us_per_call": rows}, args.out)
+    out = common.write("route-breakdown", {"backing": torch_fl.backing(), "us_per_call": rows}, args.out)
     print(f"wrote {out}")
     return 0
 

@@ -14,9 +14,9 @@ shapes, stands beside the single operators; --prefill adds a row of four
 forwards over 4 x 128 tokens without a cache (e2e.py's prefill, smaller).
 They need transformers.
 
-    python benchmarks/route_instructions.py                   # host backing: writes route-instructions-host.json
-    python benchmarks/route_instructions.py --no-ops --cache-sim   # the decode row with simulated cache misses
-    python benchmarks/route_instructions.py --no-ops --no-decode --prefill --cache-sim   # the prefill row
+    python -m benchmarks.route_instructions                   # host backing: writes route-instructions-host.json
+    python -m benchmarks.route_instructions --no-ops --cache-sim   # the decode row with simulated cache misses
+    python -m benchmarks.route_instructions --no-ops --no-decode --prefill --cache-sim   # the prefill row
 
 Each model row also lists torch_fl's own functions in the flagos run
 (exclusive counts per routed call, their sum and the largest): where the
@@ -29,7 +29,7 @@ flagos adds per routed call: a call's added instructions are few, but they
 are spread over code the rest of a decode step has evicted.
 
 Needs valgrind on PATH (not a Python package: `apt install valgrind`).
-Writes benchmarks/results/route-instructions-<machine>.json (benchmarks/_results.py;
+Writes benchmarks/results/route-instructions-<machine>.json (benchmarks/common.py;
 --out redirects it).
 """
 
@@ -44,8 +44,7 @@ import sys
 import tempfile
 import textwrap
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared modules, also when loaded by path
-import _results  # noqa: E402
+from benchmarks import common
 
 # name -> (the dispatcher entry counted, the statement timed; a and b are 4x4, w is 4x4)
 OPS = {
@@ -288,7 +287,7 @@ def main() -> int:
             own = row["torch_fl_functions_per_routed_call"]
             top = ", ".join(f"{f['function'].removeprefix('torch_fl::')} {f['Ir']:.0f}" for f in own["top"][:5])
             print(f"  torch_fl's own functions per routed call: {own['total']} ({top})", flush=True)
-    out = _results.write("route-instructions", {"backing": native, "calls": CALLS + 50, "rows": rows}, args.out)
+    out = common.write("route-instructions", {"backing": native, "calls": CALLS + 50, "rows": rows}, args.out)
     print(f"wrote {out}")
     return 0
 
