@@ -8,8 +8,7 @@
 # benchmarks/e2e.py (ROUNDS child rounds, default 3; E2E_DEADLINE=seconds
 # starts no round that would end later; E2E_VARIANTS=native,flagos limits the
 # variants; PAIRS in-process native/flagos pairs first, default 6; STEP_PAIRS
-# sequences decoded token by token in pairs, default 4; CONCURRENT=1 on two
-# GPUs runs native and flagos at once in each round, one per GPU),
+# sequences decoded token by token in pairs, default 4),
 # benchmarks/profile_decode.py for prefill and decode, or the demo (native
 # routes, then the FlagGems profile). Each benchmark writes its canonical file
 # into $OUT (overhead-h200.json, route-breakdown-h200.json, alias-pool-h200.json,
@@ -60,11 +59,6 @@ if [[ $STEP == multigpu ]]; then
     --out "$OUT/" 2>&1 | tail -20
 fi
 if [[ $STEP == all || $STEP == e2e ]]; then
-  # CONCURRENT=1 on two GPUs: each round runs native and flagos at once, one
-  # per GPU (--concurrent). Off by default: it is no steadier than rounds
-  # one after the other, and needs a second GPU.
-  concurrent=()
-  (( $(nvidia-smi -L | wc -l) > 1 )) && [[ ${CONCURRENT:-0} == 1 ]] && concurrent=(--concurrent)
   # Every flagos routing is paired with native in a process of its own: the FlagGems profile, and the
   # committed calibrated file where there is one for this machine (--calibrated).
   calibrated=(); pair_with=flagos,flagos_flaggems
@@ -73,6 +67,6 @@ if [[ $STEP == all || $STEP == e2e ]]; then
   fi
   python3 -m benchmarks.e2e --rounds "${ROUNDS:-3}" ${E2E_DEADLINE:+--deadline "$E2E_DEADLINE"} \
     ${E2E_VARIANTS:+--variants "$E2E_VARIANTS"} --paired "${PAIRS:-6}" --step-pairs "${STEP_PAIRS:-4}" \
-    --paired-variants "${PAIRED_VARIANTS:-$pair_with}" "${calibrated[@]}" "${concurrent[@]}" --out "$OUT" 2>&1 | tail -30
+    --paired-variants "${PAIRED_VARIANTS:-$pair_with}" "${calibrated[@]}" --out "$OUT" 2>&1 | tail -30
 fi
 echo "total: $(( $(date +%s) - start )) s"

@@ -111,69 +111,6 @@ def test_a_deadline_stops_before_the_next_child_and_keeps_what_ran(tmp_path):
 
 
 @pytest.mark.anyplatform
-def test_concurrent_ratios_pair_rounds_on_two_gpus():
-    e2e = _e2e_report
-
-    def child(variant, round_index, decode, train, gpu=0):
-        tasks = {"decode": {"tokens_per_s": decode}, "train": {"tokens_per_s": train} if train else {"error": "x"}}
-        return {"variant": variant, "round": round_index, "gpu": gpu, "tasks": tasks}
-
-    raw = [
-        child("native", 0, 40.0, 100.0, gpu=0),
-        child("flagos", 0, 38.0, 99.0, gpu=1),
-        child("native", 1, 20.0, 50.0, gpu=1),
-        child("flagos", 1, 21.0, None, gpu=0),  # this round's training failed on flagos: no train pair
-        {"variant": "native", "round": 2, "tasks": {"decode": {"tokens_per_s": 1.0}}},  # not concurrent
-        {"variant": "flagos", "round": 2, "tasks": {"decode": {"tokens_per_s": 9.0}}},
-    ]
-    got = e2e.concurrent_ratios(raw, ["decode", "train", "prefill"])
-    assert got["decode"]["ratios"] == [0.95, 1.05] and got["decode"]["pairs"] == 2
-    assert got["decode"]["ratio_median"] == pytest.approx(1.0)
-    assert got["decode"]["native_tokens_per_s"] == [40.0, 20.0]
-    assert got["train"] == {
-        "pairs": 1,
-        "ratio_median": 0.99,
-        "ratios": [0.99],
-        "native_tokens_per_s": [100.0],
-        "flagos_tokens_per_s": [99.0],
-    }
-    assert "prefill" not in got
-
-
-@pytest.mark.anyplatform
-def test_concurrent_needs_two_gpus(tmp_path):
-    import torch
-
-    if torch.cuda.device_count() >= 2:
-        pytest.skip("two GPUs here: test_e2e_benchmark_concurrent runs it")
-    cmd = [sys.executable, "-m", "benchmarks.e2e", "--model", "tiny", "--quick", "--concurrent"]
-    proc = subprocess.run(cmd + ["--out", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert proc.returncode == 2
-    assert "--concurrent needs two CUDA GPUs" in proc.stderr
-    assert not list(tmp_path.iterdir())  # nothing measured, nothing written
-
-
-@pytest.mark.cuda
-def test_e2e_benchmark_concurrent(tmp_path):
-    import torch
-
-    if torch.cuda.device_count() < 2:
-        pytest.skip("needs two CUDA GPUs")
-    cmd = [sys.executable, "-m", "benchmarks.e2e", "--model", "tiny", "--quick", "--rounds", "2"]
-    cmd += ["--variants", "native,flagos", "--out", str(tmp_path / "conc.json"), "--concurrent"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads((tmp_path / "conc.json").read_text())
-    # each round: one native and one flagos child, on different GPUs, swapped the next round
-    gpus = {(r["round"], r["variant"]): r["gpu"] for r in report["raw"]}
-    assert gpus == {(0, "native"): 0, (0, "flagos"): 1, (1, "native"): 1, (1, "flagos"): 0}
-    for task in ("decode", "prefill", "train"):
-        entry = report["concurrent"][task]
-        assert entry["pairs"] == 2 and entry["ratio_median"] > 0
-    assert report["summary"]["flagos"]["decode"]["tokens_match_native"] is True
-
-
-@pytest.mark.anyplatform
 def test_graphs_task_summary_compares_with_native_graphs_and_native_eager_decode():
     e2e = _e2e_report
 
