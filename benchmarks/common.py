@@ -26,7 +26,6 @@ a log file whose tail an error quotes.
 from __future__ import annotations
 
 import datetime as _dt
-import importlib
 import importlib.metadata
 import importlib.util
 import json
@@ -49,10 +48,8 @@ MODELS_DIR = REPO / "torch_fl" / "models"
 
 
 def _load_stats():
-    """torch_fl.calibration.stats, without importing torch_fl where it is not imported yet: importing torch_fl
-    registers the flagos device, after which native CUDA backward fails (a native run must never)."""
-    if "torch_fl" in sys.modules:
-        return importlib.import_module("torch_fl.calibration.stats")
+    """torch_fl/calibration/stats.py loaded by path: importing it as torch_fl.calibration.stats would import
+    torch_fl, which registers the flagos device, after which native CUDA backward fails (PyTorch issue 161129)."""
     spec = importlib.util.spec_from_file_location("_torch_fl_stats", REPO / "torch_fl" / "calibration" / "stats.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -61,12 +58,8 @@ def _load_stats():
 
 stats = _load_stats()
 abba, alternating, paired_seconds = stats.abba, stats.alternating, stats.paired_seconds
-quartiles, median_interval, ratio_stats, format_ratio = (
-    stats.quartiles,
-    stats.median_interval,
-    stats.ratio_stats,
-    stats.format_ratio,
-)
+quartiles, median_interval = stats.quartiles, stats.median_interval
+ratio_stats, format_ratio = stats.ratio_stats, stats.format_ratio
 
 
 def child_cmd(script: str, *args: str) -> list[str]:
@@ -196,16 +189,16 @@ def write(
     return path
 
 
-def out_path(benchmark: str, out: str | Path | None, smoke: bool = False) -> Path:
+def out_path(benchmark: str, out: str | Path | None, smoke: bool = False, name: str | None = None) -> Path:
     """Where a run writes: `out` if a file path, the canonical file's name inside `out` if a folder
     (an existing one, or a path ending in /), the canonical file itself without `out`; a smoke run
-    (--quick sizes) without `out` goes to the temporary folder, never over the canonical file."""
+    (--quick sizes) without `out` goes to the temporary folder, never over the canonical file. `name`: the
+    canonical file's name where it is not <benchmark>-<machine>.json."""
+    name = name or canonical_path(benchmark).name
     if not out:
-        return Path(tempfile.gettempdir()) / canonical_path(benchmark).name if smoke else canonical_path(benchmark)
+        return Path(tempfile.gettempdir()) / name if smoke else RESULTS / name
     path = Path(out)
-    if path.is_dir() or str(out).endswith("/"):
-        return path / canonical_path(benchmark).name
-    return path
+    return path / name if path.is_dir() or str(out).endswith("/") else path
 
 
 def exception_line(text: str) -> str:

@@ -29,9 +29,7 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from benchmarks import common
 
@@ -161,15 +159,6 @@ def _job(side: str, mode: str, args) -> dict:
     return {**json.loads(lines[-1]), "wall_s": round(time.perf_counter() - t, 1)}
 
 
-def _out_path(name: str, out: str | None, quick: bool) -> Path:
-    """common.out_path's rules for a file named by machine and world size (multigpu-h200x2.json)."""
-    if out and (Path(out).is_dir() or out.endswith("/")):
-        return Path(out) / name
-    if out:
-        return Path(out)
-    return Path(tempfile.gettempdir()) / name if quick else common.RESULTS / name
-
-
 def _on_gpu() -> bool:
     import torch
 
@@ -260,7 +249,7 @@ def main(argv=None) -> int:
         **summarise(raw),
         "raw": raw,
     }
-    common.write("multigpu", report, _out_path(f"{benchmark}.json", args.out, args.quick))
+    path = common.write("multigpu", report, common.out_path("multigpu", args.out, args.quick, f"{benchmark}.json"))
     for mode in modes:
         e = report[mode]
         if "ratio_median" in e:
@@ -271,7 +260,7 @@ def main(argv=None) -> int:
             )
         else:
             print(f"{mode}: no pair of results: {'; '.join(e.get('errors', []))[:500]}")
-    print(f"wrote {_out_path(f'{benchmark}.json', args.out, args.quick)}")
+    print(f"wrote {path}")
     return 0 if all("ratio_median" in report[m] for m in modes) else 1
 
 

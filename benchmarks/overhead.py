@@ -37,6 +37,7 @@ import torch
 import torch_fl
 from benchmarks import common
 from benchmarks.common import abba, alternating
+from torch_fl.models.workloads import synchronize as sync
 
 
 @dataclass
@@ -54,13 +55,6 @@ class Row:
     def ratio(self) -> float:
         """flagos relative to native: time ratio for us/call, throughput ratio otherwise."""
         return self.flagos / self.native if self.native else float("nan")
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "flagos":
-        torch.flagos.synchronize(device)
 
 
 # Calls timed between two synchronisations. Fewer than the GPU's launch queue
@@ -375,30 +369,12 @@ def flaggems_rows(rounds: int, calls: int) -> list[Row]:
         if fn is None:
             continue
         short = op.split(".")[0]
-        with routing.route({op: "flaggems"}):
-            rows.append(
-                _pair_row(
-                    f"{short} 4x4 flaggems fast path vs native cuda",
-                    call_native,
-                    call_routed,
-                    native,
-                    flagos,
-                    rounds,
-                    calls,
-                )
-            )
-        with routing.route({op: "flaggems_python"}):
-            rows.append(
-                _pair_row(
-                    f"{short} 4x4 flaggems_python routed vs direct",
-                    lambda fn=fn, c=call_direct: c(fn),
-                    call_routed,
-                    native,
-                    flagos,
-                    rounds,
-                    calls,
-                )
-            )
+        for route, name, first in (
+            ("flaggems", f"{short} 4x4 flaggems fast path vs native cuda", call_native),
+            ("flaggems_python", f"{short} 4x4 flaggems_python routed vs direct", lambda fn=fn, c=call_direct: c(fn)),
+        ):
+            with routing.route({op: route}):
+                rows.append(_pair_row(name, first, call_routed, native, flagos, rounds, calls))
     return rows
 
 

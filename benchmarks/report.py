@@ -243,20 +243,12 @@ def alias_tables(d: dict) -> list[str]:
     return out + [""]
 
 
-def _train_count(train: dict) -> str:
-    """'N pairs' of the compiled training step, or 'N rounds' in a result of the one-child-per-round method."""
-    return _rounds(train["pairs"]) if "rounds" in train else f"{train['pairs']} pairs"
-
-
 def compile_tables(d: dict) -> list[str]:
     sizes = d.get("sizes", {})
     pre, train = d["prefill"], d["train"]
     calls = d.get("args", {}).get("calls", 1)  # prefill calls per timed sample
     per_sample = f" ({calls} calls per sample)" if calls > 1 else ""
-    if "rounds" in train:  # a result of the earlier method: one child per variant and round
-        how = "in one child per variant and round"
-    else:
-        how = f"in a worker process per variant, alternating pairs ({train.get('steps_per_sample')} steps per sample)"
+    how = f"in a worker process per variant, alternating pairs ({train.get('steps_per_sample')} steps per sample)"
     out = [
         f"Qwen3 `{sizes.get('variant')}` in {sizes.get('dtype')}, both variants compiled with torch.compile "
         f"(inductor). Prefill {sizes.get('prefill')} (batch x length) in alternating pairs{per_sample} in one "
@@ -269,7 +261,7 @@ def compile_tables(d: dict) -> list[str]:
         "| --- | ---: | ---: | ---: |",
         f"| prefill ({pre['pairs']} pairs) | {_ratio_interval(pre)} | "
         f"{pre['compile_s']['native']} | {pre['compile_s']['flagos']} |",
-        f"| training step ({_train_count(train)}) | {_ratio_interval(train)} | "
+        f"| training step ({train['pairs']} pairs) | {_ratio_interval(train)} | "
         f"{train['compile_s']['native']} | {train['compile_s']['flagos']} |",
     ]
     return out + [""]
@@ -373,26 +365,18 @@ def trainer_targets(results: dict[str, dict]) -> list[tuple]:
     if not d:
         return []
     speed, mem, agree = d.get("speed"), d.get("peak_memory"), d.get("loss_agreement")
-    rows = []
+    rows, name = [], "Trainer fine-tune of Qwen3-0.6B"
     if agree:
         text = f"max relative difference {agree['max_rel_diff']:.3g} over {agree['steps']} steps (rtol {agree['rtol']})"
-        rows.append(
-            ("Trainer fine-tune of Qwen3-0.6B: losses within bf16 tolerance of native", text, agree["within_all"])
-        )
+        rows.append((f"{name}: losses within bf16 tolerance of native", text, agree["within_all"]))
     if speed:
         text = f"{_ratio_interval(speed)} ({speed['pairs']} pairs)"
-        rows.append(("Trainer fine-tune of Qwen3-0.6B >= 0.97x native steps/s", text, speed["ratio_median"] >= 0.97))
+        rows.append((f"{name} >= 0.97x native steps/s", text, speed["ratio_median"] >= 0.97))
     if mem:
-        rows.append(
-            (
-                "Trainer fine-tune of Qwen3-0.6B peak memory <= 1.02x native",
-                f"{mem['ratio']:.3f}x",
-                mem["ratio"] <= 1.02,
-            )
-        )
+        rows.append((f"{name} peak memory <= 1.02x native", f"{mem['ratio']:.3f}x", mem["ratio"] <= 1.02))
     if not rows and d.get("errors"):
         text = f"failed: {exception_line(next(iter(d['errors'].values())))[:160]}"
-        rows.append(("Trainer fine-tune of Qwen3-0.6B on flagos", text, False))
+        rows.append((f"{name} on flagos", text, False))
     return [(*r, "trainer-h200") for r in rows]
 
 
@@ -456,19 +440,13 @@ def targets(results: dict[str, dict]) -> list[tuple[str, str, bool, str]]:
         fast = [r for r in res if "fast path" in r["name"] and r.get("added_us") is not None]
         if fast:
             text = ", ".join(f"`{r['name'].split()[0]}` {r['added_us']:+.2f} us" for r in fast)
-            rows.append(
-                ("FlagGems fast path 4x4 <= native CUDA + 5 us per call", text, all(r["added_us"] <= 5.0 for r in fast))
-            )
+            met = all(r["added_us"] <= 5.0 for r in fast)
+            rows.append(("FlagGems fast path 4x4 <= native CUDA + 5 us per call", text, met))
         gems = [r for r in res if "flaggems_python" in r["name"] and r.get("added_us") is not None]
         if gems:
             text = ", ".join(f"`{r['name'].split()[0]}` {r['added_us']:+.2f} us" for r in gems)
-            rows.append(
-                (
-                    "flaggems_python call <= 3 us over calling `flag_gems` directly",
-                    text,
-                    all(r["added_us"] <= 3.0 for r in gems),
-                )
-            )
+            met = all(r["added_us"] <= 3.0 for r in gems)
+            rows.append(("flaggems_python call <= 3 us over calling `flag_gems` directly", text, met))
         rows = [(*r, "overhead-h200") for r in rows]
     e2e = results.get("e2e-h200")
     if e2e:
@@ -501,23 +479,15 @@ def targets(results: dict[str, dict]) -> list[tuple[str, str, bool, str]]:
             rows.append(("peak memory <= 1.02x native", f"{max(mem):.3f}x at most", max(mem) <= 1.02, "e2e-h200"))
         match = [e["tokens_match_native"] for e in [*flagos.values(), *pairs.values()] if "tokens_match_native" in e]
         if match:
-            rows.append(
-                ("greedy tokens identical to native", "identical" if all(match) else "DIFFER", all(match), "e2e-h200")
-            )
+            text = "identical" if all(match) else "DIFFER"
+            rows.append(("greedy tokens identical to native", text, all(match), "e2e-h200"))
     comp = results.get("compile-h200")
     if comp:
         for task, label in (("prefill", "prefill"), ("train", "training step")):
             e = comp[task]
-            count = f"{e['pairs']} pairs" if task == "prefill" else _train_count(e)
-            text = f"{_ratio_interval(e)} ({count})"
-            rows.append(
-                (
-                    f"compiled Qwen3-0.6B {label} >= 0.97x compiled native",
-                    text,
-                    e["ratio_median"] >= 0.97,
-                    "compile-h200",
-                )
-            )
+            text = f"{_ratio_interval(e)} ({e['pairs']} pairs)"
+            target = f"compiled Qwen3-0.6B {label} >= 0.97x compiled native"
+            rows.append((target, text, e["ratio_median"] >= 0.97, "compile-h200"))
     return rows + multigpu_targets(results) + trainer_targets(results)
 
 

@@ -43,25 +43,13 @@ from benchmarks import common
 from torch_fl.routing.types import CoreTarget
 
 
-def per_call_us(fn, calls: int, rounds: int = 5) -> float:
-    """Median over rounds of host microseconds per call (windows of 256 calls, device synced between)."""
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+def per_call_us(fn, device, calls: int, rounds: int = 5) -> float:
+    """Median over rounds of overhead.per_call_us (host microseconds per call), after 200 calls of warm-up."""
+    from benchmarks.overhead import per_call_us as one_round
+
     for _ in range(200):
         fn()
-    results = []
-    for _ in range(rounds):
-        total, done = 0.0, 0
-        while done < calls:
-            n = min(256, calls - done)
-            sync()
-            start = time.perf_counter()
-            for _ in range(n):
-                fn()
-            total += time.perf_counter() - start
-            done += n
-        results.append(total / calls * 1e6)
-    sync()
-    return statistics.median(results)
+    return statistics.median(one_round(fn, device, calls) for _ in range(rounds))
 
 
 def flaggems_gaps(table: dict, a, b, fa, fb, native, pairs: int) -> dict[str, float]:
@@ -146,9 +134,8 @@ def inside_and_outside(table: dict, a, b, fa, fb, native, pairs: int) -> dict[st
             sync()
             inside, around = [], []
             for i in range(pairs):
-                order = ("direct", "routed") if i % 2 == 0 else ("routed", "direct")
                 spent = {}
-                for which in order:
+                for which in common.abba(i, "direct", "routed"):
                     inner.clear()
                     t = clock()
                     routed() if which == "routed" else timed(a, b, **kwargs)
@@ -188,7 +175,7 @@ def main(argv=None) -> int:
     rows: dict[str, float] = {}
 
     def row(name: str, fn) -> None:
-        rows[name] = per_call_us(fn, args.calls)
+        rows[name] = per_call_us(fn, native, args.calls)
         print(f"  {name:<58} {rows[name]:8.2f} us", flush=True)
 
     def nothing(x, y, alpha=1):

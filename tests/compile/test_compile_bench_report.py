@@ -17,7 +17,7 @@ from tests.helpers import REPO
 pytestmark = pytest.mark.anyplatform
 
 
-def _result(prefill: float, train: float, rounds: bool = False) -> dict:
+def _result(prefill: float, train: float) -> dict:
     meta = {
         "benchmark": "compile",
         "machine": "h200",
@@ -36,8 +36,7 @@ def _result(prefill: float, train: float, rounds: bool = False) -> dict:
             "ratio_median": train,
             "noise": 0.02,
             "compile_s": {"native": 90.0, "flagos": 95.0},
-            # the earlier method's result (one child per variant and round) lists its rounds
-            **({"rounds": [{}] * 4} if rounds else {"steps_per_sample": 10}),
+            "steps_per_sample": 10,
         },
     }
 
@@ -52,10 +51,6 @@ def test_compile_results_give_a_table_and_two_targets():
     rows = {t: (m, ok) for t, m, ok, _ in report_page.targets(results)}
     assert rows["compiled Qwen3-0.6B prefill >= 0.97x compiled native"][1] is True
     assert rows["compiled Qwen3-0.6B training step >= 0.97x compiled native"] == ("0.950x ± 0.020 (4 pairs)", False)
-    # a committed result of the one-child-per-round method still renders, in rounds
-    old = {"compile-h200": _result(0.99, 0.98, rounds=True)}
-    assert "| training step (4 rounds) | 0.980x ± 0.020 | 90.0 | 95.0 |" in report_page.benchmarks_md(old)
-    assert "one child per variant and round" in report_page.benchmarks_md(old)
 
 
 def test_compile_benchmark_quick_with_profile(tmp_path):

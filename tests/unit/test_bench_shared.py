@@ -8,6 +8,7 @@ import json
 import pytest
 
 from benchmarks import common, report
+from tests.helpers import run_python
 
 
 @pytest.mark.anyplatform
@@ -160,3 +161,18 @@ def test_an_error_row_names_the_exception_that_ended_the_child():
     expected = "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
     assert common.exception_line(stderr) == expected
     assert common.exception_line("killed\n") == "killed" and common.exception_line("") == "no output"
+
+
+@pytest.mark.anyplatform
+def test_abba_blocks_group_the_abba_order_into_runs_of_one_side():
+    """calibrate's confirmation switches routing once per run of one side: native, routed, routed, native, ..."""
+    assert common.stats.abba_blocks(4, "n", "r") == [("n", 1), ("r", 2), ("n", 2), ("r", 2), ("n", 1)]
+    assert common.stats.abba_blocks(1, "n", "r") == [("n", 1), ("r", 1)]
+
+
+@pytest.mark.anyplatform
+def test_the_benchmarks_shared_modules_do_not_import_torch_fl():
+    """A native child imports them, and native CUDA backward fails once torch_fl is imported."""
+    code = "import sys, benchmarks.common, benchmarks.e2e, benchmarks.report; assert 'torch_fl' not in sys.modules"
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
