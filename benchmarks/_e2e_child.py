@@ -6,7 +6,6 @@ child prints one line, RESULT_TAG followed by its JSON result.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import statistics
@@ -16,7 +15,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from benchmarks import common
-from benchmarks.common import abba, paired_seconds, ratio_stats
+from benchmarks.common import abba, abba_blocks, paired_seconds, ratio_stats
 
 RESULT_TAG = "E2E_RESULT "
 
@@ -159,12 +158,11 @@ def train_route_pairs(args, sz: dict, flagos, native_routes: str) -> dict:
                 step(side)
     # ABBA; each run of one side in a row follows an untimed step: swapping the routing file drops the fast
     # path's recordings of operators with size rules (a calibrated file's), which no timed step should pay.
-    order = [side for i in range(args.paired) for side in abba(i, "native_routes", "routed")]
     secs: dict = {"native_routes": [], "routed": []}
-    for side, block in itertools.groupby(order):
+    for side, count in abba_blocks(args.paired, "native_routes", "routed"):
         with routes(side):
             step(side)
-            secs[side].extend(step(side) for _ in block)
+            secs[side].extend(step(side) for _ in range(count))
     before = fast_path_counts()  # every FlagGems operator the steps so far ran, with its counts
     routing.reset_stats()
     step("routed")  # one more, counted: which backends the routed step ran, and the fast path's counts

@@ -57,7 +57,8 @@ def _load_stats():
 
 
 stats = _load_stats()
-abba, alternating, paired_seconds = stats.abba, stats.alternating, stats.paired_seconds
+abba, abba_blocks, alternating = stats.abba, stats.abba_blocks, stats.alternating
+paired_seconds = stats.paired_seconds
 quartiles, median_interval = stats.quartiles, stats.median_interval
 ratio_stats, format_ratio = stats.ratio_stats, stats.format_ratio
 
