@@ -56,6 +56,13 @@ class Row:
         """flagos relative to native: time ratio for us/call, throughput ratio otherwise."""
         return self.flagos / self.native if self.native else float("nan")
 
+    @property
+    def added_us(self) -> float | None:
+        """flagos - native per call (the median of pair differences where timed in pairs); None for throughput."""
+        if self.unit != "us/call":
+            return None
+        return self.paired_added_us if self.paired_added_us is not None else self.flagos - self.native
+
 
 # Calls timed between two synchronisations. Fewer than the GPU's launch queue
 # holds (about 1024 kernels), so the host never waits for the GPU inside a
@@ -312,13 +319,8 @@ def _pair_row(name: str, first, second, first_dev, second_dev, rounds: int, call
     median of the per-pair differences, steadier than the rounds where the host drifts)."""
     per_call_us(first, first_dev, 50)  # warm up (Triton compile, the fast path's recording)
     per_call_us(second, second_dev, 50)
-    samples = alternating(
-        rounds,
-        {
-            "first": lambda: per_call_us(first, first_dev, calls),
-            "second": lambda: per_call_us(second, second_dev, calls),
-        },
-    )
+    sides = {"first": (first, first_dev), "second": (second, second_dev)}
+    samples = alternating(rounds, {k: (lambda f=f, d=d: per_call_us(f, d, calls)) for k, (f, d) in sides.items()})
     one_first, one_second = paired_calls_us(first, second, first_dev, rounds * calls)
     diffs = [b - a for a, b in zip(samples["first"], samples["second"], strict=True)]
     pair_diffs = sorted(b - a for a, b in zip(one_first, one_second, strict=True))
@@ -445,16 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         "environment": environment(),
         "rounds": args.rounds,
         "calls": args.calls,
-        "results": [
-            asdict(r)
-            | {
-                "ratio": r.ratio,
-                "added_us": (r.paired_added_us if r.paired_added_us is not None else r.flagos - r.native)
-                if r.unit == "us/call"
-                else None,
-            }
-            for r in rows
-        ],
+        "results": [asdict(r) | {"ratio": r.ratio, "added_us": r.added_us} for r in rows],
     }
     out = str(common.write("overhead", report, args.out, smoke=args.quick))
     print(f"\n{'operator':<28}{'native':>10}{'flagos':>10}{'ratio':>8}  unit")
