@@ -123,18 +123,10 @@ def callgrind(toggle: str, source: str, device: str, workdir: str, cache_sim: bo
     with open(script, "w") as f:
         f.write(textwrap.dedent(source))
     out = os.path.join(workdir, "callgrind.out")
+    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--collect-atstart=no"]
+    cmd += [f"--toggle-collect={toggle}", *(["--cache-sim=yes"] if cache_sim else []), sys.executable, script, device]
     run = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            f"--callgrind-out-file={out}",
-            "--collect-atstart=no",
-            f"--toggle-collect={toggle}",
-            *(["--cache-sim=yes"] if cache_sim else []),
-            sys.executable,
-            script,
-            device,
-        ],
+        cmd,
         check=True,
         capture_output=True,
         text=True,
@@ -221,19 +213,9 @@ def model_row(workload: str, native: str, workdir: str, cache_sim: bool = False)
         }
     # The flagos run's profile is the one left in workdir: torch_fl's own functions in it.
     shown = "Ir,I1mr,D1mr" if cache_sim else "Ir"
-    annotate = subprocess.run(
-        [
-            "callgrind_annotate",
-            "--auto=no",
-            "--threshold=100",
-            f"--show={shown}",
-            os.path.join(workdir, "callgrind.out"),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    own = own_functions(annotate)
+    cmd = ["callgrind_annotate", "--auto=no", "--threshold=100", f"--show={shown}", f"{workdir}/callgrind.out"]
+    annotate = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    own = own_functions(annotate.stdout)
     row["torch_fl_functions_per_routed_call"] = {
         "total": {e: round(v / routed, 1) for e, v in own["total"].items()},
         "top": [{k: (round(v / routed, 1) if k != "function" else v) for k, v in f.items()} for f in own["top"]],
