@@ -1,12 +1,11 @@
 """benchmarks/e2e.py's child processes: one variant's tasks, or native and flagos alternating in one process.
 
-Run as `python benchmarks/e2e.py --worker VARIANT ...` (the parent never touches a device); the
+Run as `python -m benchmarks.e2e --worker VARIANT ...` (the parent never touches a device); the
 child prints one line, RESULT_TAG followed by its JSON result.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import statistics
@@ -15,10 +14,9 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-from _timing import abba, paired_seconds, ratio_stats
+from benchmarks import common
+from benchmarks.common import abba, abba_blocks, paired_seconds, ratio_stats
 
-REPO = Path(__file__).resolve().parents[1]
-MODELS_DIR = REPO / "torch_fl" / "models"  # qwen3.py and workloads.py import neither torch_fl nor each other
 RESULT_TAG = "E2E_RESULT "
 
 
@@ -56,8 +54,7 @@ def paired_worker(args) -> dict:
     CUDA backward fails once torch_fl is imported (PyTorch issue 161129); a routing variant's training
     pairs with flagos's native routes instead (train_route_pairs).
     """
-    sys.path.insert(0, str(MODELS_DIR))
-    sys.path.insert(0, str(REPO))
+    common.models()
     import qwen3
     import torch
 
@@ -161,12 +158,11 @@ def train_route_pairs(args, sz: dict, flagos, native_routes: str) -> dict:
                 step(side)
     # ABBA; each run of one side in a row follows an untimed step: swapping the routing file drops the fast
     # path's recordings of operators with size rules (a calibrated file's), which no timed step should pay.
-    order = [side for i in range(args.paired) for side in abba(i, "native_routes", "routed")]
     secs: dict = {"native_routes": [], "routed": []}
-    for side, block in itertools.groupby(order):
+    for side, count in abba_blocks(args.paired, "native_routes", "routed"):
         with routes(side):
             step(side)
-            secs[side].extend(step(side) for _ in block)
+            secs[side].extend(step(side) for _ in range(count))
     before = fast_path_counts()  # every FlagGems operator the steps so far ran, with its counts
     routing.reset_stats()
     step("routed")  # one more, counted: which backends the routed step ran, and the fast path's counts
@@ -320,15 +316,13 @@ def save_prompt_logits(model, sz: dict, seed: int, device, path: Path) -> dict:
 def train_worker(args) -> None:
     """A training worker (e2e.py --paired, `--worker VARIANT --serve-train`): builds the model for its variant
     (native never imports torch_fl), warms up its training step, then serves timed samples of `iters` steps
-    (benchmarks/_workers.py) until the parent closes its stdin."""
-    sys.path.insert(0, str(MODELS_DIR))
+    (benchmarks/common.py) until the parent closes its stdin."""
+    common.models()
     import qwen3
     import torch
     import workloads
-    from _workers import serve
 
     if args.worker.startswith("flagos"):
-        sys.path.insert(0, str(REPO))  # this checkout's torch_fl, even if another one is installed
         import torch_fl  # noqa: F401
 
         device = torch.device("flagos", 0)
@@ -345,7 +339,7 @@ def train_worker(args) -> None:
     for _ in range(sz["warmup"]):
         step()
     workloads.synchronize(device)
-    serve(step, lambda: workloads.synchronize(device), sz["iters"])
+    common.serve(step, lambda: workloads.synchronize(device), sz["iters"])
 
 
 def infer_dtype(args, on_gpu: bool):
@@ -358,7 +352,7 @@ def infer_dtype(args, on_gpu: bool):
 
 def worker(args) -> dict:
     variant = args.worker
-    sys.path.insert(0, str(MODELS_DIR))
+    common.models()
     import qwen3
     import torch
     import workloads
@@ -366,7 +360,6 @@ def worker(args) -> dict:
     info: dict = {"variant": variant, "pid": os.getpid(), "tasks": {}}
     stats = routing = None
     if variant in ("flagos", "flagos_flaggems", "flagos_calibrated"):
-        sys.path.insert(0, str(REPO))  # this checkout's torch_fl, even if another one is installed
         import torch_fl
         from torch_fl import routing
         from torch_fl.routing import summary as stats

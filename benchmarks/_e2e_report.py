@@ -7,9 +7,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from _results import errors_brief, exception_line
-
-MODELS_DIR = Path(__file__).resolve().parents[1] / "torch_fl" / "models"
+from benchmarks import common
+from benchmarks.common import errors_brief, exception_line
 
 
 def compare_logits(res: dict, reference: dict) -> None:
@@ -22,7 +21,7 @@ def compare_logits(res: dict, reference: dict) -> None:
         return
     import torch
 
-    sys.path.insert(0, str(MODELS_DIR))
+    common.models()
     import workloads
 
     logits = torch.load(path)
@@ -64,29 +63,6 @@ def _agreement(summary: dict) -> None:
                 other = sorted(b for b in e.get("backends", {}) if b != "native")
                 e["tokens_explained"] = bool(other) and dec.get("logits_within_tolerance") is True
                 e["other_kernels"] = other
-
-
-def concurrent_ratios(raw: list[dict], tasks: list[str]) -> dict:
-    """flagos / native tokens/s of each round where the two ran at the same time on two GPUs."""
-    out: dict = {}
-    for t in tasks:
-        ratios, native_tps, flagos_tps = [], [], []
-        for r in sorted({x["round"] for x in raw if "gpu" in x}):
-            got = {x["variant"]: x["tasks"].get(t, {}) for x in raw if x["round"] == r and "gpu" in x}
-            n, f = got.get("native", {}), got.get("flagos", {})
-            if "tokens_per_s" in n and "tokens_per_s" in f:
-                ratios.append(f["tokens_per_s"] / n["tokens_per_s"])
-                native_tps.append(n["tokens_per_s"])
-                flagos_tps.append(f["tokens_per_s"])
-        if ratios:
-            out[t] = {
-                "pairs": len(ratios),
-                "ratio_median": statistics.median(ratios),
-                "ratios": [round(x, 4) for x in ratios],
-                "native_tokens_per_s": [round(x, 1) for x in native_tps],
-                "flagos_tokens_per_s": [round(x, 1) for x in flagos_tps],
-            }
-    return out
 
 
 def summarise(raw: list[dict], variants: list[str], tasks: list[str]) -> dict:
@@ -183,13 +159,7 @@ def paired_brief(paired: dict) -> str:
     return "; ".join(parts)
 
 
-def concurrent_brief(concurrent: dict) -> str:
-    return "; ".join(f"{t} {r['ratio_median']:.3f}x (median of {r['pairs']} rounds)" for t, r in concurrent.items())
-
-
-def chart(
-    summary: dict, tasks: list[str], path: Path, title: str, paired: dict | None = None, concurrent: dict | None = None
-) -> str | None:
+def chart(summary: dict, tasks: list[str], path: Path, title: str, paired: dict | None = None) -> str | None:
     try:
         import matplotlib
 
@@ -210,8 +180,6 @@ def chart(
     if "decode_tokens" in pairs:
         by_token = pairs["decode_tokens"]["ratio_median"]
         series["flagos, token-by-token pairs"] = [by_token if t == "decode" else 0.0 for t in tasks]
-    if concurrent:
-        series["flagos, concurrent on two GPUs"] = [concurrent.get(t, {}).get("ratio_median", 0.0) for t in tasks]
     variants = list(series)
     fig, ax = plt.subplots(figsize=(8, 4.2))
     width = 0.8 / max(1, len(variants))
@@ -244,13 +212,6 @@ def replot(json_path: str) -> int:
     """Draws the PNG of a written report again (e.g. after the chart changed)."""
     report = json.loads(Path(json_path).read_text())
     tasks = list(report["sizes"])
-    png = chart(
-        report["summary"],
-        tasks,
-        Path(json_path).with_suffix(".png"),
-        title(report),
-        report.get("paired"),
-        report.get("concurrent"),
-    )
+    png = chart(report["summary"], tasks, Path(json_path).with_suffix(".png"), title(report), report.get("paired"))
     print(f"wrote {png}" if png else "no PNG: matplotlib is not installed", file=sys.stderr if not png else sys.stdout)
     return 0 if png else 1

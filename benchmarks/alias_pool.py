@@ -11,24 +11,21 @@ small vocabulary: the pool sees the same geometries in every layer) and of
 its greedy decode, after a warm-up and after another batch shape filled the
 pool first. Counts, not timings: the same on any machine and backing.
 
-    python benchmarks/alias_pool.py [--layers 4] [--batch 8] [--length 512] [--out PATH]
+    python -m benchmarks.alias_pool [--layers 4] [--batch 8] [--length 512] [--out PATH]
 
-Writes benchmarks/results/alias-pool-<machine>.json (benchmarks/_results.py; --out redirects it).
+Writes benchmarks/results/alias-pool-<machine>.json (benchmarks/common.py; --out redirects it).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 
 import torch_fl
+from benchmarks import common
 from torch_fl.models import qwen3, workloads
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared modules, also when loaded by path
-import _results  # noqa: E402
 
 
 def pool_counts() -> dict:
@@ -82,7 +79,7 @@ def main() -> int:
     for name, r in rows.items():
         print(f"{name:<30} {r['borrows']:>8} {r['made']:>6} {r['reshaped']:>9} {r['missed']:>7.1%}")
     report = {"backing": torch_fl.backing(), "args": {k: v for k, v in vars(args).items() if k != "out"}}
-    print(f"wrote {_results.write('alias-pool', {**report, 'rows': rows}, args.out)}")
+    print(f"wrote {common.write('alias-pool', {**report, 'rows': rows}, args.out)}")
     return 0
 
 

@@ -1,10 +1,10 @@
 """torch.compile on flagos against torch.compile on native: Qwen3 prefill and training step, compile times.
 
-    python benchmarks/compile_bench.py                 # GPU: Qwen3-0.6B bf16, prefill 8 x 512, train 4 x 512
-    python benchmarks/compile_bench.py --quick         # host smoke: tiny Qwen3, 1 layer, small sizes (to /tmp)
+    python -m benchmarks.compile_bench                 # GPU: Qwen3-0.6B bf16, prefill 8 x 512, train 4 x 512
+    python -m benchmarks.compile_bench --quick         # host smoke: tiny Qwen3, 1 layer, small sizes (to /tmp)
 
 Prefill: native and flagos models compiled in one process (native CUDA inference works next to torch_fl),
-timed in alternation (ABBA pairs, benchmarks/_timing.py), each sample --calls calls (a compiled prefill is
+timed in alternation (ABBA pairs, benchmarks/common.py), each sample --calls calls (a compiled prefill is
 host-bound, and one call's time swings with the host); the figure is the median of per-pair ratios
 native time / flagos time (above 1: flagos faster). Training step (forward, backward, AdamW step of the
 compiled model): native CUDA backward cannot run in a process that imported torch_fl (PyTorch issue 161129),
@@ -21,7 +21,7 @@ and task); the workers compile one after the other, each with the machine to its
 model compiles first in its process, so flagos's prefill compile finds Dynamo, inductor and Triton already
 loaded; each training worker compiles in a fresh process.
 
-Writes benchmarks/results/compile-<machine>.json (benchmarks/_results.py; --out redirects it).
+Writes benchmarks/results/compile-<machine>.json (benchmarks/common.py; --out redirects it).
 """
 
 from __future__ import annotations
@@ -35,13 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # the shared modules, also when loaded by path
-import _results  # noqa: E402
-import _timing  # noqa: E402
-import _workers  # noqa: E402
+from benchmarks import common
 
-MODELS_DIR = _results.REPO / "torch_fl" / "models"  # qwen3.py imports neither torch_fl nor workloads
 RESULT_TAG = "COMPILE_BENCH_RESULT "
 
 
@@ -54,7 +49,7 @@ def _sizes(args) -> dict:
 def _model(sizes: dict, device: str):
     import torch
 
-    sys.path.insert(0, str(MODELS_DIR))
+    common.models()
     import qwen3
 
     overrides = {} if sizes["layers"] is None else {"num_hidden_layers": sizes["layers"]}
@@ -111,7 +106,7 @@ def prefill_child(args) -> dict:
     def sample(run):
         return lambda: [run() for _ in range(args.calls)]
 
-    secs = _timing.paired_seconds({k: sample(run) for k, run in runs.items()}, args.pairs, lambda k: _sync(devices[k]))
+    secs = common.paired_seconds({k: sample(run) for k, run in runs.items()}, args.pairs, lambda k: _sync(devices[k]))
     secs = {k: [t / args.calls for t in ts] for k, ts in secs.items()}
     ratios = [n / f for n, f in zip(secs["native"], secs["flagos"], strict=True)]
     profiled = {}
@@ -122,7 +117,7 @@ def prefill_child(args) -> dict:
         "compile_s": compile_s,
         "native_ms": [round(s * 1e3, 3) for s in secs["native"]],
         "flagos_ms": [round(s * 1e3, 3) for s in secs["flagos"]],
-        **_timing.ratio_stats(ratios),
+        **common.ratio_stats(ratios),
     }
 
 
@@ -183,7 +178,7 @@ def train_worker(args) -> None:
     for _ in range(args.warmup):
         step()
     _sync(device)
-    _workers.serve(step, lambda: _sync(device), args.steps, {"compile_s": round(first - steady, 3)})
+    common.serve(step, lambda: _sync(device), args.steps, {"compile_s": round(first - steady, 3)})
 
 
 def train_pairs(args, tmp: str) -> dict:
@@ -195,8 +190,8 @@ def train_pairs(args, tmp: str) -> dict:
             cache = os.path.join(tmp, f"train-{variant}")
             cmd, env = _child_cmd("train", args, variant), _child_env(cache)
             log = cache + "-stderr.log"
-            workers[variant] = _workers.Worker(f"train ({variant})", cmd, env, _results.REPO, log, args.timeout)
-        res = _workers.take_turns(workers["native"], workers["flagos"], args.train_pairs)
+            workers[variant] = common.Worker(f"train ({variant})", cmd, env, common.REPO, log, args.timeout)
+        res = common.take_turns(workers["native"], workers["flagos"], args.train_pairs)
     finally:
         for w in workers.values():
             w.close()
@@ -210,7 +205,7 @@ def train_pairs(args, tmp: str) -> dict:
 
 
 def _child_cmd(task: str, args, variant: str | None = None) -> list[str]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", task, "--pairs", str(args.pairs)]
+    cmd = common.child_cmd("compile_bench", "--child", task, "--pairs", str(args.pairs))
     cmd += ["--calls", str(args.calls)]
     cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup)] + (["--quick"] if args.quick else [])
     cmd += ["--variant", variant] if variant else []
@@ -219,9 +214,7 @@ def _child_cmd(task: str, args, variant: str | None = None) -> list[str]:
 
 
 def _child_env(cache: str) -> dict:
-    # This checkout's torch_fl first, as for the parent run from the repository root.
-    path = os.pathsep.join(filter(None, [str(_results.REPO), os.environ.get("PYTHONPATH")]))
-    return dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, PYTHONPATH=path)
+    return dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
 
 
 def _child(task: str, args, cache: str) -> dict:
@@ -230,7 +223,7 @@ def _child(task: str, args, cache: str) -> dict:
         capture_output=True,
         text=True,
         env=_child_env(cache),
-        cwd=_results.REPO,
+        cwd=common.REPO,
         timeout=args.timeout,
     )
     for line in proc.stdout.splitlines():
@@ -273,12 +266,12 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="compile-bench-") as tmp:
         prefill = _child("prefill", args, os.path.join(tmp, "prefill"))
         print(
-            f"prefill: flagos {_timing.format_ratio(prefill)} native ({args.pairs} pairs); "
+            f"prefill: flagos {common.format_ratio(prefill)} native ({args.pairs} pairs); "
             f"compile s: native {prefill['compile_s']['native']}, flagos {prefill['compile_s']['flagos']}"
         )
         train = train_pairs(args, tmp)
     print(
-        f"train: flagos {_timing.format_ratio(train)} native ({train['pairs']} pairs of {args.steps} steps); "
+        f"train: flagos {common.format_ratio(train)} native ({train['pairs']} pairs of {args.steps} steps); "
         f"compile s: native {train['compile_s']['native']}, flagos {train['compile_s']['flagos']}"
     )
     payload = {
@@ -288,7 +281,7 @@ def main(argv=None) -> int:
         "prefill": prefill,
         "train": train,
     }
-    print(f"wrote {_results.write('compile', payload, args.out, smoke=args.quick)}")
+    print(f"wrote {common.write('compile', payload, args.out, smoke=args.quick)}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """One DDP training step on flagos against native DDP, at world size 1, alternated in one run.
 
-Each round starts a child process per side, in ABBA order (benchmarks/_timing.py): `native` runs
+Each round starts a child process per side, in ABBA order (benchmarks/common.py): `native` runs
 DDP on cuda (NCCL), or on the CPU (gloo) without a GPU, in a process that never imports torch_fl
 (native CUDA backward fails in a process that did: README, "Known behaviour"); `flagos` runs the
 same model with DDP on flagos (the flagos backend: NCCL on a CUDA backing, gloo on host memory).
@@ -9,10 +9,10 @@ cross-entropy, backward with DDP's bucketed all-reduce, SGD step), each to a dev
 a round's figure is its median step. The ratio is native time / flagos time per round (throughput:
 above 1 is faster), reported as the median over rounds with its noise.
 
-    python benchmarks/ddp_step.py                  # the GPU run: writes results/ddp-step-<machine>.json
-    python benchmarks/ddp_step.py --smoke          # tiny sizes on any backing, to a temporary file
+    python -m benchmarks.ddp_step                  # the GPU run: writes results/ddp-step-<machine>.json
+    python -m benchmarks.ddp_step --smoke          # tiny sizes on any backing, to a temporary file
 
-Writes benchmarks/results/ddp-step-<machine>.json (benchmarks/_results.py; --out redirects it).
+Writes benchmarks/results/ddp-step-<machine>.json (benchmarks/common.py; --out redirects it).
 """
 
 from __future__ import annotations
@@ -26,13 +26,10 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared modules, also when loaded by path
-import _results  # noqa: E402
-import _timing  # noqa: E402
+from benchmarks import common
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = common.REPO
 
 
 def _free_port() -> int:
@@ -99,11 +96,10 @@ def _train(args, device, sync) -> tuple[list[float], float]:
 
 
 def run_child(side: str, args) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", side]
+    cmd = common.child_cmd("ddp_step", "--child", side)
     for name in ("layers", "hidden", "batch", "steps", "warmup"):
         cmd += [f"--{name}", str(getattr(args, name))]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"the {side} child failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -126,7 +122,7 @@ def main(argv=None) -> int:
         return 0
     if args.smoke:
         args.rounds, args.layers, args.hidden, args.batch, args.steps, args.warmup = 2, 2, 64, 8, 3, 1
-    samples = _timing.alternating(
+    samples = common.alternating(
         args.rounds, {side: lambda s=side: run_child(s, args) for side in ("native", "flagos")}
     )
     sides = {}
@@ -141,18 +137,18 @@ def main(argv=None) -> int:
     ratios = [
         n / f for n, f in zip(sides["native"]["round_medians_ms"], sides["flagos"]["round_medians_ms"], strict=True)
     ]
-    ratio = _timing.ratio_stats(ratios)
+    ratio = common.ratio_stats(ratios)
     print(
         f"DDP step, world size 1: native ({sides['native']['backing']}) {sides['native']['step_ms_median']:.3f} ms, "
         f"flagos ({sides['flagos']['backing']}) {sides['flagos']['step_ms_median']:.3f} ms"
     )
-    print(f"flagos throughput / native: {_timing.format_ratio(ratio)} ({ratio['pairs']} rounds)")
+    print(f"flagos throughput / native: {common.format_ratio(ratio)} ({ratio['pairs']} rounds)")
     report = {
         "args": {k: v for k, v in vars(args).items() if k not in ("out", "child")},
         "sides": sides,
         "ratio": ratio,
     }
-    print(f"wrote {_results.write('ddp-step', report, args.out, smoke=args.smoke)}")
+    print(f"wrote {common.write('ddp-step', report, args.out, smoke=args.smoke)}")
     return 0
 
 

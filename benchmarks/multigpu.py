@@ -1,8 +1,8 @@
 """Distributed training of Qwen3 with DDP and FSDP2 on flagos against native, one torchrun per (mode, side).
 
-    python benchmarks/multigpu.py                      # every GPU: Qwen3-0.6B, batch 4 x 512 per GPU
-    python benchmarks/multigpu.py --nproc 2 --rounds 4
-    python benchmarks/multigpu.py --quick --nproc 2    # host smoke: tiny Qwen3, gloo, to the temporary folder
+    python -m benchmarks.multigpu                      # every GPU: Qwen3-0.6B, batch 4 x 512 per GPU
+    python -m benchmarks.multigpu --nproc 2 --rounds 4
+    python -m benchmarks.multigpu --quick --nproc 2    # host smoke: tiny Qwen3, gloo, to the temporary folder
 
 Each round runs, for DDP and for FSDP2 (`fully_shard` on every decoder layer, then the model), one
 `torchrun --standalone --nproc-per-node N` job per side, alternating which side goes first (ABBA over
@@ -17,7 +17,7 @@ tolerance: relative 1e-2). NVLink multicast stays off in every process (NCCL_NVL
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1).
 
 Writes benchmarks/results/multigpu-<machine>x<N>.json (`multigpu-h200x2.json` on two H200s;
-benchmarks/_results.py; --out redirects it).
+benchmarks/common.py; --out redirects it).
 """
 
 from __future__ import annotations
@@ -29,16 +29,11 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared modules, also when loaded by path
-import _results  # noqa: E402
-import _timing  # noqa: E402
+from benchmarks import common
 
-REPO = _results.REPO
-MODELS_DIR = REPO / "torch_fl" / "models"  # qwen3.py and workloads.py import neither torch_fl nor each other
+REPO = common.REPO
 RESULT_TAG = "MULTIGPU_RESULT "
 MODES = ("ddp", "fsdp")
 LOSS_RTOL = 1e-2
@@ -70,10 +65,9 @@ def worker(args) -> dict | None:
     import torch
     import torch.distributed as dist
 
-    sys.path.insert(0, str(MODELS_DIR))
+    common.models()
     local, world = int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
     if args.side == "flagos":
-        sys.path.insert(0, str(REPO))  # this checkout's torch_fl
         import torch_fl
 
         device, backend, backing = torch.device("flagos", local), None, torch_fl.backing()  # None: flagos's own
@@ -146,7 +140,7 @@ def _train(args, device, world: int, rank: int) -> tuple[dict, list[float]]:
 def _job(side: str, mode: str, args) -> dict:
     """One torchrun job; rank 0's result, or the error."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}"]
-    cmd += [str(Path(__file__).resolve()), "--worker", "--side", side, "--mode", mode]
+    cmd += ["-m", "benchmarks.multigpu", "--worker", "--side", side, "--mode", mode]
     cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup)] + (["--quick"] if args.quick else [])
     env = {**os.environ, **NO_MULTICAST}
     env.pop("FLAGOS_USE_FLAGGEMS", None)
@@ -163,15 +157,6 @@ def _job(side: str, mode: str, args) -> dict:
         tail = (proc.stderr or proc.stdout)[-2000:]
         return {"side": side, "mode": mode, "error": f"torchrun exited {proc.returncode}: {tail}"}
     return {**json.loads(lines[-1]), "wall_s": round(time.perf_counter() - t, 1)}
-
-
-def _out_path(name: str, out: str | None, quick: bool) -> Path:
-    """_results.out_path's rules for a file named by machine and world size (multigpu-h200x2.json)."""
-    if out and (Path(out).is_dir() or out.endswith("/")):
-        return Path(out) / name
-    if out:
-        return Path(out)
-    return Path(tempfile.gettempdir()) / name if quick else _results.RESULTS / name
 
 
 def _on_gpu() -> bool:
@@ -202,7 +187,7 @@ def summarise(raw: list[dict]) -> dict:
                     "losses": runs[s][0]["losses"],
                 }
         if ratios:
-            entry.update(_timing.ratio_stats(ratios))
+            entry.update(common.ratio_stats(ratios))
         if "native" in entry and "flagos" in entry:
             n, f = entry["native"], entry["flagos"]
             if n["peak_bytes"] and f["peak_bytes"]:
@@ -245,12 +230,12 @@ def main(argv=None) -> int:
         import torch
 
         args.nproc = torch.cuda.device_count() if torch.cuda.is_available() else 2
-    benchmark = f"multigpu-{_results.machine()}x{args.nproc}"
+    benchmark = f"multigpu-{common.machine()}x{args.nproc}"
     started = time.perf_counter()
     raw: list[dict] = []
-    for r in _timing.rounds_within(args.rounds, args.deadline, started):
+    for r in common.rounds_within(args.rounds, args.deadline, started):
         for mode in modes:
-            for side in _timing.abba(r, *_SIDES):
+            for side in common.abba(r, *_SIDES):
                 res = {**_job(side, mode, args), "round": r}
                 raw.append(res)
                 brief = res.get("error", "")[:300] or f"{res['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU"
@@ -264,18 +249,18 @@ def main(argv=None) -> int:
         **summarise(raw),
         "raw": raw,
     }
-    _results.write("multigpu", report, _out_path(f"{benchmark}.json", args.out, args.quick))
+    path = common.write("multigpu", report, common.out_path("multigpu", args.out, args.quick, f"{benchmark}.json"))
     for mode in modes:
         e = report[mode]
         if "ratio_median" in e:
             peak = f"{e['peak_memory_ratio']:.3f}x" if "peak_memory_ratio" in e else "n/a"
             print(
-                f"{mode}: flagos {_timing.format_ratio(e)} native ({e['pairs']} rounds), "
+                f"{mode}: flagos {common.format_ratio(e)} native ({e['pairs']} rounds), "
                 f"losses equal: {e['losses_equal']}, peak memory {peak}"
             )
         else:
             print(f"{mode}: no pair of results: {'; '.join(e.get('errors', []))[:500]}")
-    print(f"wrote {_out_path(f'{benchmark}.json', args.out, args.quick)}")
+    print(f"wrote {path}")
     return 0 if all("ratio_median" in report[m] for m in modes) else 1
 
 

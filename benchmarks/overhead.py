@@ -9,14 +9,14 @@ not); a large add measures bandwidth and a large bf16 matmul TFLOP/s, where
 flagos must equal native. Native and flagos alternate round by round and the
 median of the rounds is reported, with the ratio.
 
-    python benchmarks/overhead.py                 # full sizes (GPU)
-    python benchmarks/overhead.py --quick         # small sizes (smoke; written to the temporary folder)
+    python -m benchmarks.overhead                 # full sizes (GPU)
+    python -m benchmarks.overhead --quick         # small sizes (smoke; written to the temporary folder)
 
 With flag_gems on a GPU it also times a flaggems-routed add/mul on flagos:
 the fast path against native CUDA's add/mul, and the Python route
 (flaggems_python) against the same flag_gems function called directly.
 
-Writes benchmarks/results/overhead-<machine>.json (benchmarks/_results.py:
+Writes benchmarks/results/overhead-<machine>.json (benchmarks/common.py:
 command, date, versions, commit; --out redirects it) and, for full sizes, the
 PNG beside it when matplotlib is installed.
 """
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import statistics
 import sys
 import time
@@ -36,10 +35,9 @@ from dataclasses import asdict, dataclass, fields
 import torch
 
 import torch_fl
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared modules, also when loaded by path
-import _results  # noqa: E402
-from _timing import abba, alternating  # noqa: E402
+from benchmarks import common
+from benchmarks.common import abba, alternating
+from torch_fl.models.workloads import synchronize as sync
 
 
 @dataclass
@@ -58,12 +56,12 @@ class Row:
         """flagos relative to native: time ratio for us/call, throughput ratio otherwise."""
         return self.flagos / self.native if self.native else float("nan")
 
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "flagos":
-        torch.flagos.synchronize(device)
+    @property
+    def added_us(self) -> float | None:
+        """flagos - native per call (the median of pair differences where timed in pairs); None for throughput."""
+        if self.unit != "us/call":
+            return None
+        return self.paired_added_us if self.paired_added_us is not None else self.flagos - self.native
 
 
 # Calls timed between two synchronisations. Fewer than the GPU's launch queue
@@ -321,13 +319,8 @@ def _pair_row(name: str, first, second, first_dev, second_dev, rounds: int, call
     median of the per-pair differences, steadier than the rounds where the host drifts)."""
     per_call_us(first, first_dev, 50)  # warm up (Triton compile, the fast path's recording)
     per_call_us(second, second_dev, 50)
-    samples = alternating(
-        rounds,
-        {
-            "first": lambda: per_call_us(first, first_dev, calls),
-            "second": lambda: per_call_us(second, second_dev, calls),
-        },
-    )
+    sides = {"first": (first, first_dev), "second": (second, second_dev)}
+    samples = alternating(rounds, {k: (lambda f=f, d=d: per_call_us(f, d, calls)) for k, (f, d) in sides.items()})
     one_first, one_second = paired_calls_us(first, second, first_dev, rounds * calls)
     diffs = [b - a for a, b in zip(samples["first"], samples["second"], strict=True)]
     pair_diffs = sorted(b - a for a, b in zip(one_first, one_second, strict=True))
@@ -378,35 +371,17 @@ def flaggems_rows(rounds: int, calls: int) -> list[Row]:
         if fn is None:
             continue
         short = op.split(".")[0]
-        with routing.route({op: "flaggems"}):
-            rows.append(
-                _pair_row(
-                    f"{short} 4x4 flaggems fast path vs native cuda",
-                    call_native,
-                    call_routed,
-                    native,
-                    flagos,
-                    rounds,
-                    calls,
-                )
-            )
-        with routing.route({op: "flaggems_python"}):
-            rows.append(
-                _pair_row(
-                    f"{short} 4x4 flaggems_python routed vs direct",
-                    lambda fn=fn, c=call_direct: c(fn),
-                    call_routed,
-                    native,
-                    flagos,
-                    rounds,
-                    calls,
-                )
-            )
+        for route, name, first in (
+            ("flaggems", f"{short} 4x4 flaggems fast path vs native cuda", call_native),
+            ("flaggems_python", f"{short} 4x4 flaggems_python routed vs direct", lambda fn=fn, c=call_direct: c(fn)),
+        ):
+            with routing.route({op: route}):
+                rows.append(_pair_row(name, first, call_routed, native, flagos, rounds, calls))
     return rows
 
 
 def environment() -> dict:
-    """What the meta block (benchmarks/_results.py) does not say: flagos's version, backing and device."""
+    """What the meta block (benchmarks/common.py) does not say: flagos's version, backing and device."""
     return {"torch_fl": torch_fl.__version__, "backing": torch_fl.backing(), "device": torch.flagos.get_device_name(0)}
 
 
@@ -472,18 +447,9 @@ def main(argv: list[str] | None = None) -> int:
         "environment": environment(),
         "rounds": args.rounds,
         "calls": args.calls,
-        "results": [
-            asdict(r)
-            | {
-                "ratio": r.ratio,
-                "added_us": (r.paired_added_us if r.paired_added_us is not None else r.flagos - r.native)
-                if r.unit == "us/call"
-                else None,
-            }
-            for r in rows
-        ],
+        "results": [asdict(r) | {"ratio": r.ratio, "added_us": r.added_us} for r in rows],
     }
-    out = str(_results.write("overhead", report, args.out, smoke=args.quick))
+    out = str(common.write("overhead", report, args.out, smoke=args.quick))
     print(f"\n{'operator':<28}{'native':>10}{'flagos':>10}{'ratio':>8}  unit")
     for r in rows:
         print(f"{r.name:<28}{r.native:>10.2f}{r.flagos:>10.2f}{r.ratio:>8.3f}  {r.unit}")

@@ -1,7 +1,7 @@
 """Where decode or prefill time goes on flagos vs native: torch.profiler and cProfile, same run.
 
-    python benchmarks/profile_decode.py [--model 0.6b] [--tokens 24] [--task decode|prefill]
-        [--grad-mode no_grad|inference_mode] [--after-decode N [--reload]] [--trace-dir DIR]
+    python -m benchmarks.profile_decode [--model 0.6b] [--tokens 24] [--task decode|prefill]
+        [--after-decode N [--reload]] [--trace-dir DIR]
 
 Prints, for each device, the top operators by self CPU time and the Python
 functions with the most total time (cProfile), then a side-by-side table of
@@ -36,15 +36,14 @@ import torch_fl  # noqa: F401  (registers flagos)
 from torch_fl.models import qwen3, workloads
 
 
-def _workload(model, device: str, task: str, tokens: int, prompt, grad_mode: str):
+def _workload(model, device: str, task: str, tokens: int, prompt):
     if task == "decode":
         ids = prompt.to(device)
         return lambda: workloads.greedy(model, ids, tokens)
     ids = qwen3.tokens(model.config.vocab_size, 8, 512).to(device)
-    mode = torch.inference_mode if grad_mode == "inference_mode" else torch.no_grad
 
     def prefill():
-        with mode():  # benchmarks/e2e.py uses no_grad, as HF generate does
+        with torch.no_grad():  # as benchmarks/e2e.py and HF generate
             model(ids, use_cache=False, logits_to_keep=1)
 
     return prefill
@@ -154,7 +153,6 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=24)
     p.add_argument("--task", choices=("decode", "prefill"), default="decode")
     p.add_argument("--trace-dir", help="write gzipped Chrome traces here")
-    p.add_argument("--grad-mode", choices=("no_grad", "inference_mode"), default="no_grad", help="prefill's mode")
     p.add_argument(
         "--after-decode",
         type=int,
@@ -191,7 +189,7 @@ def main() -> None:
                 if d != "cpu":
                     workloads.device_module(d).empty_cache()
             models = load()
-    steps = {d: _workload(m, d, args.task, args.tokens, prompt, args.grad_mode) for d, m in models.items()}
+    steps = {d: _workload(m, d, args.task, args.tokens, prompt) for d, m in models.items()}
     timing(steps, args.task, args.tokens)
     results = {d: run(step, d, args.task, args.trace_dir) for d, step in steps.items()}
     compare(results["flagos"], results[native])

@@ -1,11 +1,11 @@
 """docs/benchmarks.md and README.md's performance table, generated from benchmarks/results/*.json.
 
-    python benchmarks/report.py            # rewrite both from the canonical result files
-    python benchmarks/report.py --check    # exit 1 if either differs from what the files give
+    python -m benchmarks.report            # rewrite both from the canonical result files
+    python -m benchmarks.report --check    # exit 1 if either differs from what the files give
 
 Every table names the file, command, date, commit and machine it comes from. A ratio is flagos
 relative to native (throughput: above 1 is faster; time per call: above 1 is slower) with its noise
-where the run kept per-pair or per-round samples: half the interquartile range (benchmarks/_timing.py).
+where the run kept per-pair or per-round samples: half the interquartile range (torch_fl/calibration/stats.py).
 README.md's table goes between the markers `<!-- benchmarks:start -->` and `<!-- benchmarks:end -->`;
 without them the script says so, leaves README.md alone and exits 1.
 """
@@ -18,10 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared modules, also when loaded by path
-from _report_distributed import ddp_tables, multigpu_tables, multigpu_targets  # noqa: E402
-from _results import errors_brief, exception_line  # noqa: E402
-from _timing import format_ratio, quartiles  # noqa: E402
+from benchmarks.common import errors_brief, exception_line, format_ratio, quartiles
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -246,36 +243,89 @@ def alias_tables(d: dict) -> list[str]:
     return out + [""]
 
 
-def _train_count(train: dict) -> str:
-    """'N pairs' of the compiled training step, or 'N rounds' in a result of the one-child-per-round method."""
-    return _rounds(train["pairs"]) if "rounds" in train else f"{train['pairs']} pairs"
-
-
 def compile_tables(d: dict) -> list[str]:
     sizes = d.get("sizes", {})
     pre, train = d["prefill"], d["train"]
     calls = d.get("args", {}).get("calls", 1)  # prefill calls per timed sample
     per_sample = f" ({calls} calls per sample)" if calls > 1 else ""
-    if "rounds" in train:  # a result of the earlier method: one child per variant and round
-        how = "in one child per variant and round"
-    else:
-        how = f"in a worker process per variant, alternating pairs ({train.get('steps_per_sample')} steps per sample)"
+    how = f"in a worker process per variant, alternating pairs ({train.get('steps_per_sample')} steps per sample)"
     out = [
         f"Qwen3 `{sizes.get('variant')}` in {sizes.get('dtype')}, both variants compiled with torch.compile "
         f"(inductor). Prefill {sizes.get('prefill')} (batch x length) in alternating pairs{per_sample} in one "
         f"process; training step {sizes.get('train')} (forward, backward, AdamW) {how}. Ratio: native "
         "time / flagos time, the median of the pairs' ratios, ± the noise, and the interval that holds the true "
-        "median with 95% probability (order statistics, benchmarks/_timing.py). Compile time: first call minus "
+        "median with 95% probability (order statistics, torch_fl/calibration/stats.py). Compile time: first call minus "
         "a steady call, from an empty inductor cache.",
         "",
         "| task | flagos / native | native compile s | flagos compile s |",
         "| --- | ---: | ---: | ---: |",
         f"| prefill ({pre['pairs']} pairs) | {_ratio_interval(pre)} | "
         f"{pre['compile_s']['native']} | {pre['compile_s']['flagos']} |",
-        f"| training step ({_train_count(train)}) | {_ratio_interval(train)} | "
+        f"| training step ({train['pairs']} pairs) | {_ratio_interval(train)} | "
         f"{train['compile_s']['native']} | {train['compile_s']['flagos']} |",
     ]
     return out + [""]
+
+
+MODES = {"ddp": "DDP", "fsdp": "FSDP2"}
+
+
+def ddp_tables(d: dict) -> list[str]:
+    a, sides, r = d.get("args", {}), d["sides"], d["ratio"]
+    out = [
+        f"MLP of {a.get('layers')} x {a.get('hidden')} hidden, batch {a.get('batch')}, {a.get('steps')} timed steps "
+        f"per child, {a.get('rounds')} ABBA rounds; DDP at world size 1 (flagos: the flagos backend; native: "
+        f"NCCL on cuda, gloo on the CPU). flagos throughput / native: {format_ratio(r)}.",
+        "",
+        "| side | backing | step (ms, median of rounds) |",
+        "| --- | --- | ---: |",
+    ]
+    out += [f"| {side} | {v['backing']} | {v['step_ms_median']:.3f} |" for side, v in sides.items()]
+    return out + [""]
+
+
+def multigpu_tables(d: dict) -> list[str]:
+    sz, a = d.get("sizes", {}), d.get("args", {})
+    out = [
+        f"Qwen3 {sz.get('variant')}, batch {sz.get('batch')} x {sz.get('length')} per GPU, bf16 autocast, AdamW; "
+        f"{d.get('world_size')} processes per torchrun job, {a.get('steps')} timed steps, ABBA rounds (native: "
+        "NCCL on cuda, gloo on the CPU; flagos: the flagos backend). Losses: rank 0's, equal within "
+        f"relative {d.get('loss_rtol')}.",
+        "",
+        "| mode | flagos / native | native tokens/s per GPU | flagos tokens/s per GPU | peak memory ratio "
+        "| losses equal |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for mode, label in MODES.items():
+        e = d.get(mode, {})
+        if "ratio_median" not in e:
+            out.append(f"| {label} | error: {'; '.join(e.get('errors', ['not run']))[:90]} | | | | |")
+            continue
+        peak = f"{e['peak_memory_ratio']:.3f}x" if "peak_memory_ratio" in e else "n/a"
+        out.append(
+            f"| {label} | {format_ratio(e)} ({e['pairs']} rounds) | {e['native']['tokens_per_s_per_gpu']:,.0f} | "
+            f"{e['flagos']['tokens_per_s_per_gpu']:,.0f} | {peak} | {'yes' if e['losses_equal'] else 'NO'} |"
+        )
+    return out + [""]
+
+
+def multigpu_targets(results: dict[str, dict]) -> list[tuple]:
+    """The multi-GPU targets (flagos >= 0.97x native for DDP and FSDP2, peak memory <= 1.02x, equal losses)
+    from every multigpu-<GPU>x<N> result of several GPUs."""
+    rows = []
+    for stem, d in results.items():
+        if d["meta"]["benchmark"] != "multigpu" or stem.startswith("multigpu-host"):
+            continue
+        for mode, label in MODES.items():
+            e = d.get(mode, {})
+            if "ratio_median" not in e:
+                continue
+            peak = e.get("peak_memory_ratio")
+            text = f"{format_ratio(e)} ({e['pairs']} rounds), peak memory " + (f"{peak:.3f}x" if peak else "n/a")
+            text += ", losses equal" if e["losses_equal"] else ", losses DIFFER"
+            met = e["ratio_median"] >= 0.97 and (peak is None or peak <= 1.02) and e["losses_equal"]
+            rows.append((f"{label} Qwen3-0.6B on {d['world_size']} GPUs >= 0.97x native", text, met, stem))
+    return rows
 
 
 def _yes(ok) -> str:
@@ -315,26 +365,18 @@ def trainer_targets(results: dict[str, dict]) -> list[tuple]:
     if not d:
         return []
     speed, mem, agree = d.get("speed"), d.get("peak_memory"), d.get("loss_agreement")
-    rows = []
+    rows, name = [], "Trainer fine-tune of Qwen3-0.6B"
     if agree:
         text = f"max relative difference {agree['max_rel_diff']:.3g} over {agree['steps']} steps (rtol {agree['rtol']})"
-        rows.append(
-            ("Trainer fine-tune of Qwen3-0.6B: losses within bf16 tolerance of native", text, agree["within_all"])
-        )
+        rows.append((f"{name}: losses within bf16 tolerance of native", text, agree["within_all"]))
     if speed:
         text = f"{_ratio_interval(speed)} ({speed['pairs']} pairs)"
-        rows.append(("Trainer fine-tune of Qwen3-0.6B >= 0.97x native steps/s", text, speed["ratio_median"] >= 0.97))
+        rows.append((f"{name} >= 0.97x native steps/s", text, speed["ratio_median"] >= 0.97))
     if mem:
-        rows.append(
-            (
-                "Trainer fine-tune of Qwen3-0.6B peak memory <= 1.02x native",
-                f"{mem['ratio']:.3f}x",
-                mem["ratio"] <= 1.02,
-            )
-        )
+        rows.append((f"{name} peak memory <= 1.02x native", f"{mem['ratio']:.3f}x", mem["ratio"] <= 1.02))
     if not rows and d.get("errors"):
         text = f"failed: {exception_line(next(iter(d['errors'].values())))[:160]}"
-        rows.append(("Trainer fine-tune of Qwen3-0.6B on flagos", text, False))
+        rows.append((f"{name} on flagos", text, False))
     return [(*r, "trainer-h200") for r in rows]
 
 
@@ -355,13 +397,13 @@ def benchmarks_md(results: dict[str, dict], results_dir: Path = RESULTS) -> str:
     lines = [
         "# Benchmarks",
         "",
-        "<!-- Generated by `python benchmarks/report.py` from benchmarks/results/*.json: do not edit. -->",
+        "<!-- Generated by `python -m benchmarks.report` from benchmarks/results/*.json: do not edit. -->",
         "",
         "One canonical result file per benchmark and machine, `benchmarks/results/<benchmark>-<machine>.json`, "
         "overwritten by each run of its script (the GPU runs: `bash scripts/gpu_bench.sh`, then copy the files "
-        "it writes to `$OUT` into benchmarks/results/ and run `python benchmarks/report.py`). Ratios are "
+        "it writes to `$OUT` into benchmarks/results/ and run `python -m benchmarks.report`). Ratios are "
         "flagos relative to native; ± is the noise, half the interquartile range of the per-pair or per-round "
-        "samples (benchmarks/_timing.py).",
+        "samples (torch_fl/calibration/stats.py).",
         "",
     ]
     for stem, d in results.items():
@@ -398,19 +440,13 @@ def targets(results: dict[str, dict]) -> list[tuple[str, str, bool, str]]:
         fast = [r for r in res if "fast path" in r["name"] and r.get("added_us") is not None]
         if fast:
             text = ", ".join(f"`{r['name'].split()[0]}` {r['added_us']:+.2f} us" for r in fast)
-            rows.append(
-                ("FlagGems fast path 4x4 <= native CUDA + 5 us per call", text, all(r["added_us"] <= 5.0 for r in fast))
-            )
+            met = all(r["added_us"] <= 5.0 for r in fast)
+            rows.append(("FlagGems fast path 4x4 <= native CUDA + 5 us per call", text, met))
         gems = [r for r in res if "flaggems_python" in r["name"] and r.get("added_us") is not None]
         if gems:
             text = ", ".join(f"`{r['name'].split()[0]}` {r['added_us']:+.2f} us" for r in gems)
-            rows.append(
-                (
-                    "flaggems_python call <= 3 us over calling `flag_gems` directly",
-                    text,
-                    all(r["added_us"] <= 3.0 for r in gems),
-                )
-            )
+            met = all(r["added_us"] <= 3.0 for r in gems)
+            rows.append(("flaggems_python call <= 3 us over calling `flag_gems` directly", text, met))
         rows = [(*r, "overhead-h200") for r in rows]
     e2e = results.get("e2e-h200")
     if e2e:
@@ -443,23 +479,15 @@ def targets(results: dict[str, dict]) -> list[tuple[str, str, bool, str]]:
             rows.append(("peak memory <= 1.02x native", f"{max(mem):.3f}x at most", max(mem) <= 1.02, "e2e-h200"))
         match = [e["tokens_match_native"] for e in [*flagos.values(), *pairs.values()] if "tokens_match_native" in e]
         if match:
-            rows.append(
-                ("greedy tokens identical to native", "identical" if all(match) else "DIFFER", all(match), "e2e-h200")
-            )
+            text = "identical" if all(match) else "DIFFER"
+            rows.append(("greedy tokens identical to native", text, all(match), "e2e-h200"))
     comp = results.get("compile-h200")
     if comp:
         for task, label in (("prefill", "prefill"), ("train", "training step")):
             e = comp[task]
-            count = f"{e['pairs']} pairs" if task == "prefill" else _train_count(e)
-            text = f"{_ratio_interval(e)} ({count})"
-            rows.append(
-                (
-                    f"compiled Qwen3-0.6B {label} >= 0.97x compiled native",
-                    text,
-                    e["ratio_median"] >= 0.97,
-                    "compile-h200",
-                )
-            )
+            text = f"{_ratio_interval(e)} ({e['pairs']} pairs)"
+            target = f"compiled Qwen3-0.6B {label} >= 0.97x compiled native"
+            rows.append((target, text, e["ratio_median"] >= 0.97, "compile-h200"))
     return rows + multigpu_targets(results) + trainer_targets(results)
 
 
@@ -594,7 +622,7 @@ def readme_table(results: dict[str, dict]) -> str:
         "| --- | --- | --- |",
         *[f"| {t} | {m} | {'yes' if ok else 'NO'} |" for t, m, ok, _ in rows],
         "",
-        "Generated by `python benchmarks/report.py` from "
+        "Generated by `python -m benchmarks.report` from "
         + ", ".join(
             f"`benchmarks/results/{s}.json` ({results[s]['meta'].get('date') or 'date not recorded'})" for s in sources
         )
@@ -629,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
     stale = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
     if args.check:
         for path in stale:
-            print(f"{path} is stale: run python benchmarks/report.py", file=sys.stderr)
+            print(f"{path} is stale: run python -m benchmarks.report", file=sys.stderr)
         return 1 if stale else 0
     for path in stale:
         path.write_text(wanted[path])

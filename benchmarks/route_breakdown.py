@@ -24,55 +24,39 @@ gaps into parts, each timed as host microseconds per call in the same run:
   kernel on aliased memory, no flagos dispatch),
 - mm 64x64 on native vs flagos through torch.mm and the @ operator.
 
-    python benchmarks/route_breakdown.py [--calls N] [--out PATH]
+    python -m benchmarks.route_breakdown [--calls N] [--out PATH]
 
-Writes benchmarks/results/route-breakdown-<machine>.json (benchmarks/_results.py; --out redirects it).
+Writes benchmarks/results/route-breakdown-<machine>.json (benchmarks/common.py; --out redirects it).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import time
 from array import array
 
 import torch
 
 import torch_fl
+from benchmarks import common
 from torch_fl.routing.types import CoreTarget
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared modules, also when loaded by path
-import _results  # noqa: E402
 
+def per_call_us(fn, device, calls: int, rounds: int = 5) -> float:
+    """Median over rounds of overhead.per_call_us (host microseconds per call), after 200 calls of warm-up."""
+    from benchmarks.overhead import per_call_us as one_round
 
-def per_call_us(fn, calls: int, rounds: int = 5) -> float:
-    """Median over rounds of host microseconds per call (windows of 256 calls, device synced between)."""
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     for _ in range(200):
         fn()
-    results = []
-    for _ in range(rounds):
-        total, done = 0.0, 0
-        while done < calls:
-            n = min(256, calls - done)
-            sync()
-            start = time.perf_counter()
-            for _ in range(n):
-                fn()
-            total += time.perf_counter() - start
-            done += n
-        results.append(total / calls * 1e6)
-    sync()
-    return statistics.median(results)
+    return statistics.median(one_round(fn, device, calls) for _ in range(rounds))
 
 
 def flaggems_gaps(table: dict, a, b, fa, fb, native, pairs: int) -> dict[str, float]:
     """What a flaggems-routed add or mul adds over the direct call, in steps, each step timed call by
     call in ABBA pairs (median of per-pair differences, microseconds): FlagGems' own time swings by
     more than these steps between rounds."""
-    from overhead import paired_calls_us
+    from benchmarks.overhead import paired_calls_us
 
     def gap(name: str, first, second) -> tuple[str, float]:
         one, two = paired_calls_us(first, second, native, pairs)
@@ -150,9 +134,8 @@ def inside_and_outside(table: dict, a, b, fa, fb, native, pairs: int) -> dict[st
             sync()
             inside, around = [], []
             for i in range(pairs):
-                order = ("direct", "routed") if i % 2 == 0 else ("routed", "direct")
                 spent = {}
-                for which in order:
+                for which in common.abba(i, "direct", "routed"):
                     inner.clear()
                     t = clock()
                     routed() if which == "routed" else timed(a, b, **kwargs)
@@ -192,7 +175,7 @@ def main(argv=None) -> int:
     rows: dict[str, float] = {}
 
     def row(name: str, fn) -> None:
-        rows[name] = per_call_us(fn, args.calls)
+        rows[name] = per_call_us(fn, native, args.calls)
         print(f"  {name:<58} {rows[name]:8.2f} us", flush=True)
 
     def nothing(x, y, alpha=1):
@@ -209,7 +192,7 @@ def main(argv=None) -> int:
             total += i
         return x
 
-    from overhead import paired_calls_us
+    from benchmarks.overhead import paired_calls_us
 
     na, nb = torch_fl.as_native(fa), torch_fl.as_native(fb)  # persistent aliases
     route = torch_fl._C.PyRoute("add.Tensor")
@@ -267,7 +250,7 @@ def main(argv=None) -> int:
     row("mm 64x64 flagos, torch.mm", lambda: torch.mm(f1, f2))
     row("mm 64x64 native, @", lambda: m1 @ m2)
     row("mm 64x64 flagos, @", lambda: f1 @ f2)
-    out = _results.write("route-breakdown", {"backing": torch_fl.backing(), "us_per_call": rows}, args.out)
+    out = common.write("route-breakdown", {"backing": torch_fl.backing(), "us_per_call": rows}, args.out)
     print(f"wrote {out}")
     return 0
 

@@ -14,9 +14,9 @@ shapes, stands beside the single operators; --prefill adds a row of four
 forwards over 4 x 128 tokens without a cache (e2e.py's prefill, smaller).
 They need transformers.
 
-    python benchmarks/route_instructions.py                   # host backing: writes route-instructions-host.json
-    python benchmarks/route_instructions.py --no-ops --cache-sim   # the decode row with simulated cache misses
-    python benchmarks/route_instructions.py --no-ops --no-decode --prefill --cache-sim   # the prefill row
+    python -m benchmarks.route_instructions                   # host backing: writes route-instructions-host.json
+    python -m benchmarks.route_instructions --no-ops --cache-sim   # the decode row with simulated cache misses
+    python -m benchmarks.route_instructions --no-ops --no-decode --prefill --cache-sim   # the prefill row
 
 Each model row also lists torch_fl's own functions in the flagos run
 (exclusive counts per routed call, their sum and the largest): where the
@@ -29,7 +29,7 @@ flagos adds per routed call: a call's added instructions are few, but they
 are spread over code the rest of a decode step has evicted.
 
 Needs valgrind on PATH (not a Python package: `apt install valgrind`).
-Writes benchmarks/results/route-instructions-<machine>.json (benchmarks/_results.py;
+Writes benchmarks/results/route-instructions-<machine>.json (benchmarks/common.py;
 --out redirects it).
 """
 
@@ -44,8 +44,7 @@ import sys
 import tempfile
 import textwrap
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared modules, also when loaded by path
-import _results  # noqa: E402
+from benchmarks import common
 
 # name -> (the dispatcher entry counted, the statement timed; a and b are 4x4, w is 4x4)
 OPS = {
@@ -124,18 +123,10 @@ def callgrind(toggle: str, source: str, device: str, workdir: str, cache_sim: bo
     with open(script, "w") as f:
         f.write(textwrap.dedent(source))
     out = os.path.join(workdir, "callgrind.out")
+    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--collect-atstart=no"]
+    cmd += [f"--toggle-collect={toggle}", *(["--cache-sim=yes"] if cache_sim else []), sys.executable, script, device]
     run = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            f"--callgrind-out-file={out}",
-            "--collect-atstart=no",
-            f"--toggle-collect={toggle}",
-            *(["--cache-sim=yes"] if cache_sim else []),
-            sys.executable,
-            script,
-            device,
-        ],
+        cmd,
         check=True,
         capture_output=True,
         text=True,
@@ -222,19 +213,9 @@ def model_row(workload: str, native: str, workdir: str, cache_sim: bool = False)
         }
     # The flagos run's profile is the one left in workdir: torch_fl's own functions in it.
     shown = "Ir,I1mr,D1mr" if cache_sim else "Ir"
-    annotate = subprocess.run(
-        [
-            "callgrind_annotate",
-            "--auto=no",
-            "--threshold=100",
-            f"--show={shown}",
-            os.path.join(workdir, "callgrind.out"),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    own = own_functions(annotate)
+    cmd = ["callgrind_annotate", "--auto=no", "--threshold=100", f"--show={shown}", f"{workdir}/callgrind.out"]
+    annotate = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    own = own_functions(annotate.stdout)
     row["torch_fl_functions_per_routed_call"] = {
         "total": {e: round(v / routed, 1) for e, v in own["total"].items()},
         "top": [{k: (round(v / routed, 1) if k != "function" else v) for k, v in f.items()} for f in own["top"]],
@@ -288,7 +269,7 @@ def main() -> int:
             own = row["torch_fl_functions_per_routed_call"]
             top = ", ".join(f"{f['function'].removeprefix('torch_fl::')} {f['Ir']:.0f}" for f in own["top"][:5])
             print(f"  torch_fl's own functions per routed call: {own['total']} ({top})", flush=True)
-    out = _results.write("route-instructions", {"backing": native, "calls": CALLS + 50, "rows": rows}, args.out)
+    out = common.write("route-instructions", {"backing": native, "calls": CALLS + 50, "rows": rows}, args.out)
     print(f"wrote {out}")
     return 0
 

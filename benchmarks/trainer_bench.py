@@ -1,9 +1,9 @@
 """A Hugging Face `Trainer` fine-tune of Qwen3-0.6B in bf16 on flagos against the same Trainer on native CUDA.
 
-    python benchmarks/trainer_bench.py            # GPU: Qwen3-0.6B (random weights), bf16, batch 8 x 512, 200 steps
-    python benchmarks/trainer_bench.py --tiny     # host smoke: tiny Qwen3 in fp32, native CPU against host flagos
+    python -m benchmarks.trainer_bench            # GPU: Qwen3-0.6B (random weights), bf16, batch 8 x 512, 200 steps
+    python -m benchmarks.trainer_bench --tiny     # host smoke: tiny Qwen3 in fp32, native CPU against host flagos
 
-Each variant runs in a worker process of its own (benchmarks/_workers.py), since native CUDA backward cannot
+Each variant runs in a worker process of its own (benchmarks/common.py), since native CUDA backward cannot
 run in a process that imported torch_fl (PyTorch issue 161129): `native` never imports torch_fl (it loads
 torch_fl/models/qwen3.py by path) and trains on cuda (cpu with --tiny); `flagos` imports torch_fl and trains
 on flagos. Each builds the same seeded model (fp32 master weights: `bf16=True` is Trainer's bf16 autocast)
@@ -18,7 +18,7 @@ Timing samples the full `trainer.train()` loop, not a hand-driven `training_step
 the device at each `on_step_end` and takes a timestamp, so a step's time is everything Trainer does between
 two steps (data loading, the step, its per-step logging). After --warmup steps the callback answers the
 parent and waits on stdin; each request then runs --per-sample more steps and answers their seconds, so the
-two workers take turns in ABBA pairs (`_workers.take_turns`) with one Trainer run each, and no resume or
+two workers take turns in ABBA pairs (`common.take_turns`) with one Trainer run each, and no resume or
 second loop is needed. When the parent closes stdin the rest of the steps run unpaused and the worker
 answers its per-step losses (trainer.state.log_history) and peak memory (reset before training).
 
@@ -26,7 +26,7 @@ Reported: per-step losses and their agreement (relative to native's loss, over t
 peak memory and its ratio flagos / native, the median ratio native step s / flagos step s (above 1: flagos
 faster) with its noise and 95% interval, and a one-line verdict on the targets (losses within tolerance,
 steps/s >= 0.97x native, peak memory <= 1.02x native). Writes benchmarks/results/trainer-<machine>.json
-(benchmarks/_results.py; --out redirects it; --tiny without --out writes to the temporary folder).
+(benchmarks/common.py; --out redirects it; --tiny without --out writes to the temporary folder).
 """
 
 from __future__ import annotations
@@ -37,14 +37,9 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared modules, also when loaded by path
-import _results  # noqa: E402
-import _timing  # noqa: E402
-import _workers  # noqa: E402
+from benchmarks import common
 
-MODELS_DIR = _results.REPO / "torch_fl" / "models"  # qwen3.py imports neither torch_fl nor workloads
 FIRST = 20  # the early steps judged on their own: later ones drift further apart in bf16
 # per mode (--tiny or not): what a CLI option left out takes
 SIZES = {
@@ -73,7 +68,7 @@ def worker(args) -> None:
         dev, adapters = torch.cuda if torch.cuda.is_available() else None, []  # host (--tiny): cpu, no sync
         expect = "cuda" if dev else "cpu"
     sync = dev.synchronize if dev else (lambda: None)
-    sys.path.insert(0, str(MODELS_DIR))
+    common.models()
     import qwen3
 
     model = qwen3.build(args.model, seed=args.seed)
@@ -104,7 +99,7 @@ def worker(args) -> None:
                 if len(self.times) < args.per_sample:
                     self.last = now
                     return
-            _workers.reply({"step_s": self.times} if self.times else {"device": self.device})
+            common.reply({"step_s": self.times} if self.times else {"device": self.device})
             self.times = []
             self.live = bool(sys.stdin.readline())
             self.last = time.perf_counter()  # the wait for the other worker's sample is not this step's
@@ -121,7 +116,7 @@ def worker(args) -> None:
             dev.reset_peak_memory_stats()
         trainer.train()
         sync()
-    _workers.reply(
+    common.reply(
         {
             "device": sampler.device,
             "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
@@ -166,28 +161,28 @@ def verdict(rtol: float, agree: dict | None, speed: dict | None, memory: dict | 
     )
 
 
-def finish(w: _workers.Worker) -> dict:
+def finish(w: common.Worker) -> dict:
     """Closes the worker's stdin (it trains on to --steps unpaused) and returns its final answer."""
     w.proc.stdin.close()
     return w.read()
 
 
 def run(args, argv: list[str]) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--child"]
-    # This checkout's torch_fl first, as for the parent run from the repository root.
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(_results.REPO), os.environ.get("PYTHONPATH")])))
+    cmd = common.child_cmd("trainer_bench", *argv, "--child")
     workers, finals, errors, speed = {}, {}, {}, None
     with tempfile.TemporaryDirectory(prefix="trainer-bench-") as tmp:
         try:
             for v in ("native", "flagos"):
                 try:
                     log = os.path.join(tmp, f"{v}-stderr.log")
-                    workers[v] = _workers.Worker(v, [*cmd, "--variant", v], env, _results.REPO, log, args.timeout)
+                    workers[v] = common.Worker(
+                        v, [*cmd, "--variant", v], dict(os.environ), common.REPO, log, args.timeout
+                    )
                 except RuntimeError as e:
                     errors[v] = str(e)[-3000:]
             if len(workers) == 2:
                 try:
-                    speed = _workers.take_turns(workers["native"], workers["flagos"], args.pairs)
+                    speed = common.take_turns(workers["native"], workers["flagos"], args.pairs)
                 except RuntimeError as e:
                     errors["pairs"] = str(e)[-3000:]
             for v, w in workers.items():
@@ -262,11 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     payload = {"config": config, "wall_s": round(time.perf_counter() - started, 1), **res}
     payload["targets"] = verdict(args.rtol, res["loss_agreement"], res["speed"], res["peak_memory"])
     for what, err in res.get("errors", {}).items():
-        print(f"{what} failed: {_results.exception_line(err)}", file=sys.stderr)
+        print(f"{what} failed: {common.exception_line(err)}", file=sys.stderr)
     if res["speed"]:
-        print(f"train steps: flagos {_timing.format_ratio(res['speed'])} native ({args.pairs} pairs)")
+        print(f"train steps: flagos {common.format_ratio(res['speed'])} native ({args.pairs} pairs)")
     print(f"targets: {payload['targets']}")
-    print(f"wrote {_results.write('trainer', payload, args.out, smoke=args.tiny)}")
+    print(f"wrote {common.write('trainer', payload, args.out, smoke=args.tiny)}")
     return 1 if res.get("errors") else 0
 
 

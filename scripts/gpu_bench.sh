@@ -8,32 +8,31 @@
 # benchmarks/e2e.py (ROUNDS child rounds, default 3; E2E_DEADLINE=seconds
 # starts no round that would end later; E2E_VARIANTS=native,flagos limits the
 # variants; PAIRS in-process native/flagos pairs first, default 6; STEP_PAIRS
-# sequences decoded token by token in pairs, default 4; CONCURRENT=1 on two
-# GPUs runs native and flagos at once in each round, one per GPU),
+# sequences decoded token by token in pairs, default 4),
 # benchmarks/profile_decode.py for prefill and decode, or the demo (native
 # routes, then the FlagGems profile). Each benchmark writes its canonical file
 # into $OUT (overhead-h200.json, route-breakdown-h200.json, alias-pool-h200.json,
 # e2e-h200.json, with their PNGs); copy them to benchmarks/results/ and run
-# `python benchmarks/report.py` to regenerate docs/benchmarks.md and the README table. The copy's git
+# `python -m benchmarks.report` to regenerate docs/benchmarks.md and the README table. The copy's git
 # state may be stale: name the commit sent with TORCH_FL_COMMIT=<hash> TORCH_FL_DIRTY=0|1 (the meta block).
 # Correctness checks: scripts/gpu_check.sh.
 set -uo pipefail
 STEP=${STEP:-all}
 source scripts/gpu_setup.sh
 if [[ $STEP == all || $STEP == overhead || $STEP == profile+overhead ]]; then
-  python3 benchmarks/overhead.py --out "$OUT" 2>&1 | tee "$OUT/overhead.log" | tail -16
-  python3 benchmarks/route_breakdown.py --out "$OUT" 2>&1 | tee -a "$OUT/overhead.log"
-  python3 benchmarks/alias_pool.py --out "$OUT" 2>&1 | tee -a "$OUT/overhead.log"
+  python3 -m benchmarks.overhead --out "$OUT" 2>&1 | tee "$OUT/overhead.log" | tail -16
+  python3 -m benchmarks.route_breakdown --out "$OUT" 2>&1 | tee -a "$OUT/overhead.log"
+  python3 -m benchmarks.alias_pool --out "$OUT" 2>&1 | tee -a "$OUT/overhead.log"
 fi
 if [[ $STEP == profile || $STEP == profile+overhead ]]; then  # where the e2e time goes, operator by operator
-  python3 benchmarks/profile_decode.py --task prefill --trace-dir "$OUT" > "$OUT/profile_prefill.txt" 2>&1; tail -30 "$OUT/profile_prefill.txt"
+  python3 -m benchmarks.profile_decode --task prefill --trace-dir "$OUT" > "$OUT/profile_prefill.txt" 2>&1; tail -30 "$OUT/profile_prefill.txt"
   # e2e.py runs prefill after decode in one process: profile prefill there too
-  python3 benchmarks/profile_decode.py --task prefill --after-decode 64 > "$OUT/profile_prefill_after_decode.txt" 2>&1
+  python3 -m benchmarks.profile_decode --task prefill --after-decode 64 > "$OUT/profile_prefill_after_decode.txt" 2>&1
   grep "===" "$OUT/profile_prefill_after_decode.txt"
   # ... and after freeing and rebuilding the models, as each e2e task does
-  python3 benchmarks/profile_decode.py --task prefill --after-decode 64 --reload > "$OUT/profile_prefill_reload.txt" 2>&1
+  python3 -m benchmarks.profile_decode --task prefill --after-decode 64 --reload > "$OUT/profile_prefill_reload.txt" 2>&1
   grep "===" "$OUT/profile_prefill_reload.txt"
-  python3 benchmarks/profile_decode.py --task decode > "$OUT/profile_decode.txt" 2>&1; tail -30 "$OUT/profile_decode.txt"
+  python3 -m benchmarks.profile_decode --task decode > "$OUT/profile_decode.txt" 2>&1; tail -30 "$OUT/profile_decode.txt"
 fi
 if [[ $STEP == demo ]]; then
   python3 -m torch_fl demo 2> "$OUT/demo.stderr" | tee "$OUT/demo.txt"
@@ -43,36 +42,31 @@ if [[ $STEP == compile ]]; then
   # torch.compile on flagos against native (benchmarks/compile_bench.py: compile-h200.json): four cold
   # compiles (prefill and training step, each variant) and the pairs, about five minutes on the H200.
   # COMPILE_PROFILE=1: profiler tables of compiled prefill per variant in $OUT (compile-prefill-<variant>.txt).
-  python3 benchmarks/compile_bench.py ${PAIRS:+--pairs "$PAIRS"} ${TRAIN_PAIRS:+--train-pairs "$TRAIN_PAIRS"} \
+  python3 -m benchmarks.compile_bench ${PAIRS:+--pairs "$PAIRS"} ${TRAIN_PAIRS:+--train-pairs "$TRAIN_PAIRS"} \
     ${COMPILE_PROFILE:+--profile "$OUT"} --out "$OUT" 2>&1 | tail -12
 fi
 if [[ $STEP == trainer ]]; then
   # A Hugging Face Trainer fine-tune of Qwen3-0.6B in bf16, flagos against native CUDA (benchmarks/trainer_bench.py:
   # trainer-h200.json): one worker process per side, 200 steps of batch 8 x 512 each, 16 ABBA pairs of 10-step
   # samples inside those runs; losses, peak memory and steps/s. A few minutes on the H200.
-  python3 benchmarks/trainer_bench.py ${PAIRS:+--pairs "$PAIRS"} --out "$OUT" 2>&1 | tail -12
+  python3 -m benchmarks.trainer_bench ${PAIRS:+--pairs "$PAIRS"} --out "$OUT" 2>&1 | tail -12
 fi
 if [[ $STEP == multigpu ]]; then
   # DDP and FSDP2 of Qwen3-0.6B over every GPU of the machine, native against flagos (benchmarks/multigpu.py:
   # multigpu-<gpu>x<N>.json). NVLink multicast stays off on these machines (the benchmark sets it per job too).
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-  python3 benchmarks/multigpu.py --rounds "${ROUNDS:-4}" ${MULTIGPU_DEADLINE:+--deadline "$MULTIGPU_DEADLINE"} \
+  python3 -m benchmarks.multigpu --rounds "${ROUNDS:-4}" ${MULTIGPU_DEADLINE:+--deadline "$MULTIGPU_DEADLINE"} \
     --out "$OUT/" 2>&1 | tail -20
 fi
 if [[ $STEP == all || $STEP == e2e ]]; then
-  # CONCURRENT=1 on two GPUs: each round runs native and flagos at once, one
-  # per GPU (--concurrent). Off by default: it is no steadier than rounds
-  # one after the other, and needs a second GPU.
-  concurrent=()
-  (( $(nvidia-smi -L | wc -l) > 1 )) && [[ ${CONCURRENT:-0} == 1 ]] && concurrent=(--concurrent)
   # Every flagos routing is paired with native in a process of its own: the FlagGems profile, and the
   # committed calibrated file where there is one for this machine (--calibrated).
   calibrated=(); pair_with=flagos,flagos_flaggems
   if [[ -f benchmarks/results/calibrated-h200.conf ]] && nvidia-smi -L | grep -q H200; then
     calibrated=(--calibrated benchmarks/results/calibrated-h200.conf); pair_with+=,flagos_calibrated
   fi
-  python3 benchmarks/e2e.py --rounds "${ROUNDS:-3}" ${E2E_DEADLINE:+--deadline "$E2E_DEADLINE"} \
+  python3 -m benchmarks.e2e --rounds "${ROUNDS:-3}" ${E2E_DEADLINE:+--deadline "$E2E_DEADLINE"} \
     ${E2E_VARIANTS:+--variants "$E2E_VARIANTS"} --paired "${PAIRS:-6}" --step-pairs "${STEP_PAIRS:-4}" \
-    --paired-variants "${PAIRED_VARIANTS:-$pair_with}" "${calibrated[@]}" "${concurrent[@]}" --out "$OUT" 2>&1 | tail -30
+    --paired-variants "${PAIRED_VARIANTS:-$pair_with}" "${calibrated[@]}" --out "$OUT" 2>&1 | tail -30
 fi
 echo "total: $(( $(date +%s) - start )) s"

@@ -7,20 +7,21 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, load_benchmark
+from benchmarks import common
+from benchmarks import report as report_page
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.anyplatform
 
 
-def _result(prefill: float, train: float, rounds: bool = False) -> dict:
+def _result(prefill: float, train: float) -> dict:
     meta = {
         "benchmark": "compile",
         "machine": "h200",
-        "command": "python benchmarks/compile_bench.py",
+        "command": "python -m benchmarks.compile_bench",
         "date": "2026-01-01T00:00:00Z",
         "commit": "abc1234",
         "dirty": False,
@@ -35,27 +36,21 @@ def _result(prefill: float, train: float, rounds: bool = False) -> dict:
             "ratio_median": train,
             "noise": 0.02,
             "compile_s": {"native": 90.0, "flagos": 95.0},
-            # the earlier method's result (one child per variant and round) lists its rounds
-            **({"rounds": [{}] * 4} if rounds else {"steps_per_sample": 10}),
+            "steps_per_sample": 10,
         },
     }
 
 
 def test_compile_results_give_a_table_and_two_targets():
-    report = load_benchmark("report")
     results = {"compile-h200": _result(0.99, 0.95)}
-    page = report.benchmarks_md(results)
+    page = report_page.benchmarks_md(results)
     assert "## compile-h200: torch.compile" in page
     assert "| prefill (12 pairs) | 0.990x ± 0.010 | 40.0 | 41.5 |" in page
     assert "| training step (4 pairs) | 0.950x ± 0.020 | 90.0 | 95.0 |" in page
     assert "alternating pairs (10 steps per sample)" in page
-    rows = {t: (m, ok) for t, m, ok, _ in report.targets(results)}
+    rows = {t: (m, ok) for t, m, ok, _ in report_page.targets(results)}
     assert rows["compiled Qwen3-0.6B prefill >= 0.97x compiled native"][1] is True
     assert rows["compiled Qwen3-0.6B training step >= 0.97x compiled native"] == ("0.950x ± 0.020 (4 pairs)", False)
-    # a committed result of the one-child-per-round method still renders, in rounds
-    old = {"compile-h200": _result(0.99, 0.98, rounds=True)}
-    assert "| training step (4 rounds) | 0.980x ± 0.020 | 90.0 | 95.0 |" in report.benchmarks_md(old)
-    assert "one child per variant and round" in report.benchmarks_md(old)
 
 
 def test_compile_benchmark_quick_with_profile(tmp_path):
@@ -64,7 +59,8 @@ def test_compile_benchmark_quick_with_profile(tmp_path):
     out, prof = tmp_path / "compile.json", tmp_path / "prof"
     cmd = [
         sys.executable,
-        str(Path(REPO) / "benchmarks" / "compile_bench.py"),
+        "-m",
+        "benchmarks.compile_bench",
         "--quick",
         "--pairs",
         "2",
@@ -81,7 +77,7 @@ def test_compile_benchmark_quick_with_profile(tmp_path):
     assert pre["pairs"] == 2 and len(pre["native_ms"]) == len(pre["flagos_ms"]) == 2 and pre["ratio_median"] > 0
     assert set(pre["compile_s"]) == {"native", "flagos"}
     assert report["args"]["calls"] == 2
-    assert "alternating pairs (2 calls per sample)" in "\n".join(load_benchmark("report").compile_tables(report))
+    assert "alternating pairs (2 calls per sample)" in "\n".join(report_page.compile_tables(report))
     # training: each variant's worker compiled once, then alternating samples of 3 steps (--quick)
     assert train["pairs"] == 2 and train["steps_per_sample"] == 3 and train["noise"] is not None
     assert len(train["native_ms"]) == len(train["flagos_ms"]) == 2 and min(train["flagos_ms"]) > 0
@@ -92,7 +88,6 @@ def test_compile_benchmark_quick_with_profile(tmp_path):
 
 
 def test_a_training_worker_that_dies_says_why(tmp_path):
-    workers = load_benchmark("_workers")
     died = [
         sys.executable,
         "-c",
@@ -101,21 +96,13 @@ def test_a_training_worker_that_dies_says_why(tmp_path):
     with pytest.raises(
         RuntimeError, match=r"train \(flagos\) worker exited 3 without a result:\n.*boom: out of memory"
     ):
-        workers.Worker("train (flagos)", died, dict(os.environ), tmp_path, str(tmp_path / "log"), timeout=60)
-
-
-def _benchmarks_on_path() -> dict:
-    """The environment of a child that imports the benchmarks' shared modules (_workers, _timing) by name."""
-    return dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(Path(REPO) / "benchmarks"), os.environ.get("PYTHONPATH", "")])
-    )
+        common.Worker("train (flagos)", died, dict(os.environ), tmp_path, str(tmp_path / "log"), timeout=60)
 
 
 def test_a_worker_answers_one_sample_per_request(tmp_path):
-    workers = load_benchmark("_workers")
-    code = "import _workers, time; _workers.serve(lambda: time.sleep(0.001), lambda: None, 3, {'compile_s': 1.5})"
-    env = _benchmarks_on_path()
-    w = workers.Worker("sleep", [sys.executable, "-c", code], env, tmp_path, str(tmp_path / "log"), timeout=60)
+    code = "import time; from benchmarks import common as c; "
+    code += "c.serve(lambda: time.sleep(0.001), lambda: None, 3, {'compile_s': 1.5})"
+    w = common.Worker("sleep", [sys.executable, "-c", code], None, REPO, str(tmp_path / "log"), timeout=60)
     try:
         assert w.ready == {"compile_s": 1.5}
         assert all(0.001 <= w.sample() < 1.0 for _ in range(2))
@@ -125,16 +112,14 @@ def test_a_worker_answers_one_sample_per_request(tmp_path):
 
 
 def test_pairs_of_workers_record_a_failed_worker_and_go_on(tmp_path):
-    workers = load_benchmark("_workers")
-    serve = "import _workers, time; _workers.serve(lambda: time.sleep(0.001), lambda: None, 2)"
-    env = _benchmarks_on_path()
+    serve = "from benchmarks import common; import time; common.serve(lambda: time.sleep(0.001), lambda: None, 2)"
 
     def start(name):
         code = "import sys; sys.stderr.write('no device\\n'); sys.exit(1)" if name == "broken" else serve
-        return workers.Worker(name, [sys.executable, "-c", code], env, tmp_path, str(tmp_path / f"{name}.log"), 60)
+        return common.Worker(name, [sys.executable, "-c", code], None, REPO, str(tmp_path / f"{name}.log"), 60)
 
-    out = workers.pair_each(start, "native", ["broken", "good"], pairs=2)
+    out = common.pair_each(start, "native", ["broken", "good"], pairs=2)
     assert "no device" in out["broken"]["error"]
     assert out["good"]["pairs"] == 2 and out["good"]["ratio_median"] > 0
-    out = workers.pair_each(start, "broken", ["good"], pairs=2)  # no reference: every pair says why
+    out = common.pair_each(start, "broken", ["good"], pairs=2)  # no reference: every pair says why
     assert "no device" in out["good"]["error"]

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import load_benchmark
+from benchmarks import _e2e_child, _e2e_report, common
+from benchmarks import report as report_page
 
 pytest.importorskip("transformers")
 REPO = Path(__file__).resolve().parents[2]
@@ -19,16 +20,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.anyplatform
 def test_e2e_benchmark_quick(tmp_path):
-    cmd = [sys.executable, str(REPO / "benchmarks" / "e2e.py"), "--model", "tiny", "--quick", "--rounds", "1"]
+    cmd = [sys.executable, "-m", "benchmarks.e2e", "--model", "tiny", "--quick", "--rounds", "1"]
     cmd += ["--variants", "native,flagos", "--out", str(tmp_path), "--paired", "2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # --out a folder: the canonical name inside it, e2e-<machine>.json
-    json_path = tmp_path / load_benchmark("_results").canonical_path("e2e").name
+    json_path = tmp_path / common.canonical_path("e2e").name
     assert [p.name for p in tmp_path.glob("*.json")] == [json_path.name]
     report = json.loads(json_path.read_text())
     meta = report["meta"]
-    assert meta["benchmark"] == "e2e" and meta["command"].startswith("python benchmarks/e2e.py ")
+    assert meta["benchmark"] == "e2e" and meta["command"].startswith("python -m benchmarks.e2e ")
     assert "--quick" in meta["command"].split() and meta["date"].endswith("Z")
     assert meta["versions"]["torch"] and meta["versions"]["python"]
     assert report["variants"] == ["native", "flagos"]
@@ -63,7 +64,7 @@ def test_e2e_benchmark_quick(tmp_path):
     png = json_path.with_suffix(".png")
     png.unlink(missing_ok=True)
     replot = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "e2e.py"), "--replot", str(json_path)],
+        [sys.executable, "-m", "benchmarks.e2e", "--replot", str(json_path)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -78,14 +79,10 @@ def test_e2e_benchmark_quick(tmp_path):
         assert png.stat().st_size > 0
 
 
-def _load_e2e():
-    return load_benchmark("_e2e_report")
-
-
 @pytest.mark.anyplatform
 def test_pairs_only_report_has_no_empty_rounds():
     """--rounds 0 (in-process pairs alone): the table and title say so instead of listing errors."""
-    e2e = _load_e2e()
+    e2e = _e2e_report
     summary = e2e.summarise([], ["native", "flagos"], ["prefill"])
     assert summary["flagos"]["prefill"]["rounds"] == 0
     assert e2e.table(summary, ["prefill"]) == "(no child rounds: --rounds 0)"
@@ -104,7 +101,7 @@ def test_pairs_only_report_has_no_empty_rounds():
 def test_a_deadline_stops_before_the_next_child_and_keeps_what_ran(tmp_path):
     """The deadline is judged before each child process (its pairs, each variant's round): past it, nothing
     more starts and the report has what ran."""
-    cmd = [sys.executable, str(REPO / "benchmarks" / "e2e.py"), "--model", "tiny", "--quick", "--rounds", "3"]
+    cmd = [sys.executable, "-m", "benchmarks.e2e", "--model", "tiny", "--quick", "--rounds", "3"]
     cmd += ["--variants", "native,flagos", "--out", str(tmp_path / "e2e.json"), "--paired", "1", "--deadline", "0"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -114,71 +111,8 @@ def test_a_deadline_stops_before_the_next_child_and_keeps_what_ran(tmp_path):
 
 
 @pytest.mark.anyplatform
-def test_concurrent_ratios_pair_rounds_on_two_gpus():
-    e2e = _load_e2e()
-
-    def child(variant, round_index, decode, train, gpu=0):
-        tasks = {"decode": {"tokens_per_s": decode}, "train": {"tokens_per_s": train} if train else {"error": "x"}}
-        return {"variant": variant, "round": round_index, "gpu": gpu, "tasks": tasks}
-
-    raw = [
-        child("native", 0, 40.0, 100.0, gpu=0),
-        child("flagos", 0, 38.0, 99.0, gpu=1),
-        child("native", 1, 20.0, 50.0, gpu=1),
-        child("flagos", 1, 21.0, None, gpu=0),  # this round's training failed on flagos: no train pair
-        {"variant": "native", "round": 2, "tasks": {"decode": {"tokens_per_s": 1.0}}},  # not concurrent
-        {"variant": "flagos", "round": 2, "tasks": {"decode": {"tokens_per_s": 9.0}}},
-    ]
-    got = e2e.concurrent_ratios(raw, ["decode", "train", "prefill"])
-    assert got["decode"]["ratios"] == [0.95, 1.05] and got["decode"]["pairs"] == 2
-    assert got["decode"]["ratio_median"] == pytest.approx(1.0)
-    assert got["decode"]["native_tokens_per_s"] == [40.0, 20.0]
-    assert got["train"] == {
-        "pairs": 1,
-        "ratio_median": 0.99,
-        "ratios": [0.99],
-        "native_tokens_per_s": [100.0],
-        "flagos_tokens_per_s": [99.0],
-    }
-    assert "prefill" not in got
-
-
-@pytest.mark.anyplatform
-def test_concurrent_needs_two_gpus(tmp_path):
-    import torch
-
-    if torch.cuda.device_count() >= 2:
-        pytest.skip("two GPUs here: test_e2e_benchmark_concurrent runs it")
-    cmd = [sys.executable, str(REPO / "benchmarks" / "e2e.py"), "--model", "tiny", "--quick", "--concurrent"]
-    proc = subprocess.run(cmd + ["--out", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert proc.returncode == 2
-    assert "--concurrent needs two CUDA GPUs" in proc.stderr
-    assert not list(tmp_path.iterdir())  # nothing measured, nothing written
-
-
-@pytest.mark.cuda
-def test_e2e_benchmark_concurrent(tmp_path):
-    import torch
-
-    if torch.cuda.device_count() < 2:
-        pytest.skip("needs two CUDA GPUs")
-    cmd = [sys.executable, str(REPO / "benchmarks" / "e2e.py"), "--model", "tiny", "--quick", "--rounds", "2"]
-    cmd += ["--variants", "native,flagos", "--out", str(tmp_path / "conc.json"), "--concurrent"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads((tmp_path / "conc.json").read_text())
-    # each round: one native and one flagos child, on different GPUs, swapped the next round
-    gpus = {(r["round"], r["variant"]): r["gpu"] for r in report["raw"]}
-    assert gpus == {(0, "native"): 0, (0, "flagos"): 1, (1, "native"): 1, (1, "flagos"): 0}
-    for task in ("decode", "prefill", "train"):
-        entry = report["concurrent"][task]
-        assert entry["pairs"] == 2 and entry["ratio_median"] > 0
-    assert report["summary"]["flagos"]["decode"]["tokens_match_native"] is True
-
-
-@pytest.mark.anyplatform
 def test_graphs_task_summary_compares_with_native_graphs_and_native_eager_decode():
-    e2e = _load_e2e()
+    e2e = _e2e_report
 
     def child(variant, decode, graphs, tokens):
         return {
@@ -201,7 +135,7 @@ def test_graphs_task_summary_compares_with_native_graphs_and_native_eager_decode
 
 @pytest.mark.cuda
 def test_e2e_graphs_task_quick(tmp_path):
-    cmd = [sys.executable, str(REPO / "benchmarks" / "e2e.py"), "--model", "tiny", "--quick", "--rounds", "1"]
+    cmd = [sys.executable, "-m", "benchmarks.e2e", "--model", "tiny", "--quick", "--rounds", "1"]
     cmd += ["--variants", "native,flagos", "--tasks", "decode,graphs", "--out", str(tmp_path / "g.json")]
     cmd += ["--paired", "2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=REPO)
@@ -221,7 +155,7 @@ def test_e2e_graphs_task_quick(tmp_path):
 
 @pytest.mark.anyplatform
 def test_graph_decode_targets_in_the_readme_table():
-    report = load_benchmark("report")
+    report = report_page
     summary = {
         "flagos": {"graphs": {"ratio_to_native": 0.995, "ratio_to_native_eager_decode": 4.8, "rounds_ok": 2}},
         "flagos_flaggems": {"graphs": {"ratio_to_native": 0.97}},
@@ -243,8 +177,8 @@ def test_graph_decode_targets_in_the_readme_table():
 
 @pytest.mark.anyplatform
 def test_a_paired_task_that_failed_is_reported_and_left_out_of_the_targets():
-    report = load_benchmark("report")
-    e2e = _load_e2e()
+    report = report_page
+    e2e = _e2e_report
     paired = {
         "tasks": {
             "prefill": {"ratio_median": 0.99, "noise": 0.01, "pairs": 4, "ratios": [0.99]},
@@ -260,7 +194,7 @@ def test_a_paired_task_that_failed_is_reported_and_left_out_of_the_targets():
 def test_calibrated_variant_routes_by_its_file_and_only_when_given(tmp_path):
     routes = tmp_path / "calibrated.conf"
     routes.write_text("include builtin:backends_cpu.conf\nadd.Tensor = cpu_fallback\n")
-    cmd = [sys.executable, str(REPO / "benchmarks" / "e2e.py"), "--model", "tiny", "--quick", "--rounds", "1"]
+    cmd = [sys.executable, "-m", "benchmarks.e2e", "--model", "tiny", "--quick", "--rounds", "1"]
     cmd += [
         "--tasks",
         "decode,train",
@@ -316,23 +250,23 @@ def test_calibrated_variant_routes_by_its_file_and_only_when_given(tmp_path):
 
 @pytest.mark.anyplatform
 def test_calibrated_figures_say_when_the_committed_file_is_not_the_one_measured(tmp_path):
-    report = load_benchmark("report")
+    report = report_page
     conf = "benchmarks/results/calibrated-h200.conf"
     sha = hashlib.sha256((REPO / conf).read_bytes()).hexdigest()
     summary = {"flagos_calibrated": {"decode": {"ratio_to_native": 1.001, "rounds_ok": 2}}}
-    e2e = {"meta": {"command": f"python benchmarks/e2e.py --calibrated {conf} --paired 3"}, "summary": summary}
+    e2e = {"meta": {"command": f"python -m benchmarks.e2e --calibrated {conf} --paired 3"}, "summary": summary}
     assert report.calibrated_file_changed({**e2e, "calibrated_sha256": sha}) is None
     for measured in ({**e2e, "calibrated_sha256": "0" * 64}, e2e):  # another file, or not recorded
         note = report.calibrated_file_changed(measured)
         assert note.startswith("measured with an earlier calibrated-h200.conf than the committed one")
         assert note in report.calibrated_targets(measured)[0][1]
         assert f"rows were {note}" in "\n".join(report.e2e_tables(measured))
-    assert report.calibrated_file_changed({"meta": {"command": "python benchmarks/e2e.py"}}) is None
+    assert report.calibrated_file_changed({"meta": {"command": "python -m benchmarks.e2e"}}) is None
 
 
 @pytest.mark.anyplatform
 def test_training_target_judged_by_worker_pairs_where_present():
-    report = load_benchmark("report")
+    report = report_page
     e2e = {"meta": {"benchmark": "e2e"}, "summary": {"flagos": {"train": {"ratio_to_native": 0.85, "rounds_ok": 1}}}}
     rows = {t: (text, met) for t, text, met, _ in report.targets({"e2e-h200": e2e})}
     assert rows["Qwen3-0.6B training >= 0.97x native"] == ("0.850x (1 child round)", False)
@@ -355,7 +289,7 @@ def test_training_target_judged_by_worker_pairs_where_present():
 
 @pytest.mark.anyplatform
 def test_calibrated_targets_in_the_readme_table():
-    report = load_benchmark("report")
+    report = report_page
     summary = {
         "flagos_calibrated": {
             "decode": {"ratio_to_native": 1.001, "rounds_ok": 2},
@@ -395,14 +329,13 @@ def test_calibrated_targets_in_the_readme_table():
 
 @pytest.mark.anyplatform
 def test_fast_path_counts_between_two_snapshots():
-    child = load_benchmark("_e2e_child")
     before = {"cat": {"hits": 4, "recorded": 5, "python": 1, "evicted": 0, "reasons": {"why": 1}}}
     now = {
         "cat": {"hits": 10, "recorded": 5, "python": 2, "evicted": 0, "reasons": {"why": 2}},
         "mul": {"hits": 3, "recorded": 1, "python": 0, "evicted": 0, "reasons": {}},
         "neg": {"hits": 0, "recorded": 0, "python": 0, "evicted": 0, "reasons": {}},
     }
-    assert child.fast_path_since(now, before) == {
+    assert _e2e_child.fast_path_since(now, before) == {
         "cat": {"hits": 6, "recorded": 0, "python": 1, "evicted": 0, "reasons": {"why": 1}},
         "mul": {"hits": 3, "recorded": 1, "python": 0, "evicted": 0, "reasons": {}},
     }
@@ -412,7 +345,7 @@ def test_fast_path_counts_between_two_snapshots():
 def test_compare_logits_against_native_and_removes_the_files(tmp_path):
     import torch
 
-    e2e = _load_e2e()
+    e2e = _e2e_report
     reference: dict = {}
     native = torch.linspace(-3, 3, 50).reshape(1, 50)
     results = {}
@@ -442,7 +375,7 @@ def _agreement_raw(tokens: list, backends: dict, within: bool) -> list[dict]:
 
 @pytest.mark.anyplatform
 def test_differing_tokens_are_explained_only_by_other_kernels_and_close_logits():
-    e2e, report = _load_e2e(), load_benchmark("report")
+    e2e, report = _e2e_report, report_page
     target = "FlagGems profile greedy tokens native's or explained, logits within tolerance"
 
     def row(tokens, backends, within):

@@ -17,11 +17,11 @@ REPO = Path(__file__).resolve().parents[2]
 def test_overhead_benchmark_quick(tmp_path):
     pytest.importorskip("transformers")  # the tiny Qwen3 row
     out = tmp_path / "overhead.json"
-    cmd = [sys.executable, str(REPO / "benchmarks" / "overhead.py"), "--quick", "--small-only", "--rounds", "2"]
+    cmd = [sys.executable, "-m", "benchmarks.overhead", "--quick", "--small-only", "--rounds", "2"]
     proc = subprocess.run(cmd + ["--out", str(out)], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert report["rounds"] == 2 and report["meta"]["command"].startswith("python benchmarks/overhead.py --quick")
+    assert report["rounds"] == 2 and report["meta"]["command"].startswith("python -m benchmarks.overhead --quick")
     assert report["meta"]["benchmark"] == "overhead" and report["meta"]["versions"]["torch"]
     rows = {r["name"]: r for r in report["results"]}
     assert {"add 4x4", "add 4x4 in inference mode", "mul 4x4", "mm 64x64", "softmax 32x128"} <= set(rows)
@@ -38,12 +38,9 @@ def test_overhead_benchmark_quick(tmp_path):
 @pytest.mark.anyplatform
 def test_paired_calls_alternate_and_time_each_call():
     """The call-by-call pairing behind the flaggems rows: ABBA order, one time per call of each."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import overhead
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
     import torch
+
+    from benchmarks import overhead
 
     # a clock that the two functions advance by known amounts: 1 s for the first, 5 s for the second
     now = [0.0]
@@ -67,7 +64,7 @@ def test_replot_draws_the_chart_of_a_written_report(tmp_path):
     """--replot draws the chart of a JSON a GPU run returned (its PNG left behind) again, beside it,
     or says that matplotlib is missing and fails."""
     report = {
-        "command": "python benchmarks/overhead.py",
+        "command": "python -m benchmarks.overhead",
         "environment": {"device": "NVIDIA H200 (flagos over cuda)", "backing": "cuda"},
         "rounds": 7,
         "calls": 2000,
@@ -96,7 +93,7 @@ def test_replot_draws_the_chart_of_a_written_report(tmp_path):
     }
     path = tmp_path / "overhead_cuda.json"
     path.write_text(json.dumps(report))
-    cmd = [sys.executable, str(REPO / "benchmarks" / "overhead.py"), "--replot", str(path)]
+    cmd = [sys.executable, "-m", "benchmarks.overhead", "--replot", str(path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
     png = tmp_path / "overhead_cuda.png"
     try:

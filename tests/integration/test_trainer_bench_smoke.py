@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, load_benchmark
+from benchmarks import common
+from benchmarks import report as report_page
+from tests.helpers import REPO
 
 pytest.importorskip("transformers")
 
@@ -20,16 +21,16 @@ STEPS = 8
 
 @pytest.mark.anyplatform
 def test_trainer_benchmark_tiny(tmp_path):
-    cmd = [sys.executable, str(Path(REPO) / "benchmarks" / "trainer_bench.py"), "--tiny", "--pairs", "2"]
+    cmd = [sys.executable, "-m", "benchmarks.trainer_bench", "--tiny", "--pairs", "2"]
     cmd += ["--steps", str(STEPS), "--out", str(tmp_path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     # --out a folder: the canonical name inside it, trainer-<machine>.json
-    path = tmp_path / load_benchmark("_results").canonical_path("trainer").name
+    path = tmp_path / common.canonical_path("trainer").name
     assert [p.name for p in tmp_path.glob("*.json")] == [path.name]
     report = json.loads(path.read_text())
     meta = report["meta"]
-    assert meta["benchmark"] == "trainer" and meta["command"].startswith("python benchmarks/trainer_bench.py ")
+    assert meta["benchmark"] == "trainer" and meta["command"].startswith("python -m benchmarks.trainer_bench ")
     assert meta["versions"]["transformers"] and "errors" not in report, report.get("errors")
     assert report["config"]["model"] == "tiny" and report["config"]["bf16"] is False
     native, flagos = report["variants"]["native"], report["variants"]["flagos"]
@@ -49,5 +50,5 @@ def test_trainer_benchmark_tiny(tmp_path):
     assert q1 <= q3 and speed["noise"] == pytest.approx((q3 - q1) / 2, abs=1e-4)
     assert report["targets"].startswith("losses within rtol 0.0001: yes")
     # and the generated page renders it
-    page = load_benchmark("report").benchmarks_md({path.stem: report})
+    page = report_page.benchmarks_md({path.stem: report})
     assert f"## {path.stem}: Hugging Face Trainer fine-tune" in page and "| yes / yes |" in page

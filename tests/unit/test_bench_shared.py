@@ -1,5 +1,5 @@
-"""The benchmarks' shared modules: ABBA timing and its statistics (_timing), canonical files and their
-meta block (_results)."""
+"""benchmarks/common.py: ABBA timing and its statistics (torch_fl/calibration/stats.py), deadlines, canonical
+files and their meta block."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from tests.helpers import load_benchmark
+from benchmarks import common, report
+from tests.helpers import run_python
 
 
 @pytest.mark.anyplatform
 def test_paired_seconds_alternate_abba_and_time_each_call_to_its_sync():
-    timing = load_benchmark("_timing")
     now = [0.0]
     order = []
 
@@ -24,23 +24,22 @@ def test_paired_seconds_alternate_abba_and_time_each_call_to_its_sync():
         return call
 
     synced = []
-    secs = timing.paired_seconds(
+    secs = common.paired_seconds(
         {"native": make("n", 1.0), "flagos": make("f", 3.0)}, 4, synced.append, clock=lambda: now[0]
     )
     assert order == ["n", "f", "f", "n", "n", "f", "f", "n"]
     assert synced == ["native", "flagos", "flagos", "native", "native", "flagos", "flagos", "native"]
     assert secs == {"native": [1.0] * 4, "flagos": [3.0] * 4}
-    assert timing.alternating(3, {"a": lambda: 1, "b": lambda: 2}) == {"a": [1, 1, 1], "b": [2, 2, 2]}
+    assert common.alternating(3, {"a": lambda: 1, "b": lambda: 2}) == {"a": [1, 1, 1], "b": [2, 2, 2]}
 
 
 @pytest.mark.anyplatform
 def test_ratio_stats_median_quartiles_and_noise():
-    timing = load_benchmark("_timing")
-    got = timing.ratio_stats([0.9, 1.0, 1.1, 1.2, 0.8])
+    got = common.ratio_stats([0.9, 1.0, 1.1, 1.2, 0.8])
     assert got["pairs"] == 5 and got["ratio_median"] == 1.0
     q1, q3 = got["ratio_quartiles"]
     assert q1 < 1.0 < q3 and got["noise"] == pytest.approx((q3 - q1) / 2, abs=1e-4)
-    assert timing.ratio_stats([0.97]) == {
+    assert common.ratio_stats([0.97]) == {
         "pairs": 1,
         "ratio_median": 0.97,
         "ratio_quartiles": [0.97, 0.97],
@@ -52,40 +51,37 @@ def test_ratio_stats_median_quartiles_and_noise():
 @pytest.mark.anyplatform
 def test_median_interval_order_statistics():
     """The r-th smallest and largest of n values, r the largest with P(Binomial(n, 1/2) < r) <= 2.5%."""
-    timing = load_benchmark("_timing")
-    assert timing.median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None  # even (min, max) covers only 93.8%
-    assert timing.median_interval([6.0, 1.0, 5.0, 2.0, 4.0, 3.0]) == [1.0, 6.0]  # covers 96.9%
-    assert timing.median_interval([float(v) for v in range(16)]) == [3.0, 12.0]  # 97.9%; r = 5 gives 92.3%
-    assert timing.median_interval([float(v) for v in range(60)]) == [21.0, 38.0]
-    assert timing.ratio_stats([float(v) for v in range(16)])["median_ci95"] == [3.0, 12.0]
+    assert common.median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None  # even (min, max) covers only 93.8%
+    assert common.median_interval([6.0, 1.0, 5.0, 2.0, 4.0, 3.0]) == [1.0, 6.0]  # covers 96.9%
+    assert common.median_interval([float(v) for v in range(16)]) == [3.0, 12.0]  # 97.9%; r = 5 gives 92.3%
+    assert common.median_interval([float(v) for v in range(60)]) == [21.0, 38.0]
+    assert common.ratio_stats([float(v) for v in range(16)])["median_ci95"] == [3.0, 12.0]
 
 
 @pytest.mark.anyplatform
 def test_machine_names_and_canonical_paths(tmp_path):
-    results = load_benchmark("_results")
-    assert results.machine("NVIDIA H200") == "h200"
-    assert results.machine("") == "host"
-    assert results.machine("NVIDIA A100-SXM4-80GB") == "a100-sxm4-80gb"
-    assert results.canonical_path("e2e", "NVIDIA H200") == results.RESULTS / "e2e-h200.json"
+    assert common.machine("NVIDIA H200") == "h200"
+    assert common.machine("") == "host"
+    assert common.machine("NVIDIA A100-SXM4-80GB") == "a100-sxm4-80gb"
+    assert common.canonical_path("e2e", "NVIDIA H200") == common.RESULTS / "e2e-h200.json"
     # --out: a file as given, a folder gets the canonical name inside it
-    assert results.out_path("e2e", tmp_path / "x.json") == tmp_path / "x.json"
-    assert results.out_path("e2e", tmp_path) == tmp_path / results.canonical_path("e2e").name
-    assert results.out_path("e2e", None) == results.canonical_path("e2e")
+    assert common.out_path("e2e", tmp_path / "x.json") == tmp_path / "x.json"
+    assert common.out_path("e2e", tmp_path) == tmp_path / common.canonical_path("e2e").name
+    assert common.out_path("e2e", None) == common.canonical_path("e2e")
     # a smoke run never overwrites the canonical file
-    smoke = results.out_path("e2e", None, smoke=True)
-    assert smoke.name == results.canonical_path("e2e").name and smoke.parent != results.RESULTS
-    assert results.out_path("e2e", tmp_path / "x.json", smoke=True) == tmp_path / "x.json"
+    smoke = common.out_path("e2e", None, smoke=True)
+    assert smoke.name == common.canonical_path("e2e").name and smoke.parent != common.RESULTS
+    assert common.out_path("e2e", tmp_path / "x.json", smoke=True) == tmp_path / "x.json"
 
 
 @pytest.mark.anyplatform
 def test_write_puts_the_meta_block_first(tmp_path):
-    results = load_benchmark("_results")
-    path = results.write("alias-pool", {"rows": {}}, tmp_path / "a.json", argv=["benchmarks/alias_pool.py", "--x"])
+    path = common.write("alias-pool", {"rows": {}}, tmp_path / "a.json", argv=["benchmarks/alias_pool.py", "--x"])
     data = json.loads(path.read_text())
     assert list(data) == ["meta", "rows"]
     meta = data["meta"]
-    assert meta["benchmark"] == "alias-pool" and meta["command"] == "python benchmarks/alias_pool.py --x"
-    assert meta["machine"] == results.machine()
+    assert meta["benchmark"] == "alias-pool" and meta["command"] == "python -m benchmarks.alias_pool --x"
+    assert meta["machine"] == common.machine()
     assert meta["date"].endswith("Z") and len(meta["date"]) == 20
     assert set(meta["versions"]) == {"python", "torch", "cuda", "triton", "flag_gems", "transformers", "gpu"}
     assert meta["commit"]  # this checkout is a git repository
@@ -93,56 +89,51 @@ def test_write_puts_the_meta_block_first(tmp_path):
 
 @pytest.mark.anyplatform
 def test_commit_outside_git_comes_from_the_sender(monkeypatch, tmp_path):
-    results = load_benchmark("_results")
-    monkeypatch.setattr(results, "REPO", tmp_path)  # no .git here
+    monkeypatch.setattr(common, "REPO", tmp_path)  # no .git here
     monkeypatch.setenv("TORCH_FL_COMMIT", "abc1234")
     monkeypatch.delenv("TORCH_FL_DIRTY", raising=False)  # the GPU scripts export it
-    assert results.git_commit() == ("abc1234", None)
+    assert common.git_commit() == ("abc1234", None)
     monkeypatch.delenv("TORCH_FL_COMMIT")
-    assert results.git_commit() == (None, None)
+    assert common.git_commit() == (None, None)
 
 
 @pytest.mark.anyplatform
 def test_the_senders_commit_wins_over_a_stale_checkout(monkeypatch):
-    results = load_benchmark("_results")  # this checkout is a git repository
     monkeypatch.setenv("TORCH_FL_COMMIT", "abc1234")
     monkeypatch.setenv("TORCH_FL_DIRTY", "0")
-    assert results.git_commit() == ("abc1234", False)
+    assert common.git_commit() == ("abc1234", False)
     monkeypatch.setenv("TORCH_FL_DIRTY", "1")
-    assert results.git_commit() == ("abc1234", True)
+    assert common.git_commit() == ("abc1234", True)
 
 
 @pytest.mark.anyplatform
 def test_rounds_within_a_deadline_run_the_first_round_and_stop_before_a_late_one(capsys):
     import time
 
-    timing = load_benchmark("_timing")
-    assert list(timing.rounds_within(3, None, time.perf_counter())) == [0, 1, 2]
+    assert list(common.rounds_within(3, None, time.perf_counter())) == [0, 1, 2]
     assert capsys.readouterr().out == ""
-    assert list(timing.rounds_within(3, 0.0, time.perf_counter())) == [0]  # the first round always runs
+    assert list(common.rounds_within(3, 0.0, time.perf_counter())) == [0]  # the first round always runs
     assert "deadline: stopping after 1 round(s) of 3" in capsys.readouterr().out
-    assert list(timing.rounds_within(3, 3600.0, time.perf_counter())) == [0, 1, 2]
+    assert list(common.rounds_within(3, 3600.0, time.perf_counter())) == [0, 1, 2]
 
 
 @pytest.mark.anyplatform
 def test_a_deadline_stops_a_step_that_would_end_late_judged_by_the_last_of_its_kind():
     import time
 
-    timing = load_benchmark("_timing")
     now = time.perf_counter()
-    assert timing.Deadline(None, now - 1e6).allows("child")
-    d = timing.Deadline(60.0, now)
+    assert common.Deadline(None, now - 1e6).allows("child")
+    d = common.Deadline(60.0, now)
     assert d.allows("child") and d.allows("pairs")  # not yet timed: may start while time is left
     d.took("child", now - 65.0)  # a child took 65 s: another would end past 60 s
     assert not d.allows("child") and d.allows("pairs")
     d.took("pairs", now - 1.0)
     assert d.allows("pairs")
-    assert not timing.Deadline(0.0, now - 1.0).allows("pairs")  # past the deadline: nothing starts
+    assert not common.Deadline(0.0, now - 1.0).allows("pairs")  # past the deadline: nothing starts
 
 
 @pytest.mark.anyplatform
 def test_overhead_targets_judge_throughput_by_its_floor_and_host_time_by_its_ceiling():
-    report = load_benchmark("report")
 
     def row(name, unit, ratio, added=None):
         return {"name": name, "unit": unit, "ratio": ratio, "added_us": added}
@@ -162,12 +153,26 @@ def test_overhead_targets_judge_throughput_by_its_floor_and_host_time_by_its_cei
 
 @pytest.mark.anyplatform
 def test_an_error_row_names_the_exception_that_ended_the_child():
-    results = load_benchmark("_results")
     stderr = (
         "UserWarning: Logical operators 'and' and 'or' are deprecated\n  mask = a and b\nTraceback (most recent "
         'call last):\n  File "e2e.py", line 1, in <module>\ntorch.AcceleratorError: CUDA error: an illegal memory '
         "access was encountered\nSearch for `cudaErrorIllegalAddress' in the CUDA docs\n"
     )
     expected = "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
-    assert results.exception_line(stderr) == expected
-    assert results.exception_line("killed\n") == "killed" and results.exception_line("") == "no output"
+    assert common.exception_line(stderr) == expected
+    assert common.exception_line("killed\n") == "killed" and common.exception_line("") == "no output"
+
+
+@pytest.mark.anyplatform
+def test_abba_blocks_group_the_abba_order_into_runs_of_one_side():
+    """calibrate's confirmation switches routing once per run of one side: native, routed, routed, native, ..."""
+    assert common.stats.abba_blocks(4, "n", "r") == [("n", 1), ("r", 2), ("n", 2), ("r", 2), ("n", 1)]
+    assert common.stats.abba_blocks(1, "n", "r") == [("n", 1), ("r", 1)]
+
+
+@pytest.mark.anyplatform
+def test_the_benchmarks_shared_modules_do_not_import_torch_fl():
+    """A native child imports them, and native CUDA backward fails once torch_fl is imported."""
+    code = "import sys, benchmarks.common, benchmarks.e2e, benchmarks.report; assert 'torch_fl' not in sys.modules"
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr

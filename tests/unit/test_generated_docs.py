@@ -23,17 +23,17 @@ def _run(*argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
 def test_benchmarks_doc_and_readme_table_are_current(tmp_path):
     doc, readme = tmp_path / "benchmarks.md", tmp_path / "README.md"
     shutil.copy(REPO / "README.md", readme)
-    proc = _run("benchmarks/report.py", "--doc", str(doc), "--readme", str(readme))
+    proc = _run("-m", "benchmarks.report", "--doc", str(doc), "--readme", str(readme))
     assert proc.returncode == 0, proc.stderr
-    assert doc.read_text() == (REPO / "docs" / "benchmarks.md").read_text(), "run: python benchmarks/report.py"
-    assert readme.read_text() == (REPO / "README.md").read_text(), "run: python benchmarks/report.py"
+    assert doc.read_text() == (REPO / "docs" / "benchmarks.md").read_text(), "run: python -m benchmarks.report"
+    assert readme.read_text() == (REPO / "README.md").read_text(), "run: python -m benchmarks.report"
 
 
 @pytest.mark.anyplatform
 def test_report_refuses_a_readme_without_markers(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# torch_fl\n\nno table here\n")
-    proc = _run("benchmarks/report.py", "--doc", str(tmp_path / "b.md"), "--readme", str(readme))
+    proc = _run("-m", "benchmarks.report", "--doc", str(tmp_path / "b.md"), "--readme", str(readme))
     assert proc.returncode == 1 and "<!-- benchmarks:start -->" in proc.stderr
     assert readme.read_text() == "# torch_fl\n\nno table here\n"
     assert not (tmp_path / "b.md").exists()

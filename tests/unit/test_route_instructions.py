@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import load_benchmark
+from benchmarks import route_instructions
 
 ANNOTATE = """\
 --------------------------------------------------------------------------------
@@ -19,13 +19,9 @@ Ir                 I1mr           D1mr           file:function
 """
 
 
-def load():
-    return load_benchmark("route_instructions")
-
-
 @pytest.mark.anyplatform
 def test_own_functions_sums_torch_fl_rows_with_dots_as_zeros():
-    own = load().own_functions(ANNOTATE)
+    own = route_instructions.own_functions(ANNOTATE)
     # rows with "." (a zero) count: leaving them out once understated the route's functions by a tenth
     assert own["total"] == {"Ir": 6192 + 10 + 2064, "I1mr": 403, "D1mr": 41}
     assert [f["function"] for f in own["top"]] == [
@@ -38,4 +34,4 @@ def test_own_functions_sums_torch_fl_rows_with_dots_as_zeros():
 @pytest.mark.anyplatform
 def test_own_functions_rejects_other_text():
     with pytest.raises(ValueError, match="callgrind_annotate"):
-        load().own_functions("no profile here")
+        route_instructions.own_functions("no profile here")

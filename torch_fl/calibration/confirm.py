@@ -15,7 +15,6 @@ confirmed or none is left; the classes it drops say so in their comments.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import os
 import statistics
 import tempfile
@@ -24,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from torch_fl import routing
-from torch_fl.calibration import decide
+from torch_fl.calibration import decide, stats
 from torch_fl.calibration.measure import Progress
 
 #: workload_timer(fn) -> seconds one run of the workload took (calibrate's default synchronizes the device)
@@ -51,13 +50,6 @@ class Trial:
         return f"{routed}: {self.ratio:.3f}x the workload's speed with none (noise {self.noise:.3f})"
 
 
-def _quartiles(values: list[float]) -> tuple[float, float]:
-    if len(values) < 2:
-        return values[0], values[0]
-    q = statistics.quantiles(values, n=4, method="inclusive")
-    return q[0], q[2]
-
-
 def _rules_file(classes: list[decide.SizeClass], include: str | None, folder: str, name: str) -> str:
     path = os.path.join(folder, name)
     with open(path, "w", encoding="utf-8") as f:
@@ -77,14 +69,13 @@ def trial(fn, classes, kept, include, pairs: int, timer: WorkloadTimer, folder: 
     # ABBA: native, routed, routed, native, ... Each run of one side in a row shares one routing change and
     # follows one untimed run: a change drops the fast path's recordings of operators with size rules
     # (their next calls record again), which no timed run should pay.
-    order = [side for i in range(pairs) for side in (("native", "routed") if i % 2 == 0 else ("routed", "native"))]
     secs: dict[str, list[float]] = {"native": [], "routed": []}
-    for side, block in itertools.groupby(order):
+    for side, count in stats.abba_blocks(pairs, "native", "routed"):
         with routing.using_config(files[side], origin="calibrate"):
             timer(fn)
-            secs[side].extend(timer(fn) for _ in block)
+            secs[side].extend(timer(fn) for _ in range(count))
     ratios = [n / r if r > 0 else float("inf") for n, r in zip(secs["native"], secs["routed"], strict=True)]
-    q1, q3 = _quartiles(ratios)
+    q1, q3 = stats.quartiles(ratios, method="inclusive")
     return Trial(len(kept), statistics.median(ratios), (q3 - q1) / 2)
 
 

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from benchmarks import report as report_page
 from tests.integration.distributed.launch import REPO, needs_devices
 
 pytestmark = pytest.mark.anyplatform
@@ -17,12 +18,12 @@ pytestmark = pytest.mark.anyplatform
 def test_ddp_step_benchmark_smoke(tmp_path):
     needs_devices(1)
     out = tmp_path / "ddp-step.json"
-    cmd = [sys.executable, str(REPO / "benchmarks" / "ddp_step.py"), "--smoke", "--out", str(out)]
+    cmd = [sys.executable, "-m", "benchmarks.ddp_step", "--smoke", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["meta"]["benchmark"] == "ddp-step" and report["meta"]["command"].startswith(
-        "python benchmarks/ddp_step.py --smoke"
+        "python -m benchmarks.ddp_step --smoke"
     )
     sides = report["sides"]
     assert sides["flagos"]["backing"] == sides["native"]["backing"]
@@ -30,8 +31,5 @@ def test_ddp_step_benchmark_smoke(tmp_path):
     # the same seeded model and data on both sides: the same loss after the same steps
     assert abs(sides["flagos"]["loss"] - sides["native"]["loss"]) < 1e-4
     assert report["ratio"]["pairs"] == 2 and report["ratio"]["ratio_median"] > 0
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import report as report_page
-
     text = "\n".join(report_page.TABLES["ddp-step"](report))
     assert "| flagos |" in text and "| native |" in text

@@ -9,21 +9,15 @@ import sys
 
 import pytest
 
+from benchmarks import report as report_page
 from tests.integration.distributed.launch import REPO, needs_devices
 
 pytestmark = pytest.mark.anyplatform
 
 
-def _report_page():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import report
-
-    return report
-
-
 def test_multigpu_benchmark_quick(tmp_path):
     needs_devices(2)
-    cmd = [sys.executable, str(REPO / "benchmarks" / "multigpu.py"), "--quick", "--nproc", "2", "--rounds", "1"]
+    cmd = [sys.executable, "-m", "benchmarks.multigpu", "--quick", "--nproc", "2", "--rounds", "1"]
     cmd += ["--steps", "2", "--warmup", "1", "--out", f"{tmp_path}/"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -40,12 +34,12 @@ def test_multigpu_benchmark_quick(tmp_path):
         assert e["native"]["tokens_per_s_per_gpu"] > 0 and e["flagos"]["tokens_per_s_per_gpu"] > 0
     assert all(r["world_size"] == 2 for r in report["raw"])
     assert {r["backing"] for r in report["raw"] if r["side"] == "flagos"} == {report["raw"][0]["backing"]}
-    text = "\n".join(_report_page().TABLES["multigpu"](report))
+    text = "\n".join(report_page.TABLES["multigpu"](report))
     assert "| DDP |" in text and "| FSDP2 |" in text
 
 
 def test_multigpu_targets_from_runs_of_several_gpus_only():
-    page = _report_page()
+    page = report_page
 
     def result(ratio, peak, equal):
         e = {"pairs": 4, "ratio_median": ratio, "noise": 0.01, "peak_memory_ratio": peak, "losses_equal": equal}

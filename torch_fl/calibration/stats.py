@@ -1,13 +1,17 @@
-"""Timing shared by the benchmarks: native and flagos alternating, and the statistics of their pairs.
+"""Alternating timing and the statistics of its pairs: calibrate's confirmation and the benchmarks share them.
 
-On a shared machine the load drifts between runs by more than the differences sought, so native and
-flagos are timed in alternation (ABBA order: A B, B A, A B, ...), a pair's two measurements close
-together under the same load, and the figure reported is the median of the per-pair ratios (or
-differences) with its quartiles: half the interquartile range is the noise printed beside it.
+On a shared machine the load drifts between runs by more than the differences sought, so two sides are
+timed in alternation (ABBA order: A B, B A, A B, ...), a pair's two measurements close together under the
+same load, and the figure reported is the median of the per-pair ratios with its quartiles: half the
+interquartile range is the noise.
+
+Imports nothing of torch_fl (or torch): benchmarks/common.py loads this file without importing torch_fl,
+since a process that registered the flagos device cannot run native CUDA backward (PyTorch issue 161129).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import time
@@ -19,36 +23,11 @@ def abba(i: int, first, second) -> tuple:
     return (first, second) if i % 2 == 0 else (second, first)
 
 
-class Deadline:
-    """Whether the next step of a benchmark (a child process, a pairing) may start: not if, as long as the
-    last step of its kind, it would end more than `seconds` after `started`. A kind not yet timed starts
-    while the deadline has not passed; no deadline: every step. rounds_within applies it to a round loop;
-    e2e.py to each child process (they run for minutes), writing its report after each."""
-
-    def __init__(self, seconds: float | None, started: float):
-        self.stop_at = started + seconds if seconds is not None else float("inf")
-        self.last: dict[str, float] = {}
-
-    def allows(self, kind: str) -> bool:
-        return time.perf_counter() + self.last.get(kind, 0.0) <= self.stop_at
-
-    def took(self, kind: str, since: float) -> None:
-        """Record that a step of `kind`, started at perf_counter() `since`, has ended."""
-        self.last[kind] = time.perf_counter() - since
-
-
-def rounds_within(count: int, deadline: float | None, started: float):
-    """Round indices 0..count-1 for a benchmark's round loop, stopping before a round that, as long as the
-    last one, would end more than `deadline` seconds after `started` (the first round always runs; no
-    deadline: every round). Says so when it stops early."""
-    limit = Deadline(deadline, started)
-    for r in range(count):
-        if r > 0 and not limit.allows("round"):
-            print(f"deadline: stopping after {r} round(s) of {count}", flush=True)
-            return
-        t = time.perf_counter()
-        yield r
-        limit.took("round", t)
+def abba_blocks(pairs: int, first, second) -> list[tuple[object, int]]:
+    """(side, count) runs of `pairs` ABBA pairs (first, second, second, first, first, ...): a caller that pays
+    for switching sides (a routing change) switches once per run, not once per timing."""
+    order = [side for i in range(pairs) for side in abba(i, first, second)]
+    return [(side, len(list(run))) for side, run in itertools.groupby(order)]
 
 
 def alternating(rounds: int, measure: dict) -> dict:
@@ -63,10 +42,7 @@ def alternating(rounds: int, measure: dict) -> dict:
 
 
 def paired_seconds(
-    fns: dict,
-    pairs: int,
-    sync: Callable[[object], None],
-    clock: Callable[[], float] = time.perf_counter,
+    fns: dict, pairs: int, sync: Callable[[object], None], clock: Callable[[], float] = time.perf_counter
 ) -> dict:
     """{key: [seconds of each call]} for two keyed callables timed one after the other in ABBA pairs,
     each call timed to `sync(key)` (the device's synchronisation)."""
@@ -81,11 +57,11 @@ def paired_seconds(
     return secs
 
 
-def quartiles(values: Sequence[float]) -> tuple[float, float]:
-    """(first, third) quartile; both the value itself for a single value."""
+def quartiles(values: Sequence[float], method: str = "exclusive") -> tuple[float, float]:
+    """(first, third) quartile by statistics.quantiles' `method`; both the value itself for a single value."""
     if len(values) < 2:
         return (values[0], values[0]) if values else (float("nan"), float("nan"))
-    q = statistics.quantiles(values, n=4)
+    q = statistics.quantiles(values, n=4, method=method)
     return q[0], q[2]
 
 

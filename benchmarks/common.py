@@ -1,0 +1,353 @@
+"""What the benchmarks share: their result files, deadlines, timed worker processes and (from
+torch_fl/calibration/stats.py) alternating timing and its statistics.
+
+Each benchmark writes one canonical file per machine, benchmarks/results/<benchmark>-<machine>.json,
+overwritten by every run (``--out`` redirects it). The file's "meta" block names the run:
+
+    {"meta": {"benchmark": "overhead", "machine": "h200", "command": "python -m benchmarks.overhead",
+              "date": "2026-12-01T18:32:36Z", "commit": "5c87527", "dirty": false,
+              "versions": {"python": ..., "torch": ..., "cuda": ..., "triton": ..., "flag_gems": ...,
+                           "transformers": ..., "gpu": ...}},
+     ...the benchmark's own fields...}
+
+The machine is `h200` on an NVIDIA H200, `host` without a GPU (host-memory backing), else the GPU's
+name in lower case. docs/benchmarks.md is generated from these files (benchmarks/report.py).
+
+Timed workers: native CUDA backward cannot run in a process that imported torch_fl (PyTorch issue 161129),
+so a training step on flagos and one on native cannot alternate in one process as inference does. Two
+long-lived workers can: each builds (and compiles) its model once, then waits; the parent asks each in turn
+(ABBA) for a sample, so a pair's two samples are seconds apart under the same load, where one child per
+variant and round swung with the host by a quarter. Protocol: the worker prints RESULT_TAG + JSON once it is
+ready ({"compile_s": ...} or {}), then for each line on its stdin times `steps` calls of its step and prints
+RESULT_TAG + {"step_s": [seconds, ...]}; it exits when stdin closes. Other output is ignored; stderr goes to
+a log file whose tail an error quotes.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+MODELS_DIR = REPO / "torch_fl" / "models"
+
+
+def _load_stats():
+    """torch_fl/calibration/stats.py loaded by path: importing it as torch_fl.calibration.stats would import
+    torch_fl, which registers the flagos device, after which native CUDA backward fails (PyTorch issue 161129)."""
+    spec = importlib.util.spec_from_file_location("_torch_fl_stats", REPO / "torch_fl" / "calibration" / "stats.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+stats = _load_stats()
+abba, abba_blocks, alternating = stats.abba, stats.abba_blocks, stats.alternating
+paired_seconds = stats.paired_seconds
+quartiles, median_interval = stats.quartiles, stats.median_interval
+ratio_stats, format_ratio = stats.ratio_stats, stats.format_ratio
+
+
+def child_cmd(script: str, *args: str) -> list[str]:
+    """The command that runs benchmarks/<script>.py as a module; the child's cwd must be REPO (sys.path[0]:
+    this checkout's benchmarks and torch_fl, even where another torch_fl is installed)."""
+    return [sys.executable, "-m", f"benchmarks.{script}", *args]
+
+
+def models() -> None:
+    """torch_fl/models/'s qwen3, workloads and graph_decode importable by those names without importing
+    torch_fl (they import nothing of it): a native run must not import torch_fl."""
+    if str(MODELS_DIR) not in sys.path:
+        sys.path.insert(0, str(MODELS_DIR))
+
+
+def _version(*names: str) -> str | None:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def gpu_name() -> str | None:
+    """The first CUDA GPU's name, or None without one (torch is imported only if it already is or exists)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+
+
+def machine(gpu: str | None = None) -> str:
+    """`h200`, `host` (no GPU) or the GPU's name as a file-name word."""
+    gpu = gpu if gpu is not None else gpu_name()
+    if not gpu:
+        return "host"
+    if "H200" in gpu:
+        return "h200"
+    return re.sub(r"[^a-z0-9]+", "-", gpu.lower().removeprefix("nvidia ")).strip("-")
+
+
+def canonical_path(benchmark: str, gpu: str | None = None) -> Path:
+    """benchmarks/results/<benchmark>-<machine>.json."""
+    return RESULTS / f"{benchmark}-{machine(gpu)}.json"
+
+
+# what a measurement runs: "dirty" says whether these differ from the commit (documents do not count)
+MEASURED = ("torch_fl", "benchmarks/*.py", "setup.py", "pyproject.toml")
+
+
+def git_commit() -> tuple[str | None, bool | None]:
+    """(short commit of this checkout, whether the code it measures differs from it). $TORCH_FL_COMMIT, when set,
+    names the commit instead: a copy of the tree on a GPU machine may carry a stale git state, so its sender
+    names the commit it sent (whether it differs is then unknown, None, unless $TORCH_FL_DIRTY is 0 or 1)."""
+    named = os.environ.get("TORCH_FL_COMMIT")
+    if named:
+        dirty = os.environ.get("TORCH_FL_DIRTY")
+        return named, None if dirty not in ("0", "1") else dirty == "1"
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+        if rev.returncode != 0:
+            return os.environ.get("TORCH_FL_COMMIT") or None, None
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", *MEASURED],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
+        return rev.stdout.strip(), bool(status.stdout.strip())
+    except OSError:
+        return os.environ.get("TORCH_FL_COMMIT") or None, None
+
+
+def versions(gpu: str | None = None) -> dict:
+    torch_version = cuda = None
+    try:
+        import torch
+
+        torch_version, cuda = torch.__version__, torch.version.cuda
+    except ImportError:
+        pass
+    return {
+        "python": platform.python_version(),
+        "torch": torch_version,
+        "cuda": cuda,
+        "triton": _version("triton"),
+        "flag_gems": _version("flag_gems", "flag-gems"),
+        "transformers": _version("transformers"),
+        "gpu": gpu,
+    }
+
+
+def command(argv: list[str] | None = None) -> str:
+    """The command line as typed from the repository root: `python -m benchmarks.<script> ...`."""
+    argv = list(sys.argv if argv is None else argv)
+    script = REPO / argv[0] if argv else None  # an absolute argv[0] stays itself
+    if script is not None and script.resolve().parent == REPO / "benchmarks":
+        argv[0:1] = ["-m", f"benchmarks.{script.stem}"]
+    elif script is not None and script.resolve().is_relative_to(REPO):
+        argv[0] = str(script.resolve().relative_to(REPO))
+    return " ".join(shlex.quote(a) for a in ["python", *argv])
+
+
+def meta(benchmark: str, argv: list[str] | None = None) -> dict:
+    gpu = gpu_name()
+    commit, dirty = git_commit()
+    return {
+        "benchmark": benchmark,
+        "machine": machine(gpu),
+        "command": command(argv),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": commit,
+        "dirty": dirty,
+        "versions": versions(gpu),
+    }
+
+
+def write(
+    benchmark: str, payload: dict, out: str | Path | None = None, argv: list[str] | None = None, smoke: bool = False
+) -> Path:
+    """Writes {"meta": ..., **payload} to out_path(benchmark, out, smoke); returns the path."""
+    path = out_path(benchmark, out, smoke)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"meta": meta(benchmark, argv), **payload}, indent=1) + "\n")
+    return path
+
+
+def out_path(benchmark: str, out: str | Path | None, smoke: bool = False, name: str | None = None) -> Path:
+    """Where a run writes: `out` if a file path, the canonical file's name inside `out` if a folder
+    (an existing one, or a path ending in /), the canonical file itself without `out`; a smoke run
+    (--quick sizes) without `out` goes to the temporary folder, never over the canonical file. `name`: the
+    canonical file's name where it is not <benchmark>-<machine>.json."""
+    name = name or canonical_path(benchmark).name
+    if not out:
+        return Path(tempfile.gettempdir()) / name if smoke else RESULTS / name
+    path = Path(out)
+    return path / name if path.is_dir() or str(out).endswith("/") else path
+
+
+def exception_line(text: str) -> str:
+    """The line naming the exception that ended a child (`RuntimeError: ...`), else its last line: what an
+    error row shows first (a child's stderr starts with warnings and ends with hints)."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b:?", ln):
+            return ln
+    return lines[-1] if lines else "no output"
+
+
+def errors_brief(errors: list[str]) -> str:
+    """A table cell for a task's errors: the exception of each, on one line, without the table's `|`."""
+    return "; ".join(exception_line(e) for e in errors)[:120].replace("|", "/")
+
+
+class Deadline:
+    """Whether the next step of a benchmark (a child process, a pairing) may start: not if, as long as the
+    last step of its kind, it would end more than `seconds` after `started`. A kind not yet timed starts
+    while the deadline has not passed; no deadline: every step. rounds_within applies it to a round loop;
+    e2e.py to each child process (they run for minutes), writing its report after each."""
+
+    def __init__(self, seconds: float | None, started: float):
+        self.stop_at = started + seconds if seconds is not None else float("inf")
+        self.last: dict[str, float] = {}
+
+    def allows(self, kind: str) -> bool:
+        return time.perf_counter() + self.last.get(kind, 0.0) <= self.stop_at
+
+    def took(self, kind: str, since: float) -> None:
+        """Record that a step of `kind`, started at perf_counter() `since`, has ended."""
+        self.last[kind] = time.perf_counter() - since
+
+
+def rounds_within(count: int, deadline: float | None, started: float):
+    """Round indices 0..count-1 for a benchmark's round loop, stopping before a round that, as long as the
+    last one, would end more than `deadline` seconds after `started` (the first round always runs; no
+    deadline: every round). Says so when it stops early."""
+    limit = Deadline(deadline, started)
+    for r in range(count):
+        if r > 0 and not limit.allows("round"):
+            print(f"deadline: stopping after {r} round(s) of {count}", flush=True)
+            return
+        t = time.perf_counter()
+        yield r
+        limit.took("round", t)
+
+
+RESULT_TAG = "WORKER_RESULT "
+
+
+def reply(payload: dict) -> None:
+    print(RESULT_TAG + json.dumps(payload), flush=True)
+
+
+def serve(step: Callable[[], object], sync: Callable[[], None], steps: int, ready: dict | None = None) -> None:
+    """The worker's side, once warm: say so, then time `steps` steps (each to `sync()`) per line on stdin."""
+    reply(ready or {})
+    for _ in sys.stdin:
+        times = []
+        for _ in range(steps):
+            t = time.perf_counter()
+            step()
+            sync()
+            times.append(time.perf_counter() - t)
+        reply({"step_s": times})
+
+
+class Worker:
+    """The parent's end: the constructor starts the worker and returns once it is ready (its first reply,
+    in `ready`); sample() asks for one timed sample. Killed after `timeout` seconds of life."""
+
+    def __init__(self, label: str, cmd: list[str], env: dict, cwd, log_path: str, timeout: float):
+        self.label = label
+        self.log = open(log_path, "w+")  # noqa: SIM115 (closed by close())
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env, cwd=cwd
+        )
+        self.watchdog = threading.Timer(timeout, self.proc.kill)
+        self.watchdog.daemon = True  # a failed run exits without waiting for it
+        self.watchdog.start()
+        self.ready = self.read()
+
+    def read(self) -> dict:
+        """The worker's next answer (after its ready one: what it answers to a request, or on its own)."""
+        for line in self.proc.stdout:
+            if line.startswith(RESULT_TAG):
+                return json.loads(line[len(RESULT_TAG) :])
+        code = self.proc.wait()
+        self.watchdog.cancel()
+        self.log.seek(0)
+        tail = self.log.read().strip().splitlines()[-15:]
+        raise RuntimeError(f"{self.label} worker exited {code} without a result:\n" + "\n".join(tail))
+
+    def sample(self) -> float:
+        """The median seconds of one sample's steps."""
+        self.proc.stdin.write("time\n")
+        self.proc.stdin.flush()
+        return statistics.median(self.read()["step_s"])
+
+    def close(self) -> None:
+        if self.proc.stdin and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.watchdog.cancel()
+        self.log.close()
+
+
+def take_turns(native: Worker, flagos: Worker, pairs: int) -> dict:
+    """`pairs` ABBA pairs of one sample from each worker: each side's median step seconds per sample, and
+    the statistics of the per-pair ratios native / flagos (above 1: flagos faster)."""
+    secs = alternating(pairs, {"native": native.sample, "flagos": flagos.sample})
+    ratios = [n / f for n, f in zip(secs["native"], secs["flagos"], strict=True)]
+    return {"native_s": secs["native"], "flagos_s": secs["flagos"], "ratios": [round(r, 4) for r in ratios]} | (
+        ratio_stats(ratios)
+    )
+
+
+def pair_each(start: Callable[[str], Worker], reference: str, others: list[str], pairs: int) -> dict:
+    """{other: take_turns(reference's worker, other's worker)} for each of `others` in turn, the reference's
+    worker started once (`start(name)` starts a ready worker). A worker that fails (to start, or while it
+    samples) gives {"error": ...} for the pairs it was in; the others still run."""
+    try:
+        ref = start(reference)
+    except RuntimeError as e:
+        return {name: {"error": str(e)[-1500:]} for name in others}
+    out: dict = {}
+    try:
+        for name in others:
+            try:
+                other = start(name)
+            except RuntimeError as e:
+                out[name] = {"error": str(e)[-1500:]}
+                continue
+            try:
+                out[name] = take_turns(ref, other, pairs)
+            except RuntimeError as e:
+                out[name] = {"error": str(e)[-1500:]}
+                if ref.proc.poll() is not None:  # the reference died: nothing left to pair with
+                    out.update({n: {"error": str(e)[-1500:]} for n in others if n not in out})
+                    break
+            finally:
+                other.close()
+    finally:
+        ref.close()
+    return out
