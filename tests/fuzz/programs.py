@@ -714,79 +714,6 @@ def difference(
 # ----------------------------------------------------------------------------------------------- known issues
 
 
-def routes_before(program: list[Step], k: int) -> dict[str, str]:
-    """The runtime routes the program has set before step `k` (op -> backend)."""
-    return {s.op: s.backend for s in program[:k] if isinstance(s, Route)}
-
-
-def on_fallback(program: list[Step], k: int, calls: frozenset) -> bool:
-    """Whether step `k` calls an overload the program routed to cpu_fallback before it (for some dtype)."""
-    routes = routes_before(program, k)
-    return any(backend == "cpu_fallback" and key.split("[")[0] in calls for key, backend in routes.items())
-
-
-def reference_before(program: list[Step], k: int) -> Env:
-    """The reference's variables before step `k`."""
-    env = Env(flagos=False)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for s in program[:k]:
-                if all(i in env.t for i in s.refs()):
-                    with contextlib.suppress(Exception):
-                        execute(s, env)
-    finally:
-        env.close()
-    return env
-
-
-def _fallback_full_overlap(program, d, want, got) -> bool:
-    w, g = want[d.step], got[d.step]
-    if d.kind != "outcome" or g.outcome != "ok" or "refer to a single memory location" not in w.message:
-        return False
-    if not on_fallback(program, d.step, w.calls):
-        return False
-    env, step = reference_before(program, d.step), program[d.step]
-    return any(
-        x is r or (_storage_key(x) == _storage_key(r) and torch.equal(footprint(x), footprint(r)))
-        for x in step.written(env)
-        for r in step.read(env)
-    )
-
-
-def _fallback_internal_overlap(program, d, want, got) -> bool:
-    w, g = want[d.step], got[d.step]
-    return (
-        d.kind == "outcome"
-        and w.outcome == "raised RuntimeError"
-        and "more than one element of the written-to tensor" in w.message
-        and g.outcome.startswith("raised")
-        and on_fallback(program, d.step, w.calls)
-    )
-
-
-def _fallback_result_layout(program, d, want, got) -> bool:
-    if d.kind != "strides":
-        return False
-    step = program[d.step]
-    new = not (isinstance(step, Method) and step.name.endswith("_")) and not (
-        isinstance(step, Func) and "out" in step.kwargs
-    )
-    if want[d.step].observed:  # seen through a copy that keeps the layout: the fallback may be earlier
-        return any(on_fallback(program, j, want[j].calls) for j in range(d.step + 1))
-    return new and on_fallback(program, d.step, want[d.step].calls)
-
-
-def _fallback_resized_out(program, d, want, got) -> bool:
-    step = program[d.step]
-    if d.kind != "strides" or not (isinstance(step, Func) and isinstance(step.kwargs.get("out"), V)):
-        return False
-    if not on_fallback(program, d.step, want[d.step].calls):
-        return False
-    before = reference_before(program, d.step).t.get(step.kwargs["out"].i)
-    return before is not None and tuple(before.shape) != want[d.step].result[1]
-
-
 @dataclass(frozen=True)
 class Known:
     """A difference the fuzzer knows: `name`, the regression test that reproduces it (a strict xfail until
@@ -798,28 +725,7 @@ class Known:
     matches: Callable[[list[Step], Diff, list[Record], list[Record]], bool]
 
 
-KNOWN = (
-    Known(
-        "cpu_fallback runs a call whose written argument is one of its inputs (the CPU kernel raises)",
-        "tests/integration/test_fuzz_regressions.py::test_cpu_fallback_rejects_an_output_that_is_an_input",
-        _fallback_full_overlap,
-    ),
-    Known(
-        "cpu_fallback runs the kernel before rejecting a written argument whose elements overlap (its error first)",
-        "tests/integration/test_fuzz_regressions.py::test_cpu_fallback_rejects_a_self_overlapping_output_first",
-        _fallback_internal_overlap,
-    ),
-    Known(
-        "cpu_fallback results take the layout of the inputs' host copies (broadcast and size-1 strides lost)",
-        "tests/integration/test_fuzz_regressions.py::test_cpu_fallback_result_layout_follows_the_inputs",
-        _fallback_result_layout,
-    ),
-    Known(
-        "cpu_fallback resizes an out= argument contiguous, not with the strides the CPU kernel gave its result",
-        "tests/integration/test_fuzz_regressions.py::test_cpu_fallback_resizes_out_as_the_kernel_does",
-        _fallback_resized_out,
-    ),
-)
+KNOWN: tuple[Known, ...] = ()  # none open
 
 
 def known(program: list[Step], diff: Diff, want: list[Record], got: list[Record]) -> Known | None:

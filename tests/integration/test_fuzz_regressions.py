@@ -18,11 +18,6 @@ from torch_fl import routing
 
 pytestmark = [pytest.mark.anyplatform, pytest.mark.usefixtures("routing_state")]
 
-CPU_FALLBACK_COPIES = (
-    "needs C++: the cpu_fallback route (csrc/route/native_route.cpp, then at::native::cpu_fallback) copies "
-    "each argument to the host on its own"
-)
-
 
 def _arguments(device):
     return torch.arange(8, device=device), torch.tensor([0, 1, 2, 3, 0, 1, 2, 3], device=device)
@@ -46,11 +41,6 @@ OUTPUT_IS_INPUT = {
 
 
 @pytest.mark.filterwarnings("ignore:An output with one or more elements was resized")  # masked_select's out=
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,  # DID NOT RAISE
-    reason=CPU_FALLBACK_COPIES + ", so a full overlap of an output and an input passes",
-)
 @pytest.mark.parametrize("op, call", OUTPUT_IS_INPUT.values(), ids=OUTPUT_IS_INPUT.keys())
 def test_cpu_fallback_rejects_an_output_that_is_an_input(op, call):
     x, i = _arguments("cpu")
@@ -64,12 +54,6 @@ def test_cpu_fallback_rejects_an_output_that_is_an_input(op, call):
     assert x.cpu().tolist() == list(range(8)) and i.cpu().tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=CPU_FALLBACK_COPIES + ": the route checks no internal overlap of a written argument before the kernel "
-    "(route/overlap_check.cpp), so the CPU kernel runs on a dense copy and its own error comes first",
-)
 def test_cpu_fallback_rejects_a_self_overlapping_output_first():
     # abs_ has no Bool kernel; the CPU rejects the expanded (self-overlapping) output before it looks for one
     def call(device):
@@ -99,11 +83,6 @@ def _strided_with_size_one_dims(device):
 LAYOUTS = {"a broadcast and a transposed input": _broadcast_and_transposed, "size-1 dims": _strided_with_size_one_dims}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=CPU_FALLBACK_COPIES + ", dense: the kernel lays its result out after those",
-)
 @pytest.mark.parametrize("inputs", LAYOUTS.values(), ids=LAYOUTS.keys())
 def test_cpu_fallback_result_layout_follows_the_inputs(inputs):
     want = torch.add(*inputs("cpu"))
@@ -122,12 +101,6 @@ def _out_resized(device):
     return out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="needs C++: the cpu_fallback route writes an out= result back with _copy_from_and_resize (a flagos core "
-    "op, csrc/ops/core_ops.cpp), which resizes the flagos tensor contiguous, not with the host result's strides",
-)
 def test_cpu_fallback_resizes_out_as_the_kernel_does():
     want = _out_resized("cpu")
     assert want.stride() == (10, 1, 5)  # TensorIterator resizes an empty out= after its inputs' layout

@@ -17,7 +17,7 @@ from torch_fl.vocab.ops import aten_ops, makes_views, qualified
 class CpuFallbackBackend(Backend):
     name = "cpu_fallback"
     core_route = "cpu_fallback"
-    description = "copy to host, run PyTorch's CPU kernel, copy back"
+    description = "copy storages to host, run PyTorch's CPU kernel, copy written ones back"
 
     def version(self) -> str | None:
         return f"torch {torch.__version__}"

@@ -14,6 +14,7 @@
 #include "tensor/alias_pool.cpp"
 
 #include "route/counters.cpp"
+#include "route/cpu_fallback.cpp"
 #include "route/device_check.cpp"
 #include "route/overlap_check.cpp"
 #include "route/profiling.cpp"

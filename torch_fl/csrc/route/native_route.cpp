@@ -10,10 +10,10 @@
 #include "route/native_route.h"
 
 #include "route/counters.h"
+#include "route/cpu_fallback.h"
 #include "route/device_check.h"
 #include "route/dtype_gaps.h"
 #include "route/host_rnn.h"
-#include "route/overlap_check.h"
 #include "route/profiling.h"
 #include "route/routed_args.h"
 #include "route/typed_native.h"
@@ -23,7 +23,6 @@
 #include "runtime/generator.h"
 #include "runtime/library.h"
 
-#include <ATen/native/CPUFallback.h>
 #include <ATen/ops/native_dropout_native.h>
 #include <torch/library.h>
 
@@ -38,13 +37,7 @@ using runtime::g_backing;
 namespace {
 
 void check_not_capturing(const c10::OperatorHandle& op, const torch::jit::Stack& stack, bool routed);
-
-// The CPU fallback copies each argument to the host on its own, where a
-// written argument no longer overlaps the input it shares memory with.
-void check_fallback_overlaps(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
-  const size_t nargs = op.schema().arguments().size();
-  check_written_overlaps(op, c10::ArrayRef<c10::IValue>(stack.data() + stack.size() - nargs, nargs));
-}
+c10::DeviceIndex call_device(const torch::jit::Stack& stack, size_t first, c10::DeviceType& other);
 
 void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
@@ -81,14 +74,15 @@ void native_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
   TORCH_CHECK_NOT_IMPLEMENTED(!g_backing.host, "flagos: aten::", name,
                               " has no CPU kernel, so the host-backed flagos device cannot run it either.");
   check_devices(op, *stack, op.schema().arguments().size());
-  check_fallback_overlaps(op, *stack);
   check_not_capturing(op, *stack, false);
   if (f.log_fallback) {
     log_fallback(op);
   }
   count(op, true);
   RouteScope scope(op, "cpu_fallback");
-  at::native::cpu_fallback(op, stack);
+  c10::DeviceType other = c10::DeviceType::CPU;
+  const c10::DeviceIndex index = call_device(*stack, stack->size() - op.schema().arguments().size(), other);
+  run_on_host_copies(op, stack, index);
 }
 
 bool is_generator(const c10::Argument& arg) {
@@ -255,7 +249,6 @@ void run_native_route(const c10::OperatorHandle& op, c10::DispatchKeySet ks, tor
 void call_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // cpu_fallback copies every tensor to the host, where nothing would see their devices any more.
   check_devices(op, *stack, op.schema().arguments().size());
-  check_fallback_overlaps(op, *stack);
   check_not_capturing(op, *stack, true);
   if (g_route_flags.log_fallback) {
     log_fallback(op);
@@ -273,7 +266,7 @@ void call_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
   c10::DeviceType other = c10::DeviceType::CPU;
   const c10::DeviceIndex index = call_device(*stack, stack->size() - op.schema().arguments().size(), other);
   try {
-    at::native::cpu_fallback(op, stack);
+    run_on_host_copies(op, stack, index);
   } catch (const c10::Error& e) {
     raise_if_host_oom(e, op, index);
     throw;

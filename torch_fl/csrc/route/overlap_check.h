@@ -3,12 +3,11 @@
 //
 // A native kernel checks this itself: RoutedArgs gives every argument over one
 // flagos storage the same alias storage, so PyTorch's checks (TensorIterator,
-// cat, index_select, ...) see what they would see on the backing device. A
-// FlagGems kernel does not check, and the CPU fallback copies each argument to
-// the host on its own, where no overlap is left to see: both would compute a
-// silently wrong result where the native call raises. These routes call
-// check_written_overlaps() first (the Python routes only for calls whose
-// arguments share a storage, RoutedArgs::shares_storage()), which raises
+// cat, index_select, ...) see what they would see on the backing device, and
+// the CPU fallback's host copies keep it (route/cpu_fallback.h). A FlagGems
+// kernel does not check: it would compute a silently wrong result where the
+// native call raises. The Python routes call check_written_overlaps() first
+// for calls whose arguments share a storage (RoutedArgs::shares_storage()), which raises
 // PyTorch's own error, as TensorIterator does, where a written argument
 // partially overlaps one that is not written.
 #pragma once
