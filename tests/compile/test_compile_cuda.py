@@ -79,14 +79,6 @@ def test_a_bmm_of_one_batch_compiles_as_native_cudas_does():
     assert "empty_strided_flagos(" in call and "device='flagos" not in call
 
 
-def test_reduce_overhead_warns_on_cuda_backing():
-    torch._dynamo.reset()
-    x = torch.randn(64, device="flagos")
-    with pytest.warns(UserWarning, match="flagos graphs run without CUDA graphs"):
-        out = torch.compile(lambda t: t * 3 - 1, mode="reduce-overhead")(x)
-    torch.testing.assert_close(out, x * 3 - 1)
-
-
 def test_qwen3_0_6b_compiled_prefill_and_training_step():
     pytest.importorskip("transformers")
     from torch_fl.models import qwen3
