@@ -195,3 +195,28 @@ def test_a_typed_foreach_kernel_bumps_only_what_it_writes():
     torch._foreach_add_(xs, ys)
     assert [x._version for x in xs] == [1, 1]
     assert [y._version for y in ys] == [0, 0]
+
+
+def test_cpu_fallback_puts_results_on_the_device_argument():
+    x = torch.ones(2, 3, device="flagos")
+    routing.set_route("ones_like", "cpu_fallback")
+    y = torch.ones_like(x, device="cpu")
+    assert y.device == torch.device("cpu") and torch.equal(y, torch.ones(2, 3))
+    z = torch.ones_like(x)
+    assert z.device == x.device
+    if torch.flagos.device_count() > 1:
+        routing.set_route("full_like", "cpu_fallback")
+        assert torch.full_like(x.to("flagos:1"), 0, device="flagos:0").device == torch.device("flagos", 0)
+
+
+def test_cpu_fallback_sees_a_tensor_passed_twice_as_one():
+    # an empty out= that is also the input: the CPU kernel compares the two arguments' TensorImpls
+    def call(device):
+        t = torch.zeros(5, 0, device=device)
+        torch.index_select(t, 1, torch.tensor([], dtype=torch.int64, device=device), out=t)
+
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        call("cpu")
+    routing.set_route("index_select.out", "cpu_fallback")
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        call("flagos")

@@ -165,11 +165,22 @@ void run_on_host_copies(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     }
   }
 
-  // 2. Every flagos argument becomes a view of its storage's host copy.
+  // 2. Every flagos argument becomes a view of its storage's host copy; a
+  // tensor passed twice, one view (PyTorch's kernels tell x from a copy of x).
   std::vector<c10::IValue> originals(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+  c10::SmallVector<std::pair<const c10::TensorImpl*, at::Tensor>, 8> views;
   for (size_t k = 0; k < nargs; ++k) {
     replace_tensors((*stack)[first + k], [&](const at::Tensor& t) {
-      return on_flagos(t) && t.has_storage() ? host_view(t, copy_of(t)) : t;
+      if (!on_flagos(t) || !t.has_storage()) {
+        return t;
+      }
+      for (const auto& [impl, view] : views) {
+        if (impl == t.unsafeGetTensorImpl()) {
+          return view;
+        }
+      }
+      views.emplace_back(t.unsafeGetTensorImpl(), host_view(t, copy_of(t)));
+      return views.back().second;
     });
   }
   std::vector<c10::IValue> host_args(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
@@ -196,8 +207,18 @@ void run_on_host_copies(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     }
   }
 
-  // 5. Results: a returned argument is the caller's flagos tensor; a new one is copied to flagos:index.
-  const c10::Device device(kFlagos, index < 0 ? runtime::current_device() : index);
+  // 5. Results: a returned argument is the caller's flagos tensor; a new one
+  // goes to the call's device argument where it names one (ones_like(x,
+  // device="cpu") stays on the CPU, full_like(x, v, device="flagos:0") of an
+  // x on flagos:1 goes to flagos:0), else to flagos:index.
+  c10::Device device(kFlagos, index < 0 ? runtime::current_device() : index);
+  for (size_t k = 0; k < nargs; ++k) {
+    if (originals[k].isDevice()) {
+      const c10::Device d = originals[k].toDevice();
+      device = d.type() == kFlagos && !d.has_index() ? c10::Device(kFlagos, runtime::current_device()) : d;
+      break;
+    }
+  }
   const auto& returns = schema.returns();
   const size_t rfirst = stack->size() - returns.size();
   for (size_t r = 0; r < returns.size(); ++r) {
@@ -216,7 +237,7 @@ void run_on_host_copies(const c10::OperatorHandle& op, torch::jit::Stack* stack,
         continue;
       }
     }
-    replace_tensors(v, [&](const at::Tensor& t) { return t.defined() && t.is_cpu() ? t.to(device) : t; });
+    replace_tensors(v, [&](const at::Tensor& t) { return t.defined() && t.device() != device ? t.to(device) : t; });
   }
 }
 
