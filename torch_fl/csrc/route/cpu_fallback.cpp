@@ -183,6 +183,13 @@ void run_on_host_copies(const c10::OperatorHandle& op, torch::jit::Stack* stack,
       return views.back().second;
     });
   }
+  // A flagos device argument (factories, *_like) is the CPU's for the kernel; the results go there after.
+  for (size_t k = 0; k < nargs; ++k) {
+    c10::IValue& v = (*stack)[first + k];
+    if (v.isDevice() && v.toDevice().type() == kFlagos) {
+      v = c10::IValue(c10::Device(c10::DeviceType::CPU));
+    }
+  }
   std::vector<c10::IValue> host_args(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
 
   // 3. The CPU kernel: it raises before anything reaches flagos memory.
