@@ -13,7 +13,7 @@ median of the rounds is reported, with the ratio.
     python benchmarks/overhead.py --quick         # small sizes (smoke; written to the temporary folder)
 
 With flag_gems on a GPU it also times a flaggems-routed add/mul on flagos:
-the fast path against native CUDA's add/mul, and the Python route
+the replay against native CUDA's add/mul, and the Python route
 (flaggems_python) against the same flag_gems function called directly.
 
 Writes benchmarks/results/overhead-<machine>.json (benchmarks/_results.py:
@@ -319,7 +319,7 @@ def run(
 def _pair_row(name: str, first, second, first_dev, second_dev, rounds: int, calls: int) -> Row:
     """`second` against `first`, alternated in rounds and timed call by call in pairs (added_us: the
     median of the per-pair differences, steadier than the rounds where the host drifts)."""
-    per_call_us(first, first_dev, 50)  # warm up (Triton compile, the fast path's recording)
+    per_call_us(first, first_dev, 50)  # warm up (Triton compile, replay's recording)
     per_call_us(second, second_dev, 50)
     samples = alternating(
         rounds,
@@ -346,7 +346,7 @@ def _pair_row(name: str, first, second, first_dev, second_dev, rounds: int, call
 def flaggems_rows(rounds: int, calls: int) -> list[Row]:
     """FlagGems-routed calls on flagos, two comparisons per operator (4x4 tensors: host time is all there is):
 
-    * `flaggems` (the fast path: replayed from C++) against native CUDA's own kernel on CUDA tensors:
+    * `flaggems` (recorded once, replayed from C++) against native CUDA's own kernel on CUDA tensors:
       what routing to FlagGems costs a model over not doing so (target: <= native + 5 us);
     * `flaggems_python` (FlagGems' Python function on every call) against that function called directly
       on CUDA tensors: what the routing layer adds to it (target: <= 3 us).
@@ -381,7 +381,7 @@ def flaggems_rows(rounds: int, calls: int) -> list[Row]:
         with routing.route({op: "flaggems"}):
             rows.append(
                 _pair_row(
-                    f"{short} 4x4 flaggems fast path vs native cuda",
+                    f"{short} 4x4 flaggems replay vs native cuda",
                     call_native,
                     call_routed,
                     native,

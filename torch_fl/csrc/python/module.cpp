@@ -6,7 +6,7 @@
 #include "ops/nested.h"
 #include "ops/sdpa.h"
 #include "python/alias_objects.h"
-#include "python/fast_path.h"
+#include "python/replay_plan.h"
 #include "python/py_route.h"
 #include "python/work_future.h"
 #include "route/autograd_shortcut.h"
@@ -220,8 +220,12 @@ void bind_module(py::module& m) {
         py::call_guard<py::gil_scoped_release>(),
         "Wait (without the GIL) until each autograd device thread has released the task it ran; the number "
         "still busy after timeout_s. Called at exit (runtime/autograd_threads.h).");
-  m.def("_set_fast_recorder", &set_fast_recorder, py::arg("recorder"),
-        "The FlagGems fast path's recorder: recorder(fn, args, kwargs, returns) -> (result, recording).");
+  m.def("_set_replay_recorder", &set_replay_recorder, py::arg("recorder"),
+        "Record and replay's recorder (torch_fl.replay): "
+        "recorder(fn, args, kwargs, returns) -> (result, recording).");
+  m.def("_replay_input_tensors", &input_tensors_of, py::arg("op"), py::arg("args"), py::arg("kwargs"),
+        "The tensors of a call of op ('add.Tensor') with these arguments, in the slot order of a recording "
+        "(csrc/replay/README.md): what torch_fl.replay.input_tensors must agree with.");
   m.def(
       "_is_capturing",
       [](int64_t index) {
