@@ -9,7 +9,7 @@
 #include "python/replay_plan.h"
 #include "python/py_route.h"
 #include "python/work_future.h"
-#include "route/autograd_shortcut.h"
+#include "autograd/autograd_shortcut.h"
 #include "route/counters.h"
 #include "route/dtype_gaps.h"
 #include "route/native_route.h"
@@ -54,7 +54,7 @@ void init(const std::string& backing_type, int64_t host_devices) {
   route::register_native_route();
   ops::register_autocast();
   ops::register_sdpa();
-  route::register_autograd_shortcut();
+  autograd::register_autograd_shortcut();
 }
 
 at::Tensor as_native(const at::Tensor& t) {

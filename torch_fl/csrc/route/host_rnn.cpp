@@ -17,6 +17,7 @@
 
 #include "runtime/device.h"
 
+#include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_pack_padded_sequence_native.h>
