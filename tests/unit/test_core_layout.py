@@ -92,7 +92,7 @@ def test_every_cpp_file_is_in_its_folders_build_unit():
 
 def _registered_by_core_in_dispatch_dump() -> set[str]:
     """The operators whose PrivateUse1 kernel a csrc file registered, other than the native route
-    (route/native_route.cpp) and Python routes (csrc/python/): what _dispatch_dump() shows."""
+    (registered by route/register.cpp) and Python routes (csrc/python/): what _dispatch_dump() shows."""
     found = set()
     for qualified in torch._C._dispatch_get_all_op_names():
         if not qualified.startswith("aten::") or not torch._C._dispatch_has_kernel_for_dispatch_key(
@@ -101,7 +101,7 @@ def _registered_by_core_in_dispatch_dump() -> set[str]:
             continue
         for line in torch._C._dispatch_dump(qualified).splitlines():
             if line.startswith("PrivateUse1:"):
-                if "torch_fl/csrc/" in line and "native_route.cpp" not in line and "csrc/python/" not in line:
+                if "torch_fl/csrc/" in line and "csrc/route/register.cpp" not in line and "csrc/python/" not in line:
                     found.add(qualified.removeprefix("aten::"))
     return found
 

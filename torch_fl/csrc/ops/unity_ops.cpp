@@ -5,3 +5,4 @@
 #include "ops/nested.cpp"
 #include "ops/autocast.cpp"
 #include "ops/sdpa.cpp"
+#include "ops/register.cpp"

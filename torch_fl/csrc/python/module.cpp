@@ -1,9 +1,8 @@
 // The Python module torch_fl._C: its bindings, and the order in which
 // _init() sets the device up.
-#include "ops/autocast.h"
 #include "ops/core_ops.h"
 #include "ops/metadata_ops.h"
-#include "ops/nested.h"
+#include "ops/register.h"
 #include "ops/sdpa.h"
 #include "python/alias_objects.h"
 #include "python/replay_plan.h"
@@ -13,6 +12,7 @@
 #include "route/counters.h"
 #include "route/dtype_gaps.h"
 #include "route/native_route.h"
+#include "route/register.h"
 #include "runtime/allocator.h"
 #include "runtime/autograd_threads.h"
 #include "runtime/cuda_driver.h"

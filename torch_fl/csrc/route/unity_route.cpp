@@ -19,3 +19,4 @@
 #include "route/native_route.cpp"
 #include "route/dtype_gaps.cpp"
 #include "route/host_rnn.cpp"
+#include "route/register.cpp"
