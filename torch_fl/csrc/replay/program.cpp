@@ -1,6 +1,8 @@
 // A recorded call and its replay (replay/program.h).
 #include "replay/program.h"
 
+#include "tensor/ivalue_tensors.h"
+
 #include <cstring>
 
 namespace torch_fl {
@@ -104,26 +106,12 @@ void run_launch(const LaunchStep& step, Slots& slots, void* stream) {
 }  // namespace
 
 void input_tensors(const torch::jit::Stack& stack, size_t nargs, c10::SmallVector<at::Tensor, 8>* out) {
-  auto add = [&](const at::Tensor& t) {
-    if (t.defined() && !t.unsafeGetTensorImpl()->is_wrapped_number()) {
-      out->push_back(t);
-    }
-  };
   for (size_t i = stack.size() - nargs; i < stack.size(); ++i) {
-    const c10::IValue& v = stack[i];
-    if (v.isTensor()) {
-      add(v.toTensor());
-    } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList()) {
-        add(t);
+    tensor::for_each_tensor(stack[i], [&](const at::Tensor& t, tensor::TensorIn) {
+      if (t.defined() && !t.unsafeGetTensorImpl()->is_wrapped_number()) {
+        out->push_back(t);
       }
-    } else if (v.isOptionalTensorList()) {
-      for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
-        if (t.has_value()) {
-          add(*t);
-        }
-      }
-    }
+    });
   }
 }
 
