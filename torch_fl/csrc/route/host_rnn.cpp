@@ -17,8 +17,8 @@
 
 #include "runtime/device.h"
 
-#include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
+#include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_pack_padded_sequence_native.h>
 #include <ATen/ops/cat.h>
