@@ -552,7 +552,7 @@ def agreement_targets(summary: dict, variant: str, target: str) -> list[tuple]:
 
 
 def flaggems_profile_targets(e2e: dict) -> list[tuple]:
-    """The FlagGems profile (FLAGOS_USE_FLAGGEMS=1, routes on the fast path) against native eager, and its tokens."""
+    """The FlagGems profile (FLAGOS_USE_FLAGGEMS=1, routes replayed) against native eager, and its tokens."""
     floors = {"decode": 0.9, "prefill": 0.9, "train": 0.9}
     target = "FlagGems profile greedy tokens native's or explained, logits within tolerance"
     return variant_targets(
