@@ -23,14 +23,11 @@ except ImportError:  # pragma: no cover - exercised only on a broken setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join("torch_fl", "csrc")
-# Three translation units, each including its share of the core's .cpp files
-# (torch_fl/csrc/README.md): the per-call path, the rest of the core below
-# the Python layer, and the Python layer.
-UNITS = [
-    os.path.join(CSRC, "python", "unity_python.cpp"),
-    os.path.join(CSRC, "unity_route.cpp"),
-    os.path.join(CSRC, "unity_core.cpp"),
-]
+# One translation unit per folder of the core, <folder>/unity_<folder>.cpp
+# including the folder's .cpp files (torch_fl/csrc/README.md, Build units).
+# Listed in the order they take longest to compile: ninja starts them so.
+FOLDERS = ["python", "route", "ops", "runtime", "replay", "tensor", "autograd"]
+UNITS = [os.path.join(CSRC, folder, f"unity_{folder}.cpp") for folder in FOLDERS]
 
 
 def write_build_info():

@@ -71,15 +71,15 @@ def paired_worker(args) -> dict:
     out["routing_file"] = routing.config_file()  # e2e.py --paired-variants: how this child's flagos routes
     models = {d: qwen3.build(args.ckpt, dtype=dtype).to(d) for d in (native, flagos)}
     paired = ("decode", "prefill", "graphs") if torch_fl.backing() == "cuda" else ("decode", "prefill")
-    seen: dict = {}  # the fast path's counts at the end of the tasks so far
+    seen: dict = {}  # replay's counts at the end of the tasks so far
     for task in [t for t in args.tasks.split(",") if t in paired and args.paired > 0]:
         try:
             routing.reset_stats()
             out["tasks"][task] = _pair_task(task, models, native, flagos, sizes[task], args)
             out["tasks"][task]["backends"] = stats.backends_used(stats.stats())  # the flagos calls, by backend
-            now = fast_path_counts()
-            if fast := fast_path_since(now, seen):
-                out["tasks"][task]["fast_path"] = fast
+            now = replay_counts()
+            if replayed := replay_since(now, seen):
+                out["tasks"][task]["replay"] = replayed
             seen.update(now)
         except Exception as e:  # recorded as a result, as the child rounds do: the other tasks still pair
             out["tasks"][task] = {"error": f"{type(e).__name__}: {str(e)[:800]}"}
@@ -95,22 +95,22 @@ def paired_worker(args) -> dict:
     return out
 
 
-def fast_path_counts() -> dict:
-    """{op: {hits, recorded, python, evicted, reasons}} of the FlagGems fast path, since the process began,
+def replay_counts() -> dict:
+    """{op: {hits, recorded, python, evicted, reasons}} of FlagGems' record and replay, since the process began,
     for each operator that ran on it since the last reset of the routing statistics: calls that replayed,
-    recorded a new signature, or stayed on FlagGems' Python function and why (backends/flaggems_fast.py)."""
+    recorded a new signature, or stayed on FlagGems' Python function and why (torch_fl/replay)."""
     import torch_fl
     from torch_fl.routing import summary as stats
 
     out = {}
     for op in sorted({r.op for r in stats.stats() if r.backend == "flaggems"}):
-        s = torch_fl._C.PyRoute(op).fast_stats()
+        s = torch_fl._C.PyRoute(op).replay_stats()
         out[op] = {**{k: s[k] for k in ("hits", "recorded", "python", "evicted")}, "reasons": dict(s["reasons"])}
     return out
 
 
-def fast_path_since(now: dict, before: dict) -> dict:
-    """The counts of fast_path_counts() `now` less those of `before`, for operators with calls in between."""
+def replay_since(now: dict, before: dict) -> dict:
+    """The counts of replay_counts() `now` less those of `before`, for operators with calls in between."""
     out = {}
     for op, c in now.items():
         was = before.get(op, {})
@@ -156,17 +156,17 @@ def train_route_pairs(args, sz: dict, flagos, native_routes: str) -> dict:
         with routes(side):
             for _ in range(sz["warmup"]):
                 step(side)
-    # ABBA; each run of one side in a row follows an untimed step: swapping the routing file drops the fast
-    # path's recordings of operators with size rules (a calibrated file's), which no timed step should pay.
+    # ABBA; each run of one side in a row follows an untimed step: swapping the routing file drops replay's
+    # recordings of operators with size rules (a calibrated file's), which no timed step should pay.
     secs: dict = {"native_routes": [], "routed": []}
     for side, count in abba_blocks(args.paired, "native_routes", "routed"):
         with routes(side):
             step(side)
             secs[side].extend(step(side) for _ in range(count))
-    before = fast_path_counts()  # every FlagGems operator the steps so far ran, with its counts
+    before = replay_counts()  # every FlagGems operator the steps so far ran, with its counts
     routing.reset_stats()
-    step("routed")  # one more, counted: which backends the routed step ran, and the fast path's counts
-    fast = fast_path_since(fast_path_counts(), before)
+    step("routed")  # one more, counted: which backends the routed step ran, and replay's counts
+    replayed = replay_since(replay_counts(), before)
     ratios = [n / r for n, r in zip(secs["native_routes"], secs["routed"], strict=True)]
     tokens = sz["batch"] * sz["length"]
     return {
@@ -176,7 +176,7 @@ def train_route_pairs(args, sz: dict, flagos, native_routes: str) -> dict:
         "native_tokens_per_s": tokens / statistics.median(secs["native_routes"]),
         "flagos_tokens_per_s": tokens / statistics.median(secs["routed"]),
         "backends": stats.backends_used(stats.stats()),
-        **({"fast_path": fast} if fast else {}),
+        **({"replay": replayed} if replayed else {}),
     }
 
 

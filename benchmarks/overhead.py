@@ -13,7 +13,7 @@ median of the rounds is reported, with the ratio.
     python -m benchmarks.overhead --quick         # small sizes (smoke; written to the temporary folder)
 
 With flag_gems on a GPU it also times a flaggems-routed add/mul on flagos:
-the fast path against native CUDA's add/mul, and the Python route
+the replay against native CUDA's add/mul, and the Python route
 (flaggems_python) against the same flag_gems function called directly.
 
 Writes benchmarks/results/overhead-<machine>.json (benchmarks/common.py:
@@ -317,7 +317,7 @@ def run(
 def _pair_row(name: str, first, second, first_dev, second_dev, rounds: int, calls: int) -> Row:
     """`second` against `first`, alternated in rounds and timed call by call in pairs (added_us: the
     median of the per-pair differences, steadier than the rounds where the host drifts)."""
-    per_call_us(first, first_dev, 50)  # warm up (Triton compile, the fast path's recording)
+    per_call_us(first, first_dev, 50)  # warm up (Triton compile, replay's recording)
     per_call_us(second, second_dev, 50)
     sides = {"first": (first, first_dev), "second": (second, second_dev)}
     samples = alternating(rounds, {k: (lambda f=f, d=d: per_call_us(f, d, calls)) for k, (f, d) in sides.items()})
@@ -339,7 +339,7 @@ def _pair_row(name: str, first, second, first_dev, second_dev, rounds: int, call
 def flaggems_rows(rounds: int, calls: int) -> list[Row]:
     """FlagGems-routed calls on flagos, two comparisons per operator (4x4 tensors: host time is all there is):
 
-    * `flaggems` (the fast path: replayed from C++) against native CUDA's own kernel on CUDA tensors:
+    * `flaggems` (recorded once, replayed from C++) against native CUDA's own kernel on CUDA tensors:
       what routing to FlagGems costs a model over not doing so (target: <= native + 5 us);
     * `flaggems_python` (FlagGems' Python function on every call) against that function called directly
       on CUDA tensors: what the routing layer adds to it (target: <= 3 us).
@@ -372,7 +372,7 @@ def flaggems_rows(rounds: int, calls: int) -> list[Row]:
             continue
         short = op.split(".")[0]
         for route, name, first in (
-            ("flaggems", f"{short} 4x4 flaggems fast path vs native cuda", call_native),
+            ("flaggems", f"{short} 4x4 flaggems replay vs native cuda", call_native),
             ("flaggems_python", f"{short} 4x4 flaggems_python routed vs direct", lambda fn=fn, c=call_direct: c(fn)),
         ):
             with routing.route({op: route}):

@@ -237,7 +237,7 @@ def main(argv=None) -> int:
         with torch_fl.routing.route({"mul.Tensor": "flaggems_python"}):
             row("flag_gems mul, routed from flagos (flaggems_python)", lambda: fa * fb)
         with torch_fl.routing.route({"mul.Tensor": "flaggems"}):
-            row("flag_gems mul, routed from flagos (flaggems fast path)", lambda: fa * fb)
+            row("flag_gems mul, routed from flagos (flaggems replay)", lambda: fa * fb)
         gaps = flaggems_gaps(LOADER.table, a, b, fa, fb, native, args.calls * 5)
         gaps.update(inside_and_outside(LOADER.table, a, b, fa, fb, native, args.calls * 5))
         for name, us in gaps.items():

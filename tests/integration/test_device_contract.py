@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import warnings
 
 import pytest
 import torch
@@ -219,3 +220,23 @@ def test_cuda_backing_draws_cuda_i_s_stream():
         # One state: flagos:i's generator is cuda:i's.
         torch.flagos.manual_seed_all(4)
         assert torch.cuda.default_generators[i].initial_seed() == 4
+
+
+@pytest.mark.parametrize(
+    "make, kind",
+    [
+        (lambda: torch.randn(3, 3).to_sparse().to("flagos"), "sparse"),
+        (lambda: torch.sparse_coo_tensor([[0, 1]], [1.0, 2.0], (3,), device="flagos"), "sparse"),
+        (lambda: torch.randn(3, 3).to_sparse_csr().to("flagos"), "sparse"),
+        (lambda: torch.quantize_per_tensor(torch.randn(3), 0.1, 0, torch.qint8).to("flagos"), "quantized"),
+    ],
+    ids=["coo .to", "sparse_coo_tensor", "csr .to", "quantized .to"],
+)
+def test_sparse_and_quantized_tensors_are_refused_with_the_way_out(make, kind):
+    # CUDA has sparse and quantized kernels; PyTorch gives a PrivateUse1 device none (README, Limitations).
+    # Refused where one is made, or at its first use (a CSR tensor's composite constructor makes one).
+    with pytest.raises(NotImplementedError, match=f"{kind} tensors are not supported on flagos") as raised:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # quantize_per_tensor's deprecation, CSR's beta notice
+            repr(make())
+    assert "on the CPU" in str(raised.value)

@@ -318,8 +318,8 @@ def test_calibrated_targets_in_the_readme_table():
     assert text.startswith("decode 1.010x ± 0.010 (64 pairs), prefill 0.980x")
     table = "\n".join(report.e2e_tables(e2e))
     assert "| flagos_calibrated | prefill pairs | 3 | 0.980x ± 0.010 |" in table and "native 9, flaggems 3 |" in table
-    # the fast path's counts: which operators kept recording new signatures or stayed on Python, and why
-    routed["tasks"]["prefill"]["fast_path"] = {
+    # replay's counts: which operators kept recording new signatures or stayed on Python, and why
+    routed["tasks"]["prefill"]["replay"] = {
         "cat": {"hits": 10, "recorded": 56, "python": 0, "evicted": 0, "reasons": {}},
         "mul.Tensor": {"hits": 90, "recorded": 1, "python": 4, "evicted": 0, "reasons": {"it reads values": 4}},
     }
@@ -328,14 +328,14 @@ def test_calibrated_targets_in_the_readme_table():
 
 
 @pytest.mark.anyplatform
-def test_fast_path_counts_between_two_snapshots():
+def test_replay_counts_between_two_snapshots():
     before = {"cat": {"hits": 4, "recorded": 5, "python": 1, "evicted": 0, "reasons": {"why": 1}}}
     now = {
         "cat": {"hits": 10, "recorded": 5, "python": 2, "evicted": 0, "reasons": {"why": 2}},
         "mul": {"hits": 3, "recorded": 1, "python": 0, "evicted": 0, "reasons": {}},
         "neg": {"hits": 0, "recorded": 0, "python": 0, "evicted": 0, "reasons": {}},
     }
-    assert _e2e_child.fast_path_since(now, before) == {
+    assert _e2e_child.replay_since(now, before) == {
         "cat": {"hits": 6, "recorded": 0, "python": 1, "evicted": 0, "reasons": {"why": 1}},
         "mul": {"hits": 3, "recorded": 1, "python": 0, "evicted": 0, "reasons": {}},
     }

@@ -201,7 +201,7 @@ def test_flaggems_python_route_captures_and_replays():
 
 
 @pytest.mark.flaggems
-def test_flaggems_fast_path_captures_and_replays():
+def test_flaggems_replay_captures_and_replays():
     with routing.route({"add.Tensor": "flaggems"}):
         _check_replays(_routed_backend("flaggems"))
 

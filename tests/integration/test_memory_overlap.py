@@ -149,7 +149,7 @@ def test_a_python_route():
 @pytest.mark.parametrize("backend", ["flaggems", "flagos_python"])
 def test_flaggems_kernels_raise_as_native_does(backend):
     # FlagGems' Triton kernels check no overlap themselves: the route does, on the first (recorded) call and on
-    # the fast path's replays alike; full overlaps and disjoint parts still run on FlagGems
+    # replays alike; full overlaps and disjoint parts still run on FlagGems
     from torch_fl.backends import flaggems
 
     flaggems.LOADER.load()

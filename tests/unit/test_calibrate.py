@@ -164,7 +164,7 @@ def test_a_python_kernel_runs_only_for_its_size_class(gems):
     assert seen == [100]
 
 
-def test_fast_path_recordings_do_not_outlive_a_size_class(gems):
+def test_replay_recordings_do_not_outlive_a_size_class(gems):
     seen = []
 
     def add(a, b, *, alpha=1):
@@ -177,7 +177,7 @@ def test_fast_path_recordings_do_not_outlive_a_size_class(gems):
     for _ in range(3):
         big + big
     assert seen == [100]  # recorded once, replayed after
-    assert torch_fl._C.PyRoute("add.Tensor").fast_stats()["hits"] >= 1
+    assert torch_fl._C.PyRoute("add.Tensor").replay_stats()["hits"] >= 1
     # float32 keeps a fast class, but the recorded signature's size is below it now: it must not replay
     use_rules("add.Tensor[float32, numel>=1000] = flaggems\n")
     routing.reset_stats()

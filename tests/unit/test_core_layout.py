@@ -13,13 +13,16 @@ import torch
 import torch_fl
 
 CSRC = pathlib.Path(torch_fl.__file__).parent / "csrc"
-# What each folder may include from the others: python/ -> ops/ -> route/ -> tensor/ -> runtime/.
+# What each folder may include from the others: python/ -> ops/ -> route/ -> tensor/ -> runtime/,
+# python/ -> autograd/ -> route/, and python/ -> replay/ -> tensor/.
 MAY_INCLUDE = {
     "runtime": {"runtime"},
     "tensor": {"runtime", "tensor"},
+    "replay": {"runtime", "tensor", "replay"},
     "route": {"runtime", "tensor", "route"},
+    "autograd": {"runtime", "tensor", "route", "autograd"},
     "ops": {"runtime", "tensor", "route", "ops"},
-    "python": {"runtime", "tensor", "route", "ops", "python"},
+    "python": {"runtime", "tensor", "route", "autograd", "ops", "replay", "python"},
 }
 PYTHON_HEADER = re.compile(
     r'#\s*include\s*[<"](Python\.h|pybind11/|torch/extension\.h|torch/python\.h|'
@@ -37,7 +40,7 @@ def folder_of(path: pathlib.Path) -> str:
 
 
 @pytest.mark.anyplatform
-def test_the_core_has_its_five_folders_each_with_a_readme():
+def test_the_core_has_its_folders_each_with_a_readme():
     assert {p.name for p in CSRC.iterdir() if p.is_dir() and not p.name.startswith("__")} == set(MAY_INCLUDE)
     for folder in MAY_INCLUDE:
         assert (CSRC / folder / "README.md").is_file(), f"csrc/{folder}/ has no README.md"
@@ -72,20 +75,24 @@ def test_no_csrc_file_over_500_lines():
 
 
 @pytest.mark.anyplatform
-def test_every_cpp_file_is_in_exactly_one_build_unit():
-    units = {CSRC / "unity_route.cpp", CSRC / "unity_core.cpp", CSRC / "python" / "unity_python.cpp"}
-    # included by their path from csrc/ (setup.py puts csrc/ on the include path)
-    included = [CSRC / name for unit in units for name in INCLUDE.findall(unit.read_text())]
-    parts = sorted(p for p in CSRC.rglob("*.cpp") if p not in units)
-    assert sorted(set(included)) == parts and len(included) == len(parts)
-    # the core's units hold nothing of the Python layer
-    for unit in ("unity_route.cpp", "unity_core.cpp"):
-        assert all(folder_of(CSRC / n) != "python" for n in INCLUDE.findall((CSRC / unit).read_text()))
+def test_every_cpp_file_is_in_its_folders_build_unit():
+    # one unit per folder, <folder>/unity_<folder>.cpp, including exactly the folder's .cpp files
+    units = {CSRC / folder / f"unity_{folder}.cpp" for folder in MAY_INCLUDE}
+    assert all(u.is_file() for u in units)
+    assert sorted(CSRC.glob("**/unity_*.cpp")) == sorted(units)
+    for unit in units:
+        # included by their path from csrc/ (setup.py puts csrc/ on the include path)
+        included = [CSRC / name for name in INCLUDE.findall(unit.read_text())]
+        own = sorted(p for p in unit.parent.glob("*.cpp") if p != unit)
+        assert sorted(set(included)) == own and len(included) == len(own), f"{unit.relative_to(CSRC)}"
+    setup = CSRC.parent.parent / "setup.py"  # a source checkout's (an installed package has none)
+    if setup.is_file():
+        assert all(f'"{folder}"' in setup.read_text() for folder in MAY_INCLUDE), "setup.py's FOLDERS lists each"
 
 
 def _registered_by_core_in_dispatch_dump() -> set[str]:
     """The operators whose PrivateUse1 kernel a csrc file registered, other than the native route
-    (route/native_route.cpp) and Python routes (csrc/python/): what _dispatch_dump() shows."""
+    (registered by route/register.cpp) and Python routes (csrc/python/): what _dispatch_dump() shows."""
     found = set()
     for qualified in torch._C._dispatch_get_all_op_names():
         if not qualified.startswith("aten::") or not torch._C._dispatch_has_kernel_for_dispatch_key(
@@ -94,7 +101,7 @@ def _registered_by_core_in_dispatch_dump() -> set[str]:
             continue
         for line in torch._C._dispatch_dump(qualified).splitlines():
             if line.startswith("PrivateUse1:"):
-                if "torch_fl/csrc/" in line and "native_route.cpp" not in line and "csrc/python/" not in line:
+                if "torch_fl/csrc/" in line and "csrc/route/register.cpp" not in line and "csrc/python/" not in line:
                     found.add(qualified.removeprefix("aten::"))
     return found
 

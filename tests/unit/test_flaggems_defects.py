@@ -33,11 +33,11 @@ def row(op, backend):
     return next((s for s in routing.stats() if s.op == op and s.backend == backend), None)
 
 
-@pytest.mark.parametrize("route", ["flaggems", "flagos_python"], ids=["fast_path", "python_path"])
+@pytest.mark.parametrize("route", ["flaggems", "flagos_python"], ids=["replay", "python_path"])
 def test_a_known_flaggems_defect_is_refused_before_it_runs(routing_state, route):
     """FlagGems 5.0.2's Hopper mul reads two same-rank tensors as flat arrays of one shape: on a broadcast
     (Qwen3's q * cos) it faults the GPU. Such calls never reach it: they run natively, counted and warned
-    (the fast path checks when it records a signature)."""
+    (replay checks when it records a signature)."""
     calls = []
     source = "def mul(A, B):\n    calls.append(type(B).__name__)\n    return torch.mul(A, B)\n"
     mul = hopper_function("mul.py", source, "mul", calls=calls)

@@ -3,7 +3,7 @@
 | name (as written)                  | backend                                         | stats name        |
 | ---------------------------------- | ----------------------------------------------- | ----------------- |
 | `cuda`, `cpu`, `native`            | native route (`cuda` / `cpu` on that backing)   | `native`          |
-| `flaggems`                         | FlagGems kernels, replayed from C++ (fast path) | `flaggems`        |
+| `flaggems`                         | FlagGems kernels, replayed from C++ (replay)    | `flaggems`        |
 | `flaggems_python`, `flagos_python` | FlagGems kernels through its Python functions   | `flaggems_python` |
 | `cpu_fallback`                     | copy to host, CPU kernel, copy back             | `cpu_fallback`    |
 | `ascend`                           | Ascend ACLNN (planned, unavailable)             | `ascend`          |
@@ -22,14 +22,14 @@ from torch_fl.backends.cpu_fallback import CpuFallbackBackend
 from torch_fl.backends.flaggems import FlagGemsBackend
 from torch_fl.backends.native import NativeBackend
 
-_FLAGGEMS_PYTHON = FlagGemsBackend("flaggems_python", fast_path=False)
+_FLAGGEMS_PYTHON = FlagGemsBackend("flaggems_python", replay=False)
 
 #: every accepted backend name -> its backend
 BACKENDS: dict[str, Backend] = {
     "native": NativeBackend("native", None),
     "cuda": NativeBackend("cuda", "cuda"),
     "cpu": NativeBackend("cpu", "cpu"),
-    "flaggems": FlagGemsBackend("flaggems", fast_path=True),
+    "flaggems": FlagGemsBackend("flaggems", replay=True),
     "flaggems_python": _FLAGGEMS_PYTHON,
     "flagos_python": _FLAGGEMS_PYTHON,
     "cpu_fallback": CpuFallbackBackend(),

@@ -29,8 +29,8 @@ class Backend:
     native: bool = False
     #: the C++ core runs this backend's kernels itself: "cpu_fallback" (PyTorch's CPU fallback); None: `kernel()`
     core_route: str | None = None
-    #: kernels run once per input signature and replay in C++ afterwards (FlagGems' fast path)
-    fast_path: bool = False
+    #: kernels run once per input signature, recorded, and replay in C++ afterwards (torch_fl/replay)
+    replay: bool = False
     #: Set (to why) for a backend whose kernels must not see empty tensors: a
     #: call with an empty input runs natively instead, counted as a fallback
     empty_inputs_unsafe: str | None = None

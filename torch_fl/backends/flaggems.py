@@ -19,7 +19,7 @@ reports itself unavailable and routes to it fall back (see docs/routing.md).
 names): `flaggems_python` calls FlagGems' Python function on every call;
 `flaggems` (the low-overhead path) calls it once per input signature under a
 recorder and replays what it launched from C++ afterwards
-(backends/flaggems_fast.py).
+(torch_fl/replay).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ import sys
 import torch
 
 from torch_fl._core import backing
-from torch_fl.backends import flaggems_fast
 from torch_fl.backends.base import Backend, BackendKernel
 from torch_fl.backends.flaggems_defects import guarded
+from torch_fl.replay import install as install_recorder
 from torch_fl.vocab.errors import RoutingError
 from torch_fl.vocab.ops import normalize
 
@@ -160,11 +160,11 @@ class FlagGemsBackend(Backend):
     # raises ZeroDivisionError and bmm a math domain error (docs/routing.md).
     empty_inputs_unsafe = "FlagGems 5.0.2 faults or raises on some; see docs/routing.md, Fallback rules"
 
-    def __init__(self, name: str, fast_path: bool):
+    def __init__(self, name: str, replay: bool):
         self.name = name
-        self.fast_path = fast_path
-        if fast_path:
-            flaggems_fast.install()
+        self.replay = replay
+        if replay:
+            install_recorder()
 
     def unavailable_reason(self) -> str | None:
         LOADER.load()

@@ -98,7 +98,7 @@ def refusal(fn, *args, **kwargs) -> str | None:
 
 def guarded(fn):
     """`fn` itself, or for a function with a known defect a wrapper that raises FlagGemsDefect for the calls
-    it gets wrong (the check runs on the Python path and when the fast path records a signature; replays
+    it gets wrong (the check runs on the Python path and when replay records a signature; replays
     run only signatures that passed it)."""
     check = _DEFECTS.get(location(fn))
     if check is None:

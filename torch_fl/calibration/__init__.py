@@ -2,7 +2,7 @@
 
 Records the (operator, dtype, signature) calls a workload makes on flagos
 (record.py), times each on native and on a candidate backend (FlagGems'
-fast path by default) and checks the candidate's results against native's
+`flaggems`, replayed, by default) and checks the candidate's results against native's
 (measure.py), decides which backend each (operator, dtype, size class) gets
 (decide.py), confirms the candidate's classes on the whole workload
 (confirm.py) and writes the routing file. docs/routing.md,

@@ -67,7 +67,7 @@ def trial(fn, classes, kept, include, pairs: int, timer: WorkloadTimer, folder: 
     }
 
     # ABBA: native, routed, routed, native, ... Each run of one side in a row shares one routing change and
-    # follows one untimed run: a change drops the fast path's recordings of operators with size rules
+    # follows one untimed run: a change drops replay's recordings of operators with size rules
     # (their next calls record again), which no timed run should pay.
     secs: dict[str, list[float]] = {"native": [], "routed": []}
     for side, count in stats.abba_blocks(pairs, "native", "routed"):

@@ -2,8 +2,8 @@
 
 Each (operator, dtype) is routed to one backend at a time with a runtime
 route (`routing.route({"mm[bfloat16]": "native"})`), so what is timed is
-what a routing file would run: for `flaggems`, the fast path's replay after
-its first call records. Rounds alternate native and candidate blocks, and
+what a routing file would run: for `flaggems`, the replay of what
+its first call recorded. Rounds alternate native and candidate blocks, and
 each signature's time is the median over the rounds.
 
 A candidate's result must match native's within `torch.testing.assert_close`'s
@@ -226,7 +226,7 @@ def measure(
                                 def run(fn=fn, args=args, kwargs=kwargs):
                                     return fn(*args, **kwargs)
 
-                                # The fast path records a signature's first calls (again after a route
+                                # Replay records a signature's first calls (again after a route
                                 # change where the operator has size rules, which drops its recordings).
                                 for _ in range(warmup if r == 0 else 1):
                                     run()

@@ -57,7 +57,7 @@ class Explanation:
     backend_notes: list[str] = field(default_factory=list)
     kernel: str = ""  # "python kernel" or "C++ native route"
     default_taken: bool = True  # no rule applies: the platform's native route
-    fast_path: dict | None = None  # the FlagGems fast path's counts (route flaggems), csrc/python/fast_path.h
+    replay: dict | None = None  # record and replay's counts (route flaggems): PyRoute(op).replay_stats()
     sizes: list[SizeClass] = field(default_factory=list)  # size rules for this dtype, smallest threshold first
 
     def __str__(self) -> str:
@@ -83,10 +83,10 @@ class Explanation:
                 lines.append(f"    numel>={s.min_numel:<12} {s.rule.written}  ->  {runs}  ({s.rule.source})")
                 if measured(s.rule):
                     lines.append(f"      measured: {measured(s.rule)}")
-        if self.fast_path is not None:
-            f = self.fast_path
+        if self.replay is not None:
+            f = self.replay
             lines.append(
-                f"  fast path: {f['hits']} calls replayed, {f['recorded']} recorded, {f['python']} on the Python "
+                f"  replay: {f['hits']} calls replayed, {f['recorded']} recorded, {f['python']} on the Python "
                 f"function; {f['programs']} of {f['signatures']} signatures replayable (keeps {f['capacity']})"
             )
             for why, calls in f["reasons"].items():
@@ -125,7 +125,7 @@ class Explanation:
                 for s in self.sizes
             ],
             "notes": self.backend_notes,
-            "fast_path": self.fast_path,
+            "replay": self.replay,
         }
 
 
@@ -197,15 +197,15 @@ def explain(op: str, dtype=None) -> Explanation:
     if target.kind not in ("native", "fallback") and backends.get(routed).empty_inputs_unsafe:
         notes.append(f"calls with an empty input tensor run natively (counted as a fallback of '{routed}')")
     kernel = "C++ routed kernel (PyRoute, PrivateUse1)" if registered else "C++ native route"
-    fast = None
-    if registered and target.kind == "kernel" and backends.get(routed).fast_path:
-        fast = _C.PyRoute(norm).fast_stats()
+    replayed = None
+    if registered and target.kind == "kernel" and backends.get(routed).replay:
+        replayed = _C.PyRoute(norm).replay_stats()
     sizes = []
     for n, r in classes:
         t = rules.target_for(norm, r, dtype, failed)
         sizes.append(SizeClass(n, r, r.backend if t.kind != "fallback" else f"native ({backing()})", t.reason))
     return Explanation(
-        norm, dtype, routed, runs, target.reason, cands, sorted(set(notes)), kernel, winner is None, fast, sizes
+        norm, dtype, routed, runs, target.reason, cands, sorted(set(notes)), kernel, winner is None, replayed, sizes
     )
 
 

@@ -99,7 +99,7 @@ def _core_target(op: str, target: Target, strict: bool, kernel_failed: KernelFai
         return CoreTarget("kernel", label, draws, _reraise, None, fb.counters)
     on_empty = empty_input_notice(fb, b.empty_inputs_unsafe) if b.empty_inputs_unsafe else None
     on_error = error_policy(fb, ops.is_mutable(op), native_runner(op), kernel_failed)
-    return CoreTarget("kernel", label, b.kernel(op).fn, on_error, on_empty, fb.counters, fast=b.fast_path)
+    return CoreTarget("kernel", label, b.kernel(op).fn, on_error, on_empty, fb.counters, replay=b.replay)
 
 
 def _for_dtype(t: Target, dtype: torch.dtype) -> Target:

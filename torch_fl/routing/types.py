@@ -74,8 +74,9 @@ class CoreTarget:
     # empty input, which then runs natively (None: the backend takes empty inputs)
     notice: Callable | None = None
     counters: Counters | None = None  # kernel: counters[0] counts its calls
-    # kernel: FlagGems' fast path: fn runs once per input signature, recorded, and replays in C++ afterwards
-    fast: bool = False
+    # kernel: record and replay (torch_fl/replay): fn runs once per input signature, recorded, and replays in
+    # C++ afterwards
+    replay: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,18 @@
-// Autocast on flagos with CUDA's op lists and policies.
+// Autocast on flagos with CUDA's op lists and policies (registered by
+// ops/register.cpp, register_autocast).
 #pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
 
 namespace torch_fl {
 namespace ops {
 
-// Registers the AutocastPrivateUse1 kernels (and a fallthrough for the rest).
-void register_autocast();
+// binary_cross_entropy under autocast: refused, as on CUDA.
+at::Tensor binary_cross_entropy_banned(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                       int64_t);
 
 }  // namespace ops
 }  // namespace torch_fl

@@ -54,6 +54,8 @@ inline bool fill_uninitialized() {
   return C10_UNLIKELY(ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory());
 }
 
+}  // namespace
+
 at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
                                std::optional<c10::Layout> layout, std::optional<c10::Device> device,
                                std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
@@ -88,6 +90,8 @@ at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::opti
   return t;
 }
 
+namespace {
+
 // Makes the storage large enough for the tensor's current geometry.
 void fit_storage(const at::Tensor& self) {
   auto* impl = self.unsafeGetTensorImpl();
@@ -101,6 +105,8 @@ void fit_storage(const at::Tensor& self) {
     resize_storage_bytes(storage, needed);
   }
 }
+
+}  // namespace
 
 const at::Tensor& resize_(const at::Tensor& self, at::IntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
@@ -152,6 +158,8 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage_offset(self, std::move(empty), 0, {0}, {});
 }
 
+namespace {
+
 // The native alias of a flagos tensor, else the tensor itself, by reference:
 // a copy of a tensor only Python holds would take the GIL (route::RoutedArgs::arg).
 c10::MaybeOwned<at::Tensor> to_native_or_self(const at::Tensor& t) {
@@ -160,6 +168,8 @@ c10::MaybeOwned<at::Tensor> to_native_or_self(const at::Tensor& t) {
   }
   return c10::MaybeOwned<at::Tensor>::borrowed(t);
 }
+
+}  // namespace
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   to_native_or_self(dst)->copy_(*to_native_or_self(self), non_blocking);
@@ -200,6 +210,8 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
   return is_dense(a) && is_dense(b);
 }
 
+namespace {
+
 // A zero tensor (ZeroTensor key) owns no memory; the ZeroTensor fallback
 // materialises it when an operator needs the values.
 struct ZeroTensorAllocator final : c10::Allocator {
@@ -213,6 +225,8 @@ struct ZeroTensorAllocator final : c10::Allocator {
 };
 ZeroTensorAllocator zero_allocator;
 
+}  // namespace
+
 at::Tensor efficientzerotensor(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
                                std::optional<c10::Layout> layout, std::optional<c10::Device> device,
                                std::optional<bool> pin_memory) {
@@ -221,39 +235,6 @@ at::Tensor efficientzerotensor(at::IntArrayRef size, std::optional<at::ScalarTyp
   const auto keys =
       c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
   return at::detail::empty_generic(size, &zero_allocator, keys, c10::dtype_or_default(dtype), std::nullopt);
-}
-
-}  // namespace
-
-void register_metadata_ops() {
-  auto& m = runtime::new_library("aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
-  register_core_op(m, "empty.memory_format", TORCH_FN(empty_memory_format));
-  register_core_op(m, "empty_strided", TORCH_FN(empty_strided));
-  register_core_op(m, "as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
-  register_core_op(m, "view", TORCH_FN(at::native::view));
-  register_core_op(m, "_reshape_alias", TORCH_FN(at::native::_reshape_alias));
-  register_core_op(m, "unfold", TORCH_FN(at::native::unfold));
-  register_core_op(m, "view_as_real", TORCH_FN(at::native::view_as_real));
-  register_core_op(m, "view_as_complex", TORCH_FN(at::native::view_as_complex));
-  register_core_op(m, "resize_", TORCH_FN(resize_));
-  register_core_op(m, "set_.source_Storage_storage_offset", TORCH_FN(set_storage_offset));
-  register_core_op(m, "set_.source_Storage", TORCH_FN(set_storage));
-  register_core_op(m, "set_.source_Tensor", TORCH_FN(set_tensor));
-  register_core_op(m, "set_", TORCH_FN(set_empty));
-  register_core_op(m, "_copy_from", TORCH_FN(copy_from));
-  register_core_op(m, "_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
-  register_core_op(m, "record_stream", TORCH_FN(record_stream));
-  register_core_op(m, "_efficientzerotensor", TORCH_FN(efficientzerotensor));
-  register_core_op(m, "_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
-
-  // copy_ is conjugate/negative-view aware and PyTorch lets it pass through
-  // those keys; its flagos half (_copy_from) must too, or the fallback that
-  // materialises conj views recurses into copy_ -> _copy_from forever.
-  for (auto* lib : {&runtime::new_library("aten", c10::DispatchKey::Conjugate, __FILE__, __LINE__),
-                    &runtime::new_library("aten", c10::DispatchKey::Negative, __FILE__, __LINE__)}) {
-    lib->impl("_copy_from", torch::CppFunction::makeFallthrough());
-    lib->impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
-  }
 }
 
 at::Tensor empty_strided_on(at::IntArrayRef size, at::IntArrayRef stride, at::ScalarType dtype,

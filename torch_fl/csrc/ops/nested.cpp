@@ -18,16 +18,13 @@
 //   first use, by the NestedTensorPrivateUse1 fallback.
 #include "ops/nested.h"
 
-#include "ops/core_ops.h"
 #include "route/counters.h"
 #include "runtime/device.h"
-#include "runtime/library.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <ATen/ops/_nested_tensor_from_tensor_list_ops.h>
 #include <c10/util/Exception.h>
-#include <torch/library.h>
 
 #include <string>
 
@@ -45,6 +42,8 @@ namespace {
       "layout=torch.jagged, device=\"flagos\")), keep the nested tensor on the CPU, or pad it "
       "(torch.nested.to_padded_tensor) and move the padded tensor to flagos.");
 }
+
+}  // namespace
 
 at::Tensor nested_from_tensor_list(c10::DispatchKeySet ks, at::TensorList list, std::optional<at::ScalarType> dtype,
                                    std::optional<c10::Layout> layout, std::optional<c10::Device> device,
@@ -75,26 +74,14 @@ void refuse_nested_buffer(const c10::OperatorHandle& op, c10::DispatchKeySet, to
                            " would make one over a flagos buffer");
 }
 
-// The operators that make a nested tensor of the strided layout from a dense
-// buffer (their CPU and CUDA kernels; the size metadata are CPU tensors).
-constexpr const char* kNestedFromBuffer[] = {
-    "_nested_from_padded",
-    "_nested_tensor_from_mask",
-    "_nested_view_from_buffer",
-    "_nested_view_from_buffer_copy",
-};
-
-}  // namespace
-
-void register_nested_refusal() {
-  runtime::new_library("aten", c10::DispatchKey::BackendSelect, __FILE__, __LINE__)
-      .impl("_nested_tensor_from_tensor_list", TORCH_FN(nested_from_tensor_list));
-  auto& m = runtime::new_library("aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
-  for (const char* name : kNestedFromBuffer) {
-    register_core_op(m, name, torch::CppFunction::makeFromBoxedFunction<&refuse_nested_buffer>());
-  }
-  runtime::new_library("_", c10::DispatchKey::NestedTensorPrivateUse1, __FILE__, __LINE__)
-      .fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_nested>());
+c10::ArrayRef<const char*> nested_from_buffer_ops() {
+  static constexpr const char* kNestedFromBuffer[] = {
+      "_nested_from_padded",
+      "_nested_tensor_from_mask",
+      "_nested_view_from_buffer",
+      "_nested_view_from_buffer_copy",
+  };
+  return kNestedFromBuffer;
 }
 
 }  // namespace ops

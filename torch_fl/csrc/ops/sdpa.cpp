@@ -1,12 +1,10 @@
 // scaled_dot_product_attention that takes the backing device's fused kernels.
 #include "ops/sdpa.h"
 
-#include "ops/core_ops.h"
 #include "route/counters.h"
 #include "route/native_route.h"
 #include "route/routed_args.h"
 #include "runtime/device.h"
-#include "runtime/library.h"
 #include "tensor/alias.h"
 
 #include <ATen/ATen.h>
@@ -15,15 +13,12 @@
 #include <ATen/native/transformers/attention.h>
 #include <ATen/native/transformers/sdp_utils_cpp.h>
 #include <ATen/ops/scaled_dot_product_attention_native.h>
-#include <torch/library.h>
 
 #include <atomic>
 #include <limits>
 
 namespace torch_fl {
 namespace ops {
-
-using runtime::g_backing;
 
 namespace {
 
@@ -223,6 +218,18 @@ at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
 
 }  // namespace
 
+at::Tensor sdpa_host(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                     std::optional<double> scale, bool enable_gqa) {
+  return sdpa<&at::native::scaled_dot_product_attention>(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa);
+}
+
+at::Tensor sdpa_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                     std::optional<double> scale, bool enable_gqa) {
+  return sdpa<&sdpa_cuda_backed>(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa);
+}
+
 void set_attention_routed(bool routed) {
   attention_routed.store(routed, std::memory_order_relaxed);
 }
@@ -231,28 +238,11 @@ bool is_attention_routed() {
   return attention_routed.load(std::memory_order_relaxed);
 }
 
-void register_sdpa() {
+void init_sdpa() {
   at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(&fused_sdp_choice);
   static auto handle = c10::Dispatcher::singleton().findSchemaOrThrow("aten::scaled_dot_product_attention", "");
   sdpa_handle = &handle;
   sdpa_counts = route::op_counts(handle);
-  // Both keys: AutogradPrivateUse1 for autograd-recorded calls, PrivateUse1
-  // for inference mode, where the autograd keys are skipped.
-  for (const auto key : {c10::DispatchKey::PrivateUse1, c10::DispatchKey::AutogradPrivateUse1}) {
-    auto& lib = runtime::new_library("aten", key, __FILE__, __LINE__);
-    auto add = [&](auto kernel) {
-      if (key == c10::DispatchKey::PrivateUse1) {
-        register_core_op(lib, "scaled_dot_product_attention", kernel);  // not routable elsewhere
-      } else {
-        lib.impl("scaled_dot_product_attention", kernel);
-      }
-    };
-    if (g_backing.host) {
-      add(TORCH_FN(sdpa<&at::native::scaled_dot_product_attention>));
-    } else {
-      add(TORCH_FN(sdpa<&sdpa_cuda_backed>));
-    }
-  }
 }
 
 }  // namespace ops

@@ -1,37 +1,30 @@
 // The Python module torch_fl._C: its bindings, and the order in which
 // _init() sets the device up.
-#include "ops/autocast.h"
+#include "autograd/autograd_shortcut.h"
 #include "ops/core_ops.h"
-#include "ops/metadata_ops.h"
-#include "ops/nested.h"
+#include "ops/register.h"
 #include "ops/sdpa.h"
 #include "python/alias_objects.h"
-#include "python/fast_path.h"
 #include "python/py_route.h"
+#include "python/python_args.h"
+#include "python/replay_plan.h"
 #include "python/work_future.h"
-#include "route/autograd_shortcut.h"
 #include "route/counters.h"
 #include "route/dtype_gaps.h"
-#include "route/native_route.h"
+#include "route/register.h"
 #include "runtime/allocator.h"
 #include "runtime/autograd_threads.h"
-#include "runtime/cuda_driver.h"
 #include "runtime/device.h"
 #include "runtime/generator.h"
 #include "tensor/alias.h"
 #include "tensor/alias_pool.h"
 
-#include <torch/csrc/DynamicTypes.h>
-#include <torch/csrc/autograd/python_variable.h>
-#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <ATen/Context.h>
 #include <ATen/MapAllocator.h>
-#include <ATen/ScalarOps.h>
 
 #include <algorithm>
-#include <ATen/core/dispatch/Dispatcher.h>
 
 namespace torch_fl {
 namespace python {
@@ -39,7 +32,6 @@ namespace python {
 namespace {
 
 using runtime::backing;
-using runtime::Backing;
 using runtime::current_device;
 
 // The backing device, then the device's own registrations, then the
@@ -50,67 +42,11 @@ void init(const std::string& backing_type, int64_t host_devices) {
   install_python_object_hooks();
   runtime::init(backing_type, host_devices);
   ops::register_metadata_ops();
-  ops::register_nested_refusal();
+  ops::register_unsupported_layouts();
   route::register_native_route();
   ops::register_autocast();
   ops::register_sdpa();
-  route::register_autograd_shortcut();
-}
-
-at::Tensor as_native(const at::Tensor& t) {
-  TORCH_CHECK(t.device().type() == kFlagos, "as_native expects a flagos tensor, got one on ", t.device());
-  return tensor::native_alias(t, /*owning=*/true);
-}
-
-at::Tensor as_flagos(const at::Tensor& t, int64_t index) {
-  const Backing& b = backing();
-  TORCH_CHECK(t.device().type() == b.type, "as_flagos expects a tensor on the backing device (",
-              c10::DeviceTypeName(b.type, true), "), got one on ", t.device());
-  c10::DeviceIndex i = b.host ? static_cast<c10::DeviceIndex>(index < 0 ? current_device() : index)
-                              : t.device().index();
-  runtime::check_device_index(i);
-  return tensor::flagos_alias(t, i);
-}
-
-
-// Calls `runner` on aten::<name> with Python arguments, bypassing the
-// dispatcher: the native route or the CPU fallback as a plain function.
-// Python kernels and the routing policy see a scalar operand (x - 1 passes a
-// wrapped-number tensor) as the Python number it was (torch::jit::toPyObject);
-// handed back for a Tensor argument, it becomes that wrapped number again.
-py::tuple numbers_as_tensors(const c10::FunctionSchema& schema, const py::args& args) {
-  const auto& params = schema.arguments();
-  py::tuple out(args.size());
-  for (size_t i = 0; i < args.size(); ++i) {
-    py::object a = args[i];
-    PyObject* o = a.ptr();
-    if (i < params.size() && params[i].type()->kind() == c10::TypeKind::TensorType &&
-        (PyBool_Check(o) || PyLong_Check(o) || PyFloat_Check(o) || PyComplex_Check(o))) {
-      const c10::Scalar value = PyBool_Check(o) ? c10::Scalar(o == Py_True)
-                                                : torch::jit::toIValue(a, c10::NumberType::get()).toScalar();
-      at::Tensor t = c10::scalar_to_tensor(value);
-      t.unsafeGetTensorImpl()->set_wrapped_number(true);
-      a = py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
-    }
-    PyTuple_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), a.release().ptr());
-  }
-  return out;
-}
-
-void run_native_route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  route::run_native_route(op, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), stack);
-}
-
-py::object run_boxed(void (*runner)(const c10::OperatorHandle&, std::vector<c10::IValue>*), const std::string& name,
-                     const std::string& overload, const py::args& args, const py::kwargs& kwargs) {
-  auto op = c10::Dispatcher::singleton().findSchemaOrThrow(("aten::" + name).c_str(), overload.c_str());
-  auto stack = torch::jit::createStackForSchema(op.schema(), numbers_as_tensors(op.schema(), args), kwargs,
-                                                std::nullopt);
-  {
-    py::gil_scoped_release no_gil;
-    runner(op, &stack);
-  }
-  return torch::jit::createPyObjectForStack(std::move(stack));
+  autograd::register_autograd_shortcut();
 }
 
 }  // namespace
@@ -129,9 +65,9 @@ void bind_module(py::module& m) {
   m.def("_device_count", [] { return static_cast<int64_t>(backing().count); });
   m.def("_device_type_code", [] { return static_cast<int>(kFlagos); });
   m.def("_current_device", [] { return static_cast<int64_t>(current_device()); });
-  m.def("as_native", &as_native, py::arg("tensor"),
+  m.def("as_native", &tensor::as_native, py::arg("tensor"),
         "A tensor of the backing device over the same bytes as a flagos tensor (zero copy).");
-  m.def("as_flagos", &as_flagos, py::arg("tensor"), py::arg("index") = -1,
+  m.def("as_flagos", &tensor::as_flagos, py::arg("tensor"), py::arg("index") = -1,
         "A flagos tensor over the same bytes as a backing-device tensor (zero copy).");
   // Host shared memory (torch_fl/multiprocessing.py; runtime/allocator.h says what it is).
   m.def(
@@ -174,32 +110,16 @@ void bind_module(py::module& m) {
   m.def("_set_log_dispatch", [](bool on) { route::g_route_flags.log_dispatch = on; });
   m.def("_set_log_fallback", [](bool on) { route::g_route_flags.log_fallback = on; });
   m.def("_set_strict", [](bool on) { route::g_route_flags.strict = on; });
-  m.def("_set_count", [](bool on) { route::g_route_flags.count = on; });
   m.def("_host_dtype_gaps", &route::registered_dtype_gaps,
         "The operator/dtype pairs the host backing runs widened because the CPU lacks CUDA's kernel "
         "(\"op.overload: dtypes -> wide dtype\"); empty on a CUDA backing.");
   m.def("_set_default_native_label", &route::set_default_native_label, py::arg("label"));
-  m.def(
-      "_run_native",
-      [](const std::string& name, const std::string& overload, py::args args, py::kwargs kwargs) {
-        return run_boxed(&run_native_route, name, overload, args, kwargs);
-      },
-      "Run aten::<name>.<overload> on the native route (backing device kernel on zero-copy aliases; the CPU "
-      "fallback where the backing device has none), logged and counted as the native route.");
-  m.def(
-      "_call_dtype",
-      [](const std::string& name, const std::string& overload, py::args args, py::kwargs kwargs) -> py::object {
-        auto op = c10::Dispatcher::singleton().findSchemaOrThrow(("aten::" + name).c_str(), overload.c_str());
-        auto stack = torch::jit::createStackForSchema(op.schema(), numbers_as_tensors(op.schema(), args), kwargs,
-                                                      std::nullopt);
-        const c10::ScalarType dtype = first_dtype(stack, 0);
-        if (dtype == c10::ScalarType::Undefined) {
-          return py::none();
-        }
-        return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(dtype)));
-      },
-      "The dtype a call of aten::<name>.<overload> is routed by (what PyRoute decides: its first tensor "
-      "argument's, or first tensor of a list's), or None.");
+  m.def("_run_native", &run_native_from_python,
+        "Run aten::<name>.<overload> on the native route (backing device kernel on zero-copy aliases; the CPU "
+        "fallback where the backing device has none), logged and counted as the native route.");
+  m.def("_call_dtype", &call_dtype,
+        "The dtype a call of aten::<name>.<overload> is routed by (what PyRoute decides: its first tensor "
+        "argument's, or first tensor of a list's), or None.");
   m.def("_route_stats", &route::route_stats);
   m.def("_set_attention_routed", &ops::set_attention_routed, py::arg("routed"),
         "Tell scaled_dot_product_attention whether an attention operator has a route of its own (then calls "
@@ -220,34 +140,17 @@ void bind_module(py::module& m) {
         py::call_guard<py::gil_scoped_release>(),
         "Wait (without the GIL) until each autograd device thread has released the task it ran; the number "
         "still busy after timeout_s. Called at exit (runtime/autograd_threads.h).");
-  m.def("_set_fast_recorder", &set_fast_recorder, py::arg("recorder"),
-        "The FlagGems fast path's recorder: recorder(fn, args, kwargs, returns) -> (result, recording).");
-  m.def(
-      "_is_capturing",
-      [](int64_t index) {
-        if (backing().host) {
-          return false;
-        }
-        const c10::DeviceIndex i = runtime::index_or_current(
-            static_cast<c10::DeviceIndex>(std::clamp<int64_t>(index, -1, runtime::kMaxDevices)));
-        return runtime::cuda_driver::is_capturing(runtime::cuda_driver::current_stream(i));
-      },
-      py::arg("index") = -1,
-      "Whether flagos device `index`'s (-1: the current device's) current stream is being captured into a CUDA "
-      "graph; False on host memory.");
+  m.def("_set_replay_recorder", &set_replay_recorder, py::arg("recorder"),
+        "Record and replay's recorder (torch_fl.replay): "
+        "recorder(fn, args, kwargs, returns) -> (result, recording).");
+  m.def("_replay_input_tensors", &input_tensors_of, py::arg("op"), py::arg("args"), py::arg("kwargs"),
+        "The tensors of a call of op ('add.Tensor') with these arguments, in the slot order of a recording "
+        "(csrc/replay/README.md): what torch_fl.replay.input_tensors must agree with.");
   // What torch._C._dynamo.guards._empty_strided_cuda is for CUDA: the buffers of inductor's wrappers, without
   // the Python argument parser and the dispatcher (a compiled graph allocates hundreds per call).
-  m.def(
-      "_empty_strided",
-      [](const std::vector<int64_t>& size, const std::vector<int64_t>& stride, py::handle dtype, int64_t index) {
-        TORCH_CHECK(THPDtype_Check(dtype.ptr()), "torch_fl._C._empty_strided: dtype must be a torch.dtype");
-        TORCH_CHECK(size.size() == stride.size(), "torch_fl._C._empty_strided: ", size.size(), " sizes and ",
-                    stride.size(), " strides");
-        const auto i = static_cast<c10::DeviceIndex>(std::clamp<int64_t>(index, -1, runtime::kMaxDevices));
-        return ops::empty_strided_on(size, stride, reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type, i);
-      },
-      py::arg("size"), py::arg("stride"), py::arg("dtype"), py::arg("index"),
-      "An uninitialized flagos tensor of these sizes, strides and dtype on flagos:index (inductor's wrappers).");
+  m.def("_empty_strided", &empty_strided_from_python, py::arg("size"), py::arg("stride"), py::arg("dtype"),
+        py::arg("index"),
+        "An uninitialized flagos tensor of these sizes, strides and dtype on flagos:index (inductor's wrappers).");
 }
 
 }  // namespace python

@@ -73,7 +73,7 @@ std::unique_ptr<Target> make_target(const std::string& op, const py::handle& spe
   } else if (kind == "kernel") {
     t->kind = TargetKind::kKernel;
     t->fn = callable("fn", true);
-    t->fast = py::hasattr(spec, "fast") && spec.attr("fast").cast<bool>();
+    t->replay = py::hasattr(spec, "replay") && spec.attr("replay").cast<bool>();
     t->on_error = callable("on_error", true);
     t->notice = callable("notice", false);
     // The call counter: counters[0] of an array('q'), written through its buffer.
@@ -162,7 +162,7 @@ struct PyRoute {
       return;
     }
     // The GIL is held: calls read the state with it.
-    update_fast(*st);
+    update_replay(*st);
     reg->slot->state = std::move(st);
     reg->slot->native.store(false, std::memory_order_relaxed);
     if (reg->library == nullptr) {
@@ -198,44 +198,44 @@ struct PyRoute {
     return static_cast<uint8_t>(st.sizes.size());
   }
 
-  // Which dtypes take the fast path (read without the GIL by every call).
-  void update_fast(const PyRouteState& st) {
-    FastPlan& f = reg->slot->fast;
-    const Target* fast = nullptr;
-    auto is_fast = [](const Target& t) { return t.kind == TargetKind::kKernel && t.fast; };
+  // Which dtypes are replayed (read without the GIL by every call).
+  void update_replay(const PyRouteState& st) {
+    ReplayPlan& f = reg->slot->replay;
+    const Target* replayed = nullptr;
+    auto is_replayed = [](const Target& t) { return t.kind == TargetKind::kKernel && t.replay; };
     auto mark = [&](size_t i, c10::ScalarType dtype) {
-      const Target* t = st.any_target(dtype, is_fast);
+      const Target* t = st.any_target(dtype, is_replayed);
       f.on_dtype[i].store(t != nullptr, std::memory_order_relaxed);
-      fast = t != nullptr ? t : fast;
+      replayed = t != nullptr ? t : replayed;
     };
     for (size_t d = 0; d < static_cast<size_t>(c10::ScalarType::NumOptions); ++d) {
       mark(d, static_cast<c10::ScalarType>(d));
     }
     mark(f.on_dtype.size() - 1, c10::ScalarType::Undefined);
-    if (fast == nullptr) {
+    if (replayed == nullptr) {
       f.any.store(false, std::memory_order_relaxed);
       return;
     }
     // Recordings of another function (a test's FlagGems stand-in) are dropped. So are all recordings under
     // size rules: a signature recorded in a class that now runs elsewhere would replay there.
-    if (!fast->fn.is(f.fn) || st.any_size) {
+    if (!replayed->fn.is(f.fn) || st.any_size) {
       f.any.store(false, std::memory_order_seq_cst);
       f.cache.clear();
-      f.fn = fast->fn;
+      f.fn = replayed->fn;
     }
-    if (f.line != fast->line) {  // the same for every fast target of an operator
+    if (f.line != replayed->line) {  // the same for every replayed target of an operator
       f.any.store(false, std::memory_order_seq_cst);
-      f.line = fast->line;
-      f.label = fast->label;
+      f.line = replayed->line;
+      f.label = replayed->label;
     }
-    f.counters = fast->counters;
-    f.calls.store(fast->calls, std::memory_order_relaxed);
+    f.counters = replayed->counters;
+    f.calls.store(replayed->calls, std::memory_order_relaxed);
     f.any.store(true, std::memory_order_release);
   }
 
   // Every call runs the native route again; the kernel stays registered.
   void set_native() {
-    reg->slot->fast.any.store(false, std::memory_order_relaxed);
+    reg->slot->replay.any.store(false, std::memory_order_relaxed);
     reg->slot->native.store(true, std::memory_order_relaxed);
     reg->slot->state = nullptr;
   }
@@ -258,13 +258,13 @@ void bind_py_route(py::module& m) {
       .def("set_native", &PyRoute::set_native)
       .def_property_readonly("registered", [](const PyRoute& r) { return r.reg->library != nullptr; })
       .def_property_readonly("native", [](const PyRoute& r) { return r.reg->slot->native.load(); })
-      .def("fast_stats", [](const PyRoute& r) { return fast_stats(r.reg->slot->fast); },
-           "The FlagGems fast path's counts for this operator: hits (replayed calls), recorded, python (calls "
+      .def("replay_stats", [](const PyRoute& r) { return replay_stats(r.reg->slot->replay); },
+           "Record and replay's counts for this operator: hits (replayed calls), recorded, python (calls "
            "left on the Python function), evicted, signatures, programs, capacity, reasons {why: calls}.")
       .def_property(
-          "fast_capacity", [](const PyRoute& r) { return r.reg->slot->fast.cache.capacity(); },
-          [](const PyRoute& r, size_t n) { r.reg->slot->fast.cache.set_capacity(n); },
-          "The most signatures this operator's fast path keeps (the oldest goes first).");
+          "replay_capacity", [](const PyRoute& r) { return r.reg->slot->replay.cache.capacity(); },
+          [](const PyRoute& r, size_t n) { r.reg->slot->replay.cache.set_capacity(n); },
+          "The most signatures this operator's replay keeps (the oldest goes first).");
 }
 
 }  // namespace python

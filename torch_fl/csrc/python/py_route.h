@@ -15,7 +15,7 @@
 // native route without touching Python (`RouteSlot::native`).
 #pragma once
 
-#include "python/fast_path.h"
+#include "python/replay_plan.h"
 #include "python/gil.h"
 #include "python/python_args.h"
 #include "route/counters.h"
@@ -60,7 +60,7 @@ struct Target {
   py::object counters;  // kKernel: array('q', [calls, fallbacks, failures]); calls counted through its buffer
   int64_t* calls = nullptr;
   Py_buffer counters_view{};
-  bool fast = false;  // kKernel: FlagGems' fast path (python/fast_path.h) runs fn's recordings
+  bool replay = false;  // kKernel: fn is recorded once per signature and replayed (python/replay_plan.h)
   std::string label;  // the backend's name in the dispatch log and the profiler's trace
   std::string line;   // kKernel, kCpuFallback: the dispatch-log line, naming what runs
 
@@ -159,9 +159,9 @@ struct RouteSlot {
   // Every dtype runs the native route: read without the GIL, so an operator
   // routed back to native costs a relaxed load over the native route.
   std::atomic<bool> native{false};
-  // The fast path's state and recordings: kept across route changes (the
+  // Record and replay's state and recordings: kept across route changes (the
   // recordings depend only on the backend's function).
-  FastPlan fast;
+  ReplayPlan replay;
 };
 using Slot = std::shared_ptr<RouteSlot>;
 
@@ -204,7 +204,7 @@ class PyRouteKernel final : public c10::OperatorKernel {
       return;
     }
     // A signature recorded before replays here, without the GIL.
-    if (slot_->fast.any.load(std::memory_order_relaxed) && try_fast(slot_->fast, op, stack)) {
+    if (slot_->replay.any.load(std::memory_order_relaxed) && try_replay(slot_->replay, op, stack)) {
       return;
     }
     const Then then = run_python_side(op, stack);
@@ -280,9 +280,9 @@ class PyRouteKernel final : public c10::OperatorKernel {
       std::cerr << t.line << std::flush;
     }
     ++*t.calls;  // a store through the array's buffer: no Python int per call
-    // A fast target keys the call on its flagos arguments, before they are unwrapped.
-    route::replay::Signature sig;
-    const bool keyed = t.fast && route::replay::signature_of(*stack, nargs, &sig);
+    // A replayed target keys the call on its flagos arguments, before they are unwrapped.
+    replay::Signature sig;
+    const bool keyed = t.replay && replay::signature_of(*stack, nargs, &sig);
     route::RoutedArgs routed(tensor::python_alias_pool());
     {
       // The caller's arguments, for the error path.
@@ -301,7 +301,7 @@ class PyRouteKernel final : public c10::OperatorKernel {
           guard.reset_device(c10::Device(kFlagos, routed.index()));
         }
         route::RouteScope scope(op, t.label.c_str());
-        result = t.fast ? call_fast_target(slot_->fast, op, t.fn, sig, keyed, py_args.args_tuple(),
+        result = t.replay ? call_replay_target(slot_->replay, op, t.fn, sig, keyed, py_args.args_tuple(),
                                            py_args.kwargs_dict())
                         : py_args.call(t.fn);
       } catch (py::error_already_set& e) {

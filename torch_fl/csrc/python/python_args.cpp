@@ -1,7 +1,18 @@
 // Python arguments and results of a routed call (python/python_args.h).
 #include "python/python_args.h"
 
+#include "ops/metadata_ops.h"
+#include "route/native_route.h"
+#include "runtime/device.h"
+
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
+
+#include <ATen/ScalarOps.h>
+
+#include <algorithm>
 
 #include <string>
 
@@ -150,6 +161,66 @@ void push_python_result(const c10::FunctionSchema& schema, const py::object& res
       stack->push_back(torch::jit::toIValue(items[i], returns[i].real_type()));
     }
   }
+}
+
+namespace {
+
+// Python kernels and the routing policy see a scalar operand (x - 1 passes a
+// wrapped-number tensor) as the Python number it was (torch::jit::toPyObject);
+// handed back for a Tensor argument, it becomes that wrapped number again.
+py::tuple numbers_as_tensors(const c10::FunctionSchema& schema, const py::args& args) {
+  const auto& params = schema.arguments();
+  py::tuple out(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    py::object a = args[i];
+    PyObject* o = a.ptr();
+    if (i < params.size() && params[i].type()->kind() == c10::TypeKind::TensorType &&
+        (PyBool_Check(o) || PyLong_Check(o) || PyFloat_Check(o) || PyComplex_Check(o))) {
+      const c10::Scalar value = PyBool_Check(o) ? c10::Scalar(o == Py_True)
+                                                : torch::jit::toIValue(a, c10::NumberType::get()).toScalar();
+      at::Tensor t = c10::scalar_to_tensor(value);
+      t.unsafeGetTensorImpl()->set_wrapped_number(true);
+      a = py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
+    }
+    PyTuple_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), a.release().ptr());
+  }
+  return out;
+}
+
+torch::jit::Stack stack_for(const c10::OperatorHandle& op, const py::args& args, const py::kwargs& kwargs) {
+  return torch::jit::createStackForSchema(op.schema(), numbers_as_tensors(op.schema(), args), kwargs, std::nullopt);
+}
+
+}  // namespace
+
+py::object run_native_from_python(const std::string& name, const std::string& overload, const py::args& args,
+                                  const py::kwargs& kwargs) {
+  auto op = c10::Dispatcher::singleton().findSchemaOrThrow(("aten::" + name).c_str(), overload.c_str());
+  auto stack = stack_for(op, args, kwargs);
+  {
+    py::gil_scoped_release no_gil;
+    route::run_native_route(op, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), &stack);
+  }
+  return torch::jit::createPyObjectForStack(std::move(stack));
+}
+
+py::object call_dtype(const std::string& name, const std::string& overload, const py::args& args,
+                      const py::kwargs& kwargs) {
+  auto op = c10::Dispatcher::singleton().findSchemaOrThrow(("aten::" + name).c_str(), overload.c_str());
+  const c10::ScalarType dtype = first_dtype(stack_for(op, args, kwargs), 0);
+  if (dtype == c10::ScalarType::Undefined) {
+    return py::none();
+  }
+  return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(dtype)));
+}
+
+at::Tensor empty_strided_from_python(const std::vector<int64_t>& size, const std::vector<int64_t>& stride,
+                                     py::handle dtype, int64_t index) {
+  TORCH_CHECK(THPDtype_Check(dtype.ptr()), "torch_fl._C._empty_strided: dtype must be a torch.dtype");
+  TORCH_CHECK(size.size() == stride.size(), "torch_fl._C._empty_strided: ", size.size(), " sizes and ",
+              stride.size(), " strides");
+  const auto i = static_cast<c10::DeviceIndex>(std::clamp<int64_t>(index, -1, runtime::kMaxDevices));
+  return ops::empty_strided_on(size, stride, reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type, i);
 }
 
 }  // namespace python

@@ -64,5 +64,25 @@ PyArgs pop_python_args(const c10::FunctionSchema& schema, torch::jit::Stack* sta
 // A Python kernel's result, converted by the schema's return types, pushed.
 void push_python_result(const c10::FunctionSchema& schema, const py::object& result, torch::jit::Stack* stack);
 
+// Calls of an aten operator from Python arguments, outside the dispatcher
+// (torch_fl._C's _run_native and _call_dtype): a Python number given for a
+// Tensor parameter becomes the wrapped-number tensor the dispatcher would
+// have made.
+//
+// aten::<name>.<overload> on the native route as a plain function (the
+// backing device's kernel on zero-copy aliases; the CPU fallback where it has
+// none), logged and counted as the native route; its results.
+py::object run_native_from_python(const std::string& name, const std::string& overload, const py::args& args,
+                                  const py::kwargs& kwargs);
+// The dtype such a call is routed by (PyRoute's first_dtype), or None.
+py::object call_dtype(const std::string& name, const std::string& overload, const py::args& args,
+                      const py::kwargs& kwargs);
+
+// torch_fl._C._empty_strided: an uninitialized flagos tensor on flagos:index
+// (-1: the current device) for inductor's wrappers (ops::empty_strided_on),
+// `dtype` a torch.dtype.
+at::Tensor empty_strided_from_python(const std::vector<int64_t>& size, const std::vector<int64_t>& stride,
+                                     py::handle dtype, int64_t index);
+
 }  // namespace python
 }  // namespace torch_fl

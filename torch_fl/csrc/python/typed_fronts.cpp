@@ -151,10 +151,10 @@ struct PyFront<Op, Ret(Args...)> {
   static inline bool mutates = false;            // the schema writes an argument (in-place, out=)
 
   static Ret call(Args... args) {
-    // The fast path (a FlagGems signature recorded before) runs in the boxed
+    // Replay (a FlagGems signature recorded before) runs in the boxed
     // kernel, without the GIL: only a route without it calls Python from here.
     if (!route->slot()->native.load(std::memory_order_relaxed) &&
-        !route->slot()->fast.any.load(std::memory_order_relaxed)) {
+        !route->slot()->replay.any.load(std::memory_order_relaxed)) {
       GilHeld gil;
       // A route change may swap the state during this call: the call keeps the state it started with.
       std::shared_ptr<PyRouteState> st = route->slot()->state;

@@ -1,7 +1,7 @@
-// The Python layer as one translation unit: every file of python/ (see
-// csrc/unity_route.cpp and csrc/unity_core.cpp for why units are few).
+// The build unit of python/: every file of the folder (csrc/README.md, Build
+// units).
 #include "python/alias_objects.cpp"
-#include "python/fast_path.cpp"
+#include "python/replay_plan.cpp"
 #include "python/python_args.cpp"
 #include "python/py_route.cpp"
 #include "python/typed_fronts.cpp"

@@ -4,6 +4,7 @@
 
 #include "runtime/device.h"
 #include "tensor/alias.h"
+#include "tensor/ivalue_tensors.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -45,8 +46,8 @@ bool on_flagos(const at::Tensor& t) {
   return t.defined() && t.device().type() == kFlagos;
 }
 
-// Calls `fn(tensor)` for each tensor of an argument: a tensor, a list of
-// tensors or of optional tensors; `fn` returns its replacement, stored back.
+// Replaces each tensor of an argument (a tensor, a list of tensors or of
+// optional tensors: tensor::for_each_tensor's) by fn(tensor).
 template <class Fn>
 void replace_tensors(c10::IValue& v, Fn fn) {
   if (v.isTensor()) {
@@ -68,15 +69,6 @@ void replace_tensors(c10::IValue& v, Fn fn) {
     }
     v = std::move(out);
   }
-}
-
-template <class Fn>
-void visit_tensors(const c10::IValue& v, Fn fn) {
-  c10::IValue copy = v;
-  replace_tensors(copy, [&](const at::Tensor& t) {
-    fn(t);
-    return t;
-  });
 }
 
 // A uint8 tensor of the backing device over bytes [lo, hi) of `flagos`'s storage.
@@ -136,7 +128,7 @@ void run_on_host_copies(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   for (size_t k = 0; k < nargs; ++k) {
     const auto* alias = schema.arguments()[k].alias_info();
     const bool written = alias != nullptr && alias->isWrite();
-    visit_tensors((*stack)[first + k], [&](const at::Tensor& t) {
+    tensor::for_each_tensor((*stack)[first + k], [&](const at::Tensor& t, tensor::TensorIn) {
       if (!on_flagos(t)) {
         return;
       }

@@ -3,6 +3,7 @@
 #include "route/device_check.h"
 
 #include "runtime/device.h"
+#include "tensor/ivalue_tensors.h"
 
 #include <c10/util/Exception.h>
 
@@ -170,24 +171,17 @@ void check_devices(const c10::OperatorHandle& op, const torch::jit::Stack& stack
   };
   for (size_t i = stack.size() - nargs; i < stack.size(); ++i) {
     const c10::IValue& v = stack[i];
-    if (v.isTensor()) {
-      see(v.toTensor());
-    } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorVector()) {
+    tensor::for_each_tensor(v, [&](const at::Tensor& t, tensor::TensorIn in) {
+      if (in != tensor::TensorIn::kOptionalList) {
         see(t);
-      }
-    } else if (v.isOptionalTensorList()) {
-      for (const std::optional<at::Tensor>& t : v.toOptionalTensorVector()) {
-        if (!t.has_value() || !t->defined()) {
-          continue;
-        }
-        if (t->device().type() == kFlagos) {
-          see(*t);
+      } else if (t.defined()) {  // an index of a Tensor?[]: CPU ones mix where the operator takes them
+        if (t.device().type() == kFlagos) {
+          see(t);
         } else {
-          check.index(*t, first >= 0);
+          check.index(t, first >= 0);
         }
       }
-    }
+    });
   }
   check.check(op, first);
 }

@@ -161,18 +161,19 @@ std::string describe(const Gap& gap) {
 }
 
 template <size_t... I>
-void register_gaps(torch::Library& library, std::index_sequence<I...>) {
-  (library.impl(qualified(kGaps[I]).c_str(), torch::CppFunction::makeFromBoxedFunction<&widened_kernel<I>>()), ...);
+void gap_kernels(KernelList* out, std::index_sequence<I...>) {
+  (out->push_back({qualified(kGaps[I]), torch::CppFunction::makeFromBoxedFunction<&widened_kernel<I>>()}), ...);
   (registered().push_back(describe(kGaps[I])), ...);
 }
 
 }  // namespace
 
-void register_dtype_gaps(torch::Library& library) {
-  if (!runtime::g_backing.host) {
-    return;
+KernelList dtype_gap_kernels() {
+  KernelList out;
+  if (runtime::g_backing.host) {
+    gap_kernels(&out, std::make_index_sequence<std::size(kGaps)>());
   }
-  register_gaps(library, std::make_index_sequence<std::size(kGaps)>());
+  return out;
 }
 
 std::vector<std::string> registered_dtype_gaps() {

@@ -2,7 +2,7 @@
 // host backing by the CPU kernel in a wider dtype where that is exact.
 #pragma once
 
-#include <torch/library.h>
+#include "route/kernel_list.h"
 
 #include <string>
 #include <vector>
@@ -10,12 +10,12 @@
 namespace torch_fl {
 namespace route {
 
-// On host backing, registers in `library` (the native route's) a kernel for
-// each overload in the gap table: a call in a gap dtype runs widened, any
-// other call the native route as before. Registers nothing on a CUDA backing,
+// On host backing, a kernel for each overload in the gap table, for the
+// native route's library (route/register.cpp): a call in a gap dtype runs
+// widened, any other call the native route as before. None on a CUDA backing,
 // whose kernels cover these dtypes.
-void register_dtype_gaps(torch::Library& library);
-// The gap table's entries registered by register_dtype_gaps, as
+KernelList dtype_gap_kernels();
+// The gap table's entries dtype_gap_kernels() gave, as
 // "op.overload: dtype, ... -> wide dtype" (empty on a CUDA backing).
 std::vector<std::string> registered_dtype_gaps();
 

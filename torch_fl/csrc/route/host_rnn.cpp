@@ -18,6 +18,7 @@
 #include "runtime/device.h"
 
 #include <ATen/OpMathType.h>
+#include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_pack_padded_sequence_native.h>
 #include <ATen/ops/cat.h>
@@ -159,15 +160,17 @@ std::tuple<at::Tensor, at::Tensor> pack_padded_sequence(const at::Tensor& input,
 
 }  // namespace
 
-void register_host_rnn(torch::Library& library) {
+KernelList host_rnn_kernels() {
+  KernelList out;
   if (!runtime::g_backing.host) {
-    return;
+    return out;
   }
-  library.impl("_thnn_fused_lstm_cell", TORCH_FN(lstm_cell));
-  library.impl("_thnn_fused_lstm_cell_backward_impl", TORCH_FN(lstm_cell_backward));
-  library.impl("_thnn_fused_gru_cell", TORCH_FN(gru_cell));
-  library.impl("_thnn_fused_gru_cell_backward", TORCH_FN(gru_cell_backward));
-  library.impl("_pack_padded_sequence", TORCH_FN(pack_padded_sequence));
+  out.push_back({"_thnn_fused_lstm_cell", torch::CppFunction(TORCH_FN(lstm_cell))});
+  out.push_back({"_thnn_fused_lstm_cell_backward_impl", torch::CppFunction(TORCH_FN(lstm_cell_backward))});
+  out.push_back({"_thnn_fused_gru_cell", torch::CppFunction(TORCH_FN(gru_cell))});
+  out.push_back({"_thnn_fused_gru_cell_backward", torch::CppFunction(TORCH_FN(gru_cell_backward))});
+  out.push_back({"_pack_padded_sequence", torch::CppFunction(TORCH_FN(pack_padded_sequence))});
+  return out;
 }
 
 }  // namespace route

@@ -4,24 +4,22 @@
 // another registration lands here. The per-call path reads no configuration:
 // two flags (log, count) and the schema the dispatcher hands in.
 //
-// torch_fl/routing tells the native route's registrations from the core's own
-// operators by this file's name in torch._C._dispatch_dump() (and by
-// torch_fl._C._core_ops()): keep the registrations here.
+// Its kernels are registered by route/register.cpp, which holds every
+// registration of route/: torch._C._dispatch_dump() names that file for the
+// native route's kernels (tests/unit/test_core_layout.py tells them from the
+// core's own operators by it; torch_fl/routing by torch_fl._C._core_ops()).
 #include "route/native_route.h"
 
 #include "route/counters.h"
 #include "route/cpu_fallback.h"
 #include "route/device_check.h"
-#include "route/dtype_gaps.h"
-#include "route/host_rnn.h"
 #include "route/profiling.h"
 #include "route/routed_args.h"
-#include "route/typed_native.h"
 #include "runtime/allocator.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device.h"
 #include "runtime/generator.h"
-#include "runtime/library.h"
+#include "tensor/ivalue_tensors.h"
 
 #include <ATen/ops/native_dropout_native.h>
 #include <torch/library.h>
@@ -225,14 +223,7 @@ WrittenArguments::WrittenArguments(const c10::FunctionSchema& schema, const torc
     if (params[k].alias_info() == nullptr || !params[k].alias_info()->isWrite()) {
       continue;
     }
-    const c10::IValue& v = stack[first + k];
-    if (v.isTensor()) {
-      keep(v.toTensor());
-    } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList()) {
-        keep(t);
-      }
-    }
+    tensor::for_each_tensor(stack[first + k], [&](const at::Tensor& t, tensor::TensorIn) { keep(t); });
   }
 }
 
@@ -317,27 +308,20 @@ bool native_route_may_own(const c10::OperatorHandle& op) {
          op.hasComputedKernelForDispatchKey(g_backing.key) && !is_view_op(op);
 }
 
-void register_native_route() {
-  runtime::new_library("_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__)
-      .fallback(torch::CppFunction::makeFromBoxedFunction<&native_fallback>());
+torch::CppFunction native_route_fallback() {
+  return torch::CppFunction::makeFromBoxedFunction<&native_fallback>();
+}
 
-  // PyTorch registers, for every backend, kernels that implement the
-  // functional and in-place forms of structured ops through their out= form
-  // (CompositeExplicitAutogradNonFunctional). On flagos those would turn
-  // add.Tensor into empty + add.out. Where the backing device has its own
-  // kernel, route the op itself natively: one kernel call, and the dispatch
-  // log names the operator the user called.
-  auto& direct_library = runtime::new_library("aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
-  // The hottest operators get typed kernels first: the loop below skips
-  // operators that already have a PrivateUse1 kernel.
-  register_typed_native_route(direct_library);
-  // On host backing, operator/dtype pairs CUDA has and the CPU lacks run
-  // widened (route/dtype_gaps.cpp); registered here so that the dispatch
-  // dump names this file, as for the native route's other registrations.
-  register_dtype_gaps(direct_library);
-  // On host backing, CUDA's fused LSTM/GRU cells and a packed sequence's CPU
-  // batch_sizes (route/host_rnn.cpp).
-  register_host_rnn(direct_library);
+KernelList native_route_host_kernels() {
+  KernelList out;
+  if (g_backing.host) {
+    out.push_back({"native_dropout", torch::CppFunction(TORCH_FN(host_native_dropout))});
+  }
+  return out;
+}
+
+KernelList native_route_direct_kernels() {
+  KernelList out;
   auto& dispatcher = c10::Dispatcher::singleton();
   // Operators any overload of which takes a Generator: randn draws as
   // randn.generator does.
@@ -347,9 +331,6 @@ void register_native_route() {
     if (op && name.name.rfind("aten::", 0) == 0 && takes_generator(op->schema())) {
       random_names.insert(name.name);
     }
-  }
-  if (g_backing.host) {
-    direct_library.impl("native_dropout", TORCH_FN(host_native_dropout));
   }
   for (const auto& name : dispatcher.getAllOpNames()) {
     if (name.name.rfind("aten::", 0) != 0) {
@@ -409,15 +390,15 @@ void register_native_route() {
       qualified += "." + name.overload_name;
     }
     if (writes) {
-      direct_library.impl(qualified.c_str(),
-                          draws ? torch::CppFunction::makeFromBoxedFunction<&native_writing_random>()
-                                : torch::CppFunction::makeFromBoxedFunction<&native_writing>());
+      out.push_back({qualified, draws ? torch::CppFunction::makeFromBoxedFunction<&native_writing_random>()
+                                      : torch::CppFunction::makeFromBoxedFunction<&native_writing>()});
     } else if (draws) {
-      direct_library.impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&native_random>());
+      out.push_back({qualified, torch::CppFunction::makeFromBoxedFunction<&native_random>()});
     } else {
-      direct_library.impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&native_fallback>());
+      out.push_back({qualified, torch::CppFunction::makeFromBoxedFunction<&native_fallback>()});
     }
   }
+  return out;
 }
 
 }  // namespace route

@@ -2,6 +2,7 @@
 // for every operator without another PrivateUse1 registration.
 #pragma once
 
+#include "route/kernel_list.h"
 #include "route/routed_args.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -13,10 +14,14 @@
 namespace torch_fl {
 namespace route {
 
-// Registers the boxed PrivateUse1 fallback, the typed kernels of the hottest
-// operators (route/typed_native.cpp) and the direct registrations of
-// operators PyTorch would otherwise decompose on flagos.
-void register_native_route();
+// The native route's kernels, registered by route/register.cpp: the boxed
+// PrivateUse1 fallback; on host backing, native_dropout drawing from the
+// flagos generator; and the direct kernels of operators PyTorch would
+// otherwise decompose on flagos (read after the kernels registered before
+// them: operators with a PrivateUse1 kernel are left alone).
+torch::CppFunction native_route_fallback();
+KernelList native_route_host_kernels();
+KernelList native_route_direct_kernels();
 // True when the native route may own `op` at PrivateUse1: the backing device
 // runs it and PyTorch does not decompose it above autograd.
 bool native_route_may_own(const c10::OperatorHandle& op);

@@ -2,29 +2,14 @@
 // calls that need it.
 #include "route/overlap_check.h"
 
+#include "tensor/ivalue_tensors.h"
+
 #include <ATen/MemoryOverlap.h>
 
 namespace torch_fl {
 namespace route {
 
 namespace {
-
-template <class F>
-void for_each_tensor(const c10::IValue& v, const F& f) {
-  if (v.isTensor()) {
-    f(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorVector()) {
-      f(t);
-    }
-  } else if (v.isOptionalTensorList()) {
-    for (const std::optional<at::Tensor>& t : v.toOptionalTensorVector()) {
-      if (t.has_value()) {
-        f(*t);
-      }
-    }
-  }
-}
 
 bool is_written(const c10::Argument& a) {
   return a.alias_info() != nullptr && a.alias_info()->isWrite();
@@ -39,7 +24,7 @@ void check_written_overlaps(const c10::OperatorHandle& op, c10::ArrayRef<c10::IV
     if (!is_written(params[i])) {
       continue;
     }
-    for_each_tensor(args[i], [&](const at::Tensor& written) {
+    tensor::for_each_tensor(args[i], [&](const at::Tensor& written, tensor::TensorIn) {
       if (!written.defined()) {
         return;
       }
@@ -48,7 +33,7 @@ void check_written_overlaps(const c10::OperatorHandle& op, c10::ArrayRef<c10::IV
         if (is_written(params[j])) {
           continue;
         }
-        for_each_tensor(args[j], [&](const at::Tensor& input) {
+        tensor::for_each_tensor(args[j], [&](const at::Tensor& input, tensor::TensorIn) {
           if (input.defined()) {
             at::assert_no_partial_overlap(written, input);
           }

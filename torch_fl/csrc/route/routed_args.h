@@ -5,7 +5,7 @@
 // the SDPA shortcut (ops/sdpa.cpp) and the Python routes (python/). Its code
 // (route/routed_args.cpp, with the alias pool of tensor/alias_pool.h inlined
 // into it) is compiled in one translation unit with the native kernels that
-// call it (csrc/unity_route.cpp): a routed call runs between long stretches of
+// call it (route/unity_route.cpp): a routed call runs between long stretches of
 // other code that evict it from the instruction cache, so its code should be
 // few functions close together, with the rare cases out of line.
 // benchmarks/route_instructions.py counts what it adds per call.

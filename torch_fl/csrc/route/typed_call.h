@@ -1,8 +1,8 @@
 // What the typed kernels of the native route (route/typed_native.cpp), the
 // typed fronts of Python routes (python/typed_fronts.cpp) and the autograd
-// kernels (route/autograd_shortcut.cpp) share: the name an operator is registered under,
-// how many tensors an argument brings, and the results of a call on aliases
-// turned back into flagos tensors.
+// kernels (autograd/autograd_shortcut.cpp) share: the name an operator is
+// registered under, how many tensors an argument brings, and the results of a
+// call on aliases turned back into flagos tensors.
 #pragma once
 
 #include "route/routed_args.h"

@@ -270,7 +270,7 @@ struct Typed<Op, Ret(Args...)> {
     }
   }
 
-  static void add_to(torch::Library& lib) {
+  static void add_to(KernelList* out) {
     auto op = c10::Dispatcher::singleton().findSchema({Op::name, Op::overload_name});
     if (!op || !native_route_may_own(*op)) {
       return;  // the boxed route decides, e.g. a CPU fallback
@@ -283,16 +283,18 @@ struct Typed<Op, Ret(Args...)> {
       const auto* alias = op->schema().arguments()[i].alias_info();
       written[i] = writes && alias != nullptr && alias->isWrite();
     }
-    lib.impl(typed::overload_of<Op>().c_str(), TORCH_FN(call));
+    out->push_back({typed::overload_of<Op>(), torch::CppFunction(TORCH_FN(call))});
   }
 };
 
 }  // namespace
 
-void register_typed_native_route(torch::Library& lib) {
-#define FLAGOS_ADD_TYPED(op) Typed<at::_ops::op>::add_to(lib);
+KernelList typed_native_kernels() {
+  KernelList out;
+#define FLAGOS_ADD_TYPED(op) Typed<at::_ops::op>::add_to(&out);
   FLAGOS_TYPED_OPS(FLAGOS_ADD_TYPED)
 #undef FLAGOS_ADD_TYPED
+  return out;
 }
 
 }  // namespace route

@@ -1,14 +1,14 @@
 // Typed native kernels for the operators models call most (route/typed_ops.h).
 #pragma once
 
-#include <torch/library.h>
+#include "route/kernel_list.h"
 
 namespace torch_fl {
 namespace route {
 
-// Registers them in `lib` (aten, PrivateUse1) before the boxed route, which
-// then leaves those operators alone.
-void register_typed_native_route(torch::Library& lib);
+// Those the native route may own, for its library (route/register.cpp
+// registers them before the boxed route, which then leaves them alone).
+KernelList typed_native_kernels();
 
 }  // namespace route
 }  // namespace torch_fl

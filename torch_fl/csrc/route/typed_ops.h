@@ -1,6 +1,6 @@
 // The operators with typed kernels, as an X-macro over their at::_ops names:
 // the native route registers one per operator (route/typed_native.cpp), its
-// autograd kernel (route/autograd_shortcut.cpp), and a route to a Python
+// autograd kernel (autograd/autograd_shortcut.cpp), and a route to a Python
 // backend gets a typed front beside its boxed kernel
 // (python/typed_fronts.cpp). What Qwen3 (and most transformers) call per
 // token, per training step and per optimizer step; the out= matrix products

@@ -245,18 +245,24 @@ struct HostPinnedAllocator final : at::HostAllocator {
     return pinned_stats;
   }
   void reset_accumulated_stats() override {
-    std::lock_guard<std::mutex> lock(pinned_mutex);
-    for (auto* stat : {&pinned_stats.active_requests, &pinned_stats.active_bytes, &pinned_stats.allocations,
-                       &pinned_stats.allocated_bytes}) {
-      stat->reset_accumulated();
-    }
-    pinned_stats.num_host_alloc = pinned_stats.num_host_free = 0;
+    reset_pinned_stats(/*peak=*/false);
   }
   void reset_peak_stats() override {
+    reset_pinned_stats(/*peak=*/true);
+  }
+  // The pinned stats' peaks, or their accumulated counts (and the alloc/free counts).
+  void reset_pinned_stats(bool peak) {
     std::lock_guard<std::mutex> lock(pinned_mutex);
     for (auto* stat : {&pinned_stats.active_requests, &pinned_stats.active_bytes, &pinned_stats.allocations,
                        &pinned_stats.allocated_bytes}) {
-      stat->reset_peak();
+      if (peak) {
+        stat->reset_peak();
+      } else {
+        stat->reset_accumulated();
+      }
+    }
+    if (!peak) {
+      pinned_stats.num_host_alloc = pinned_stats.num_host_free = 0;
     }
   }
 };

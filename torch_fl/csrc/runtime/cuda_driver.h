@@ -1,6 +1,6 @@
 // The CUDA driver, reached at run time (dlopen of libcuda.so.1), for what
 // c10's generic interfaces do not offer: launching a compiled kernel (the
-// FlagGems fast path replays Triton's launches), asking whether a stream is
+// replays of replay/ launch Triton's kernels), asking whether a stream is
 // being captured into a CUDA graph, and a stream's raw handle. No CUDA header
 // is needed to build the core: the few driver types used are declared here as
 // the driver's ABI has them (cuda.h: CUresult is an int, handles are

@@ -186,5 +186,20 @@ void sync_back(const at::Tensor& flagos, const at::Tensor& alias, c10::StorageIm
   }
 }
 
+at::Tensor as_native(const at::Tensor& flagos) {
+  TORCH_CHECK(flagos.device().type() == kFlagos, "as_native expects a flagos tensor, got one on ", flagos.device());
+  return native_alias(flagos, /*owning=*/true);
+}
+
+at::Tensor as_flagos(const at::Tensor& native, int64_t index) {
+  const runtime::Backing& b = runtime::backing();
+  TORCH_CHECK(native.device().type() == b.type, "as_flagos expects a tensor on the backing device (",
+              c10::DeviceTypeName(b.type, true), "), got one on ", native.device());
+  c10::DeviceIndex i = b.host ? static_cast<c10::DeviceIndex>(index < 0 ? runtime::current_device() : index)
+                              : native.device().index();
+  runtime::check_device_index(i);
+  return flagos_alias(native, i);
+}
+
 }  // namespace tensor
 }  // namespace torch_fl

@@ -32,6 +32,11 @@ at::Tensor native_alias(const at::Tensor& flagos, bool owning);
 at::Tensor native_alias_sharing(const at::Tensor& flagos, const at::Tensor& sibling);
 // A flagos tensor over the bytes of a backing-device tensor (owning).
 at::Tensor flagos_alias(const at::Tensor& native, c10::DeviceIndex index);
+// torch_fl._C.as_native / as_flagos: the same, checking the tensor's device
+// (as_flagos: index -1 is the current device on host backing; a CUDA
+// tensor's own device otherwise).
+at::Tensor as_native(const at::Tensor& flagos);
+at::Tensor as_flagos(const at::Tensor& native, int64_t index);
 // A flagos tensor for a kernel result that the routed call's in-place retag
 // does not take (route/routed_args.cpp has that fast path): one of our aliases
 // mapped back, or a wrapper over (or the taken-over memory of) its storage.

@@ -1,7 +1,8 @@
 // The calling thread's alias pools, and the Python hooks' defaults.
 //
-// Compiled in the core's one translation unit (csrc/unity_route.cpp) with the
-// per-call path, which reaches the pools through alias_pool() once per call.
+// The per-call path (route/) reads the native route's pool through the inline
+// alias_pool() of tensor/alias_pool.h, once per call; only its creation is
+// here. The Python routes' pool is reached through python_alias_pool().
 #include "tensor/alias_pool.h"
 
 #include "tensor/python_object_hooks.h"
@@ -9,13 +10,22 @@
 namespace torch_fl {
 namespace tensor {
 
-namespace {
+namespace detail {
 
 // Leaked per thread on purpose: tensors must not be destroyed during thread or
 // process teardown, when the allocator behind them may already be gone. A
 // plain pointer, set on first use: a thread_local with a dynamic initialiser
 // would run its guard on every access.
-thread_local AliasPool* thread_alias_pool = nullptr;
+__thread AliasPool* thread_alias_pool = nullptr;
+
+C10_NOINLINE AliasPool* new_thread_alias_pool() {
+  return thread_alias_pool = new AliasPool(/*python=*/false);
+}
+
+}  // namespace detail
+
+namespace {
+
 thread_local AliasPool* thread_python_alias_pool = nullptr;
 
 C10_NOINLINE AliasPool* new_pool(AliasPool*& slot, bool python) {
@@ -36,11 +46,6 @@ void unpark_without_python(c10::TensorImpl*) {}
 
 PythonObjectHooks g_python_object_hooks{&sole_reference_without_python, &park_without_python,
                                         &unpark_without_python};
-
-AliasPool& alias_pool() {
-  AliasPool* pool = thread_alias_pool;
-  return C10_LIKELY(pool != nullptr) ? *pool : *new_pool(thread_alias_pool, /*python=*/false);
-}
 
 AliasPool& python_alias_pool() {
   AliasPool* pool = thread_python_alias_pool;

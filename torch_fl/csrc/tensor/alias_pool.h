@@ -17,7 +17,7 @@
 // misses of a model's repeated forward (torch_fl._C._alias_pool_stats).
 //
 // Header-only: the per-call path (route/routed_args.cpp) inlines the pool's
-// helpers into its borrow and release, in one translation unit.
+// helpers, and the thread's pool lookup, into its borrow and release.
 #pragma once
 
 #include "tensor/impl_fields.h"
@@ -207,9 +207,27 @@ class AliasPool {
   bool python_;
 };
 
-// The calling thread's pools (a thread-local lookup: once per routed call):
-// for the native route, and for Python kernels (with the GIL held).
-AliasPool& alias_pool();
+namespace detail {
+// The calling thread's native-route pool, set on first use
+// (tensor/alias_pool.cpp). A plain __thread pointer rather than thread_local:
+// read from another unit, a thread_local would be reached through its wrapper
+// function (it might have a dynamic initialiser), a __thread one is a TLS
+// load. Hidden: it binds within the core, so the load takes the local-dynamic
+// model, as it did when the per-call unit defined it.
+extern __attribute__((visibility("hidden"))) __thread AliasPool* thread_alias_pool;
+// Makes the calling thread's pool (out of line: once per thread).
+AliasPool* new_thread_alias_pool();
+}  // namespace detail
+
+// The calling thread's pool for the native route (a thread-local lookup: once
+// per routed call). Inline: route/'s unit reads it on every call without a
+// call into tensor/'s (benchmarks/route_instructions.py counted the call).
+inline AliasPool& alias_pool() {
+  AliasPool* pool = detail::thread_alias_pool;
+  return C10_LIKELY(pool != nullptr) ? *pool : *detail::new_thread_alias_pool();
+}
+// The calling thread's pool for Python kernels (with the GIL held); out of
+// line, as the Python layer always called it.
 AliasPool& python_alias_pool();
 // The calling thread's pool's counts so far (`python`: the Python routes'
 // pool): borrows, new aliases made, recycled ones reshaped. Tests and

@@ -1,5 +1,5 @@
-// The FlagGems fast path of a PyRoute (python/fast_path.h).
-#include "python/fast_path.h"
+// Record and replay in a PyRoute (python/replay_plan.h).
+#include "python/replay_plan.h"
 
 #include "python/python_args.h"
 #include "route/counters.h"
@@ -17,8 +17,6 @@
 
 namespace torch_fl {
 namespace python {
-
-namespace replay = route::replay;
 
 namespace {
 
@@ -127,7 +125,7 @@ replay::LaunchStep launch_step(const py::tuple& s, int32_t slots) {
 
 }  // namespace
 
-int32_t FastPlan::reason_index(const std::string& reason) {
+int32_t ReplayPlan::reason_index(const std::string& reason) {
   for (size_t i = 0; i < reasons.size(); ++i) {
     if (reasons[i] == reason) {
       return static_cast<int32_t>(i);
@@ -138,7 +136,7 @@ int32_t FastPlan::reason_index(const std::string& reason) {
   return static_cast<int32_t>(reasons.size() - 1);
 }
 
-void set_fast_recorder(py::object r) {
+void set_replay_recorder(py::object r) {
   recorder() = std::move(r);
 }
 
@@ -237,7 +235,7 @@ std::shared_ptr<const replay::Program> build_program(const c10::OperatorHandle& 
   return p;
 }
 
-bool try_fast(FastPlan& f, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+bool try_replay(ReplayPlan& f, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t nargs = schema.arguments().size();
   const size_t first = stack->size() - nargs;
@@ -277,8 +275,8 @@ bool try_fast(FastPlan& f, const c10::OperatorHandle& op, torch::jit::Stack* sta
   return true;
 }
 
-py::object call_fast_target(FastPlan& f, const c10::OperatorHandle& op, const py::object& fn,
-                            const replay::Signature& sig, bool keyed, const py::tuple& args, const py::dict& kwargs) {
+py::object call_replay_target(ReplayPlan& f, const c10::OperatorHandle& op, const py::object& fn,
+                              const replay::Signature& sig, bool keyed, const py::tuple& args, const py::dict& kwargs) {
   if (!keyed) {
     // The reason's index is found once: this runs on every such call.
     if (f.unkeyed_reason < 0) {
@@ -298,7 +296,7 @@ py::object call_fast_target(FastPlan& f, const c10::OperatorHandle& op, const py
     f.python.fetch_add(1, std::memory_order_relaxed);
     return fn(*args, **kwargs);
   }
-  TORCH_CHECK(recorder(), "flagos: the FlagGems fast path has no recorder (torch_fl.backends.flaggems_fast)");
+  TORCH_CHECK(recorder(), "flagos: replay has no recorder (torch_fl.replay)");
   py::tuple returns(op.schema().returns().size());
   for (size_t i = 0; i < op.schema().returns().size(); ++i) {
     returns[i] = py::str(op.schema().returns()[i].type()->str());
@@ -326,7 +324,22 @@ py::object call_fast_target(FastPlan& f, const c10::OperatorHandle& op, const py
   return r[0];
 }
 
-py::dict fast_stats(FastPlan& f) {
+std::vector<at::Tensor> input_tensors_of(const std::string& op, const py::tuple& args, const py::dict& kwargs) {
+  const size_t dot = op.find('.');
+  const std::string name = "aten::" + op.substr(0, dot);
+  const std::string overload = dot == std::string::npos ? "" : op.substr(dot + 1);
+  const auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+  if (!handle.has_value()) {
+    throw py::value_error("no operator " + op);
+  }
+  const torch::jit::Stack stack = torch::jit::createStackForSchema(
+      handle->schema(), torch::jit::tuple_slice(args), py::reinterpret_borrow<py::kwargs>(kwargs), std::nullopt);
+  c10::SmallVector<at::Tensor, 8> in;
+  replay::input_tensors(stack, stack.size(), &in);
+  return std::vector<at::Tensor>(in.begin(), in.end());
+}
+
+py::dict replay_stats(ReplayPlan& f) {
   py::dict d;
   d["hits"] = f.hits.load();
   d["recorded"] = f.recorded.load();

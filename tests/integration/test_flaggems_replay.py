@@ -1,4 +1,4 @@
-"""The FlagGems fast path on a GPU: replays are bitwise FlagGems' Python function, value-dependent calls stay on it.
+"""FlagGems recorded and replayed on a GPU: replays are bitwise its Python function, value-dependent calls stay on it.
 
 Each case runs three times on twins of the same inputs (same storage size,
 offset and strides, so the same alignment): routed to `flaggems_python`
@@ -65,10 +65,10 @@ def run_three_ways(fn, inputs, ops):
     python = fn(*twins[0])
     for op in ops:
         routing.set_route(op, "flaggems")
-    before = sum(torch_fl._C.PyRoute(op).fast_stats()["hits"] for op in ops)
+    before = sum(torch_fl._C.PyRoute(op).replay_stats()["hits"] for op in ops)
     recorded = fn(*twins[1])
     replayed = fn(*twins[2])
-    hits = sum(torch_fl._C.PyRoute(op).fast_stats()["hits"] for op in ops) - before
+    hits = sum(torch_fl._C.PyRoute(op).replay_stats()["hits"] for op in ops) - before
     torch.cuda.synchronize()
     return python, recorded, replayed, twins[0], twins[2], hits
 
@@ -132,7 +132,7 @@ def check(fn, inputs, ops, expect_replay=True):
         assert hits == 0, f"a call FlagGems gets wrong was replayed: {refused}"
         assert any(r.op == ops[0] and r.fallbacks for r in routing.stats()), "the refusal was not counted"
     elif expect_replay:
-        assert hits >= 1, f"no replay: {[torch_fl._C.PyRoute(op).fast_stats()['reasons'] for op in ops]}"
+        assert hits >= 1, f"no replay: {[torch_fl._C.PyRoute(op).replay_stats()['reasons'] for op in ops]}"
 
 
 @requires_flaggems
@@ -225,7 +225,7 @@ def test_random_operators_stay_on_the_python_function():
     draws = [torch.empty(1000, device="flagos").uniform_() for _ in range(3)]
     assert not torch.equal(masks[1], masks[2]) and not torch.equal(draws[1], draws[2])
     for op in ("native_dropout", "uniform_"):
-        s = torch_fl._C.PyRoute(op).fast_stats()
+        s = torch_fl._C.PyRoute(op).replay_stats()
         assert s["programs"] == 0 and s["python"] >= 2 and s["reasons"], s
 
 
@@ -247,10 +247,10 @@ def test_a_replay_runs_on_the_current_stream_and_in_a_cuda_graph():
         torch.cuda.synchronize()
         with torch.cuda.graph(graph, stream=stream):
             out = static_x + y
-    before = torch_fl._C.PyRoute("add.Tensor").fast_stats()["hits"]
+    before = torch_fl._C.PyRoute("add.Tensor").replay_stats()["hits"]
     for k in range(3):
         static_x.copy_(torch.full_like(static_x, float(k)))
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out.cpu(), float(k) + y.cpu())
-    assert torch_fl._C.PyRoute("add.Tensor").fast_stats()["hits"] == before  # replays of the graph, not calls
+    assert torch_fl._C.PyRoute("add.Tensor").replay_stats()["hits"] == before  # replays of the graph, not calls

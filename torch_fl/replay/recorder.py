@@ -4,7 +4,7 @@ FlagGems' Python function for an operator spends ~70-100 us on the host per
 call (shapes, strides, grids, allocation) before its Triton kernels launch,
 and for one input signature (what its kernels specialize on: dtypes, shapes,
 strides, alignment, scalar arguments; the C++ core keys it,
-csrc/route/replay.h) it does the same thing every time. The first call of a
+csrc/replay/signature.h) it does the same thing every time. The first call of a
 signature runs the function under `record`, which notes
 
 * every ATen operator it calls (a TorchDispatchMode): allocations, copies,
@@ -16,7 +16,7 @@ signature runs the function under `record`, which notes
   offset;
 
 and every later call of that signature replays the recording in C++ without
-Python (csrc/python/fast_path.h): the same kernels, the new tensors.
+Python (csrc/replay/program.h): the same kernels, the new tensors.
 
 Whatever could make a replay differ from the Python function keeps the
 signature on the Python function, with the reason (`torch_fl.explain`):
@@ -386,7 +386,8 @@ _HOOK = _LaunchHook()
 
 
 def input_tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
-    """The call's tensors in the order the C++ core gives them slots (csrc/route/replay.h, input_tensors)."""
+    """The call's tensors in the order the C++ core gives them slots (csrc/replay/README.md, Slot order; C++:
+    replay::input_tensors, exposed as torch_fl._C._replay_input_tensors)."""
     out = []
     for v in (*args, *kwargs.values()):
         if isinstance(v, torch.Tensor):
@@ -422,4 +423,4 @@ def record(fn, args: tuple, kwargs: dict, returns: tuple[str, ...]):
 
 def install() -> None:
     """Makes `record` the C++ core's recorder."""
-    _C._set_fast_recorder(record)
+    _C._set_replay_recorder(record)

@@ -1,16 +1,18 @@
-// The FlagGems fast path of a PyRoute (route `flaggems`).
+// Record and replay in a PyRoute (route `flaggems`; csrc/replay/README.md).
 //
-// A call whose dtype's target is a fast kernel is keyed by its signature
-// (route/replay.h). A signature seen before replays its recorded Program in
-// C++, without the GIL (try_fast). A new one runs the backend's Python
-// function once under the recorder (torch_fl/backends/flaggems_fast.py), which
+// A call whose dtype's target is a replayed kernel is keyed by its signature
+// (replay/signature.h). A signature seen before replays its recorded Program
+// in C++, without the GIL (try_replay). A new one runs the backend's Python
+// function once under the recorder (torch_fl/replay/recorder.py), which
 // returns the call's result and a recording of what it did: a program to
 // store, a reason the signature must stay on the Python function (it reads
 // tensor values, launches on another stream, ...), or nothing (it was
 // autotuning: record the next call again).
 #pragma once
 
-#include "route/replay.h"
+#include "replay/cache.h"
+#include "replay/program.h"
+#include "replay/signature.h"
 
 #include <torch/csrc/utils/pybind.h>
 
@@ -25,14 +27,14 @@
 namespace torch_fl {
 namespace python {
 
-struct FastPlan {
+struct ReplayPlan {
   // Read without the GIL on every call of the operator.
-  std::atomic<bool> any{false};  // some dtype's target is the fast path
+  std::atomic<bool> any{false};  // some dtype's target is replayed
   std::array<std::atomic<bool>, static_cast<size_t>(c10::ScalarType::NumOptions) + 1> on_dtype{};  // last: no tensor
   std::atomic<int64_t*> calls{nullptr};  // the backend's call counter (an array('q') buffer the routing layer keeps)
   std::string line;                      // the dispatch-log line; written with the GIL while `any` is false
   std::string label = "flaggems";
-  route::replay::Cache cache;
+  replay::Cache cache;
 
   std::atomic<int64_t> hits{0};      // calls replayed
   std::atomic<int64_t> recorded{0};  // calls recorded (their Python function ran)
@@ -54,27 +56,32 @@ struct FastPlan {
 
 // Replays a known signature; false when the Python side must run the call
 // (another target, an empty input, a new or unreplayable signature). No GIL.
-bool try_fast(FastPlan& f, const c10::OperatorHandle& op, torch::jit::Stack* stack);
+bool try_replay(ReplayPlan& f, const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
-// The Python side of a fast target's call (GIL held): `sig` was keyed before
+// The Python side of a replayed target's call (GIL held): `sig` was keyed before
 // the arguments were unwrapped (`keyed` false: the call cannot be keyed).
 // Runs `fn` under the recorder for a new signature and stores what it
 // recorded, or runs `fn` plainly. Returns fn's result.
-py::object call_fast_target(FastPlan& f, const c10::OperatorHandle& op, const py::object& fn,
-                            const route::replay::Signature& sig, bool keyed, const py::tuple& args,
-                            const py::dict& kwargs);
+py::object call_replay_target(ReplayPlan& f, const c10::OperatorHandle& op, const py::object& fn,
+                              const replay::Signature& sig, bool keyed, const py::tuple& args,
+                              const py::dict& kwargs);
 
-// The recorder: torch_fl._C._set_fast_recorder(recorder), called as
+// The recorder: torch_fl._C._set_replay_recorder(recorder), called as
 // recorder(fn, args, kwargs, returns) -> (result, recording), `returns` the
 // operator's return types ("Tensor", "Tensor[]", "Tensor?").
-void set_fast_recorder(py::object recorder);
+void set_replay_recorder(py::object recorder);
 
-// A Python recording as a Program (GIL held); raises ValueError naming what
-// cannot be replayed.
-std::shared_ptr<const route::replay::Program> build_program(const c10::OperatorHandle& op, const py::handle& spec);
+// A Python recording (the format of replay/README.md) as a Program (GIL
+// held); raises ValueError naming what cannot be replayed.
+std::shared_ptr<const replay::Program> build_program(const c10::OperatorHandle& op, const py::handle& spec);
+
+// The tensors of a call of `op` ("add.Tensor") with these arguments in slot
+// order, as replay::input_tensors gives them (torch_fl._C._replay_input_tensors:
+// tests compare the recorder's order with it).
+std::vector<at::Tensor> input_tensors_of(const std::string& op, const py::tuple& args, const py::dict& kwargs);
 
 // {"hits", "recorded", "python", "evicted", "signatures", "programs", "capacity", "reasons": {reason: calls}}.
-py::dict fast_stats(FastPlan& f);
+py::dict replay_stats(ReplayPlan& f);
 
 }  // namespace python
 }  // namespace torch_fl

@@ -1,20 +1,15 @@
-// Replay of a recorded backend call: the FlagGems fast path's C++ half.
+// A recorded backend call (a Program) and its replay (replay/README.md).
 //
 // FlagGems' Python function for an operator spends its time on the host
-// (shapes, strides, grids, allocation), and for one input signature (what its
-// kernels specialize on: dtypes, shapes, strides, alignment, scalar
-// arguments) it does the same thing on every call. The routing layer records
-// one call (torch_fl/backends/flaggems_fast.py): the ATen operators it ran
+// (shapes, strides, grids, allocation), and for one input signature
+// (replay/signature.h) it does the same thing on every call. The recorder
+// (torch_fl/replay/recorder.py) records one call: the ATen operators it ran
 // (allocations, copies) and the Triton kernels it launched, with every tensor
 // it touched expressed as a slot (an input of the call, or a result of a
 // recorded operator, or a view of one). A Program is that recording; run()
 // plays it again with the new call's tensors, launching the same compiled
-// kernels through the driver with the new pointers, and no Python.
-//
-// Signature: the key under which a Program is stored. It holds everything of
-// a call that the recording may have depended on besides tensor contents;
-// a call whose arguments cannot be keyed (a CPU tensor, a generator) is
-// never replayed.
+// kernels through the driver (runtime/cuda_driver.h) with the new pointers,
+// and no Python.
 #pragma once
 
 #include "runtime/cuda_driver.h"
@@ -22,34 +17,16 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
 #include <c10/util/SmallVector.h>
 
 #include <cstdint>
-#include <deque>
-#include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 namespace torch_fl {
-namespace route {
 namespace replay {
-
-// A call's signature: a flat list of integers (tags and values).
-struct Signature {
-  c10::SmallVector<int64_t, 48> words;
-  uint64_t hash = 0;
-  bool operator==(const Signature& o) const {
-    return hash == o.hash && words.size() == o.words.size() &&
-           std::equal(words.begin(), words.end(), o.words.begin());
-  }
-};
-
-// The signature of the `nargs` arguments on top of `stack` (flagos tensors,
-// before they are unwrapped); false where a call cannot be keyed.
-bool signature_of(const torch::jit::Stack& stack, size_t nargs, Signature* out);
 
 // One argument of a recorded operator: a constant, a slot, or a list of slots.
 struct ArgTemplate {
@@ -105,7 +82,7 @@ struct Step {
 };
 
 struct Program {
-  int32_t inputs = 0;  // slots 0..inputs-1: the call's tensors, in argument order
+  int32_t inputs = 0;  // slots 0..inputs-1: the call's tensors, in input_tensors() order
   int32_t slots = 0;
   std::vector<std::optional<ViewSlot>> views;  // per slot
   std::vector<OpStep> ops;
@@ -119,44 +96,12 @@ struct Program {
 // `index`: the call's device (launches go to its current stream).
 void run(const Program& p, torch::jit::Stack* stack, size_t nargs, c10::DeviceIndex index);
 
-// The tensors of a call's arguments in slot order, as run() and the recorder
-// enumerate them: each defined tensor that is not a wrapped number, list
-// elements in order.
+// The slot order of a call's tensors (replay/README.md), as run() and the
+// recorder (torch_fl/replay/recorder.py, input_tensors) enumerate them: the
+// arguments in schema order, and in each every defined tensor that is not a
+// wrapped number (a Tensor, a Tensor?, the elements of a Tensor[] or a
+// Tensor?[] in order, None elements skipped).
 void input_tensors(const torch::jit::Stack& stack, size_t nargs, c10::SmallVector<at::Tensor, 8>* out);
 
-// What a cache holds for a signature: a Program, or the reason the call stays
-// on the Python function (an index into the owner's reasons).
-struct Entry {
-  std::shared_ptr<const Program> program;
-  int32_t reason = -1;    // stays on the Python function, for this reason
-  int32_t attempts = 0;   // recordings voided so far (autotuning ran during them)
-};
-
-// Programs by signature, bounded: the oldest signature goes first when full.
-class Cache {
- public:
-  // The entry of `sig`, if any (copied under the lock: another thread may evict it).
-  std::optional<Entry> find(const Signature& sig) const;
-  // Stores `e` under `sig`; returns the number of signatures evicted.
-  int64_t store(const Signature& sig, Entry e);
-  void clear();
-  size_t size() const;
-  size_t programs() const;
-  void set_capacity(size_t n);
-  size_t capacity() const;
-
- private:
-  struct Bucket {
-    std::vector<std::pair<Signature, Entry>> items;
-  };
-  mutable std::mutex mu_;
-  std::unordered_map<uint64_t, Bucket> buckets_;
-  std::deque<Signature> order_;  // insertion order, for eviction
-  size_t size_ = 0;
-  size_t programs_ = 0;
-  size_t capacity_ = 1024;
-};
-
 }  // namespace replay
-}  // namespace route
 }  // namespace torch_fl

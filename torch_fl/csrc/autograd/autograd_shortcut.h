@@ -2,11 +2,11 @@
 #pragma once
 
 namespace torch_fl {
-namespace route {
+namespace autograd {
 
 // Registers them at AutogradPrivateUse1: calls that record nothing skip
-// VariableType (route/autograd_shortcut.cpp says why and when).
+// VariableType (autograd/autograd_shortcut.cpp says why and when).
 void register_autograd_shortcut();
 
-}  // namespace route
+}  // namespace autograd
 }  // namespace torch_fl

@@ -22,7 +22,7 @@
 // same kernel for these operators (checked at registration).
 // Only functional operators get one: in-place and out= forms need
 // ADInplaceOrView's version bump, which VariableType's path keeps.
-#include "route/autograd_shortcut.h"
+#include "autograd/autograd_shortcut.h"
 
 #include "route/typed_call.h"
 #include "route/typed_ops.h"
@@ -30,6 +30,7 @@
 
 #include <ATen/Operators.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
@@ -37,7 +38,7 @@
 #include <utility>
 
 namespace torch_fl {
-namespace route {
+namespace autograd {
 
 namespace {
 
@@ -121,7 +122,7 @@ struct Shortcut<Op, Ret(Args...)> {
       }
     }
     handle = op->template typed<Ret(Args...)>();
-    lib.impl(typed::overload_of<Op>().c_str(), TORCH_FN(call));
+    lib.impl(route::typed::overload_of<Op>().c_str(), TORCH_FN(call));
   }
 };
 
@@ -134,5 +135,5 @@ void register_autograd_shortcut() {
 #undef FLAGOS_ADD_SHORTCUT
 }
 
-}  // namespace route
+}  // namespace autograd
 }  // namespace torch_fl

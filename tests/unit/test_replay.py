@@ -1,9 +1,9 @@
-"""The FlagGems fast path (route `flaggems`) on host memory, with a stand-in FlagGems whose functions use ATen.
+"""Record and replay (route `flaggems`, torch_fl/replay) on host memory, with a stand-in FlagGems using ATen.
 
 The stand-in's functions allocate and compute with torch operators, as
 FlagGems' wrappers allocate before their Triton launches; on host memory the
 recordings hold those operators only (launches are checked on the GPU:
-tests/integration/test_flaggems_fast_path.py). Each test asserts what the
+tests/integration/test_flaggems_replay.py). Each test asserts what the
 replay computed against the Python function or torch itself, and how many
 times the Python function ran.
 """
@@ -59,7 +59,7 @@ def gems(routing_state):  # noqa: F811
 
 
 def stats(op: str) -> dict:
-    return torch_fl._C.PyRoute(op).fast_stats()
+    return torch_fl._C.PyRoute(op).replay_stats()
 
 
 def add_via_out(a, b, *, alpha=1):
@@ -184,7 +184,7 @@ def test_a_function_that_reads_tensor_values_stays_on_python_with_the_reason(gem
     [(why, n)] = [(w, n) for w, n in after["reasons"].items() if "reads tensor values" in w]
     assert "aten.item" in why and n >= 2
     shown = str(routing.explain("mul.Tensor"))
-    assert "fast path:" in shown and "stays on Python" in shown and "reads tensor values" in shown
+    assert "replay:" in shown and "stays on Python" in shown and "reads tensor values" in shown
 
 
 def test_a_function_using_memory_from_outside_the_call_stays_on_python(gems):
@@ -216,8 +216,8 @@ def test_the_python_route_never_records(gems):
 def test_the_cache_keeps_at_most_its_capacity(gems):
     calls = gems(add__Tensor=add_via_out)
     route = torch_fl._C.PyRoute("add.Tensor")
-    old = route.fast_capacity
-    route.fast_capacity = 2
+    old = route.replay_capacity
+    route.replay_capacity = 2
     try:
         before = stats("add.Tensor")
         for n in (1, 2, 3, 1):
@@ -227,7 +227,7 @@ def test_the_cache_keeps_at_most_its_capacity(gems):
         assert after["signatures"] <= 2 and after["evicted"] - before["evicted"] >= 2
         assert calls["add__Tensor"] == 4  # shape 1 was evicted by shape 3, and recorded again
     finally:
-        route.fast_capacity = old
+        route.replay_capacity = old
 
 
 def test_the_dispatch_log_names_flaggems_for_recorded_and_replayed_calls(gems, capfd):
@@ -304,3 +304,28 @@ def test_a_call_that_cannot_be_keyed_runs_python_each_time_with_the_reason(gems)
         )
         >= 3
     )
+
+
+@pytest.mark.parametrize(
+    "op, args, kwargs",
+    [
+        ("add.Tensor", lambda t: (t[0], t[1]), lambda t: {"alpha": 2}),
+        ("add.out", lambda t: (t[0], t[0]), lambda t: {"alpha": 1, "out": t[2]}),
+        ("cat", lambda t: ([t[0], t[1], t[2]],), lambda t: {"dim": 0}),
+        ("index.Tensor", lambda t: (t[0], [None, t[3], None, t[4]]), lambda t: {}),
+        ("where.self", lambda t: (t[5], t[1], t[0]), lambda t: {}),
+        ("addcmul", lambda t: (t[2], t[1], t[0]), lambda t: {"value": 0.5}),
+        ("clamp.Tensor", lambda t: (t[0], None, t[1]), lambda t: {}),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_the_recorder_and_the_core_agree_on_the_slot_order(op, args, kwargs):
+    """A recording names the call's tensors by slot: the recorder (torch_fl.replay.input_tensors) and the
+    core's replay (replay::input_tensors, csrc/replay/README.md) must number them alike."""
+    from torch_fl import replay
+
+    t = [torch.randn(4) for _ in range(3)] + [torch.tensor([0, 1]), torch.tensor([1, 0])] + [torch.rand(4) > 0.5]
+    a, kw = args(t), kwargs(t)
+    python = replay.input_tensors(a, kw)
+    core = torch_fl._C._replay_input_tensors(op, a, kw)
+    assert len(python) > 0 and [id(x) for x in python] == [id(x) for x in core]

@@ -1,0 +1,55 @@
+// Every kernel registration of route/ (route/register.h); the kernels and the
+// lists of them are in the folder's other files.
+//
+// torch._C._dispatch_dump() names this file for every kernel of the native
+// route: tests/unit/test_core_layout.py tells them from the core's own
+// operators (ops/register.cpp) by it, and torch_fl/routing by
+// torch_fl._C._core_ops(). Keep the native route's registrations here.
+#include "route/register.h"
+
+#include "route/dtype_gaps.h"
+#include "route/host_rnn.h"
+#include "route/native_route.h"
+#include "route/typed_native.h"
+#include "runtime/library.h"
+
+#include <torch/library.h>
+
+namespace torch_fl {
+namespace route {
+
+namespace {
+
+void impl_all(torch::Library& library, KernelList kernels) {
+  for (NamedKernel& k : kernels) {
+    library.impl(k.op.c_str(), std::move(k.kernel));
+  }
+}
+
+}  // namespace
+
+void register_native_route() {
+  runtime::new_library("_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__).fallback(native_route_fallback());
+
+  // PyTorch registers, for every backend, kernels that implement the
+  // functional and in-place forms of structured ops through their out= form
+  // (CompositeExplicitAutogradNonFunctional). On flagos those would turn
+  // add.Tensor into empty + add.out. Where the backing device has its own
+  // kernel, route the op itself natively: one kernel call, and the dispatch
+  // log names the operator the user called.
+  auto& direct_library = runtime::new_library("aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  // The hottest operators get typed kernels first: the direct kernels below
+  // skip operators that already have a PrivateUse1 kernel.
+  impl_all(direct_library, typed_native_kernels());
+  // On host backing, operator/dtype pairs CUDA has and the CPU lacks run
+  // widened (route/dtype_gaps.cpp).
+  impl_all(direct_library, dtype_gap_kernels());
+  // On host backing, CUDA's fused LSTM/GRU cells and a packed sequence's CPU
+  // batch_sizes (route/host_rnn.cpp), and native_dropout.
+  impl_all(direct_library, host_rnn_kernels());
+  impl_all(direct_library, native_route_host_kernels());
+  impl_all(direct_library, native_route_direct_kernels());
+}
+
+}  // namespace route
+}  // namespace torch_fl
