@@ -1,6 +1,6 @@
 """The opt-in itself: enable() names, the FLAGOS_INTEGRATIONS environment variable, the notice (once, only
-for a library imported after torch_fl without the opt-in), and that an adapter changes nothing for
-other devices."""
+for a library imported after torch_fl without the opt-in; accelerate's only in a launched run of several
+processes, the calls its adapter covers), and that an adapter changes nothing for other devices."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ print("ENABLED", torch_fl.integrations.enabled())
 @pytest.mark.parametrize(
     "before, enable, env, notices, enabled",
     [
-        ("pass", "pass", {}, ["torch_fl: accelerate", "torch_fl: transformers"], []),
+        ("pass", "pass", {}, ["torch_fl: transformers"], []),
+        ("pass", "pass", {"WORLD_SIZE": "2"}, ["torch_fl: accelerate", "torch_fl: transformers"], []),
         ("pass", "torch_fl.integrations.enable()", {}, [], ["accelerate", "safetensors", "transformers"]),
         ("pass", "pass", {"FLAGOS_INTEGRATIONS": "1"}, [], ["accelerate", "safetensors", "transformers"]),
         ("pass", "pass", {"FLAGOS_INTEGRATIONS": "accelerate"}, ["torch_fl: transformers"], ["accelerate"]),
@@ -47,7 +48,7 @@ print("ENABLED", torch_fl.integrations.enabled())
             ["accelerate", "safetensors", "transformers"],
         ),
     ],
-    ids=["none", "enable", "env-all", "env-some", "env-off", "imported-before"],
+    ids=["none", "launched", "enable", "env-all", "env-some", "env-off", "imported-before"],
 )
 def test_opt_in_and_notice(before, enable, env, notices, enabled):
     pytest.importorskip("accelerate")

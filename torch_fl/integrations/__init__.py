@@ -88,7 +88,10 @@ def _notice(name: str):
     """The once-per-library message for a library imported without its adapter."""
 
     def notice(module) -> None:
-        if name not in _enabled:
+        # accelerate's adapter covers launched runs of several processes (one process finds flagos through
+        # torch.accelerator): the notice waits for a launcher's WORLD_SIZE, not every transformers import
+        launched = int(os.environ.get("WORLD_SIZE", "1") or "1") > 1
+        if name not in _enabled and (name != "accelerate" or launched):
             warnings.warn(
                 f"torch_fl: {name} does not reach flagos by itself for: {ADAPTERS[name][0]}. "
                 "Call torch_fl.integrations.enable() (or set FLAGOS_INTEGRATIONS=1) to install torch_fl's "
