@@ -724,6 +724,18 @@ class Known:
     test: str
     matches: Callable[[list[Step], Diff, list[Record], list[Record]], bool]
 
+    def __post_init__(self):
+        # checked where an entry is made: the test it names exists and is a strict xfail
+        import ast
+        import pathlib
+
+        path, name = self.test.split("::")
+        tree = ast.parse(pathlib.Path(__file__).parents[2].joinpath(path).read_text())
+        test = next((f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == name), None)
+        assert test is not None, f"{self.test} does not exist"
+        marks = [ast.unparse(d) for d in test.decorator_list]
+        assert any("xfail" in m and "strict=True" in m for m in marks), f"{self.test} is not a strict xfail"
+
 
 KNOWN: tuple[Known, ...] = ()  # none open
 
