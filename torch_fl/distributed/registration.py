@@ -3,14 +3,20 @@
 Registered for the devices "cpu" and "flagos", and made the default backend of the flagos device, so
 `init_process_group()` (no backend: PyTorch picks the accelerator's default), `init_process_group(
 "flagos")` and `init_process_group("cpu:gloo,flagos:flagos")` all give flagos tensors a
-FlagosProcessGroup. PyTorch's own "gloo" and "nccl" stay registered for cpu and cuda only, as they are.
+FlagosProcessGroup.
+
+PyTorch's own backends that can carry flagos tensors declare the flagos device too (as HPU declares
+itself for "fake"): "gloo" always, "nccl" on a CUDA backing. So code written for CUDA,
+`init_process_group("nccl")` or `("gloo")`, gets a group whose backend serves flagos tensors, and flagos's
+kernels of the c10d:: operators run that backend on the tensors' native aliases
+(torch_fl/csrc/route/collectives.cpp).
 """
 
 from __future__ import annotations
 
 import torch.distributed as dist
 
-from torch_fl._core import DEVICE_NAME
+from torch_fl._core import DEVICE_NAME, backing
 from torch_fl.distributed import checkpoint_staging
 from torch_fl.distributed.process_group import BACKEND_NAME, FlagosProcessGroup
 
@@ -30,6 +36,11 @@ def _create(backend_opts, pg_options):
     )
 
 
+def carriers() -> tuple[str, ...]:
+    """PyTorch's backends that serve flagos tensors: those that serve the memory behind flagos."""
+    return ("gloo", "nccl") if backing() == "cuda" else ("gloo",)
+
+
 def register() -> None:
     """Register the backend once per process (torch_fl's import does it)."""
     global _registered
@@ -39,5 +50,9 @@ def register() -> None:
     # register_backend keeps an existing default for a device; flagos has none of PyTorch's, so this
     # only makes sure ours is the one `init_process_group()` picks for the flagos accelerator.
     dist.Backend.default_device_backend_map[DEVICE_NAME] = BACKEND_NAME
+    for name in carriers():
+        devices = dist.Backend.backend_capability.get(name)
+        if devices is not None and DEVICE_NAME not in devices:
+            devices.append(DEVICE_NAME)
     checkpoint_staging.install()
     _registered = True

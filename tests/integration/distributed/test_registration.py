@@ -16,15 +16,28 @@ def test_flagos_is_the_default_backend_of_the_flagos_device():
     assert dist.Backend.default_device_backend_map["flagos"] == "flagos"
     assert dist.Backend("flagos") == "flagos"
     assert set(dist.Backend.backend_capability["flagos"]) == {"cpu", "flagos"}
-    # PyTorch's own backends keep their devices
+    # PyTorch's own backends keep their devices, and those that serve the memory behind flagos serve flagos
     assert dist.Backend.default_device_backend_map["cpu"] == "gloo"
-    assert "flagos" not in dist.Backend.backend_capability["gloo"]
+    assert dist.Backend.backend_capability["gloo"] == ["cpu", "cuda", "flagos"]
+    assert ("flagos" in dist.Backend.backend_capability["nccl"]) == (torch_fl.backing() == "cuda")
 
 
 def test_registering_again_changes_nothing():
-    before = dict(dist.Backend.default_device_backend_map), list(dist.Backend.backend_list)
+    def state():
+        return (
+            dict(dist.Backend.default_device_backend_map),
+            list(dist.Backend.backend_list),
+            {k: list(v) for k, v in dist.Backend.backend_capability.items()},
+        )
+
+    before = state()
     torch_fl.distributed.register()
-    assert (dict(dist.Backend.default_device_backend_map), list(dist.Backend.backend_list)) == before
+    torch_fl.distributed.registration._registered = False  # the registration itself, run a second time
+    try:
+        torch_fl.distributed.register()
+    finally:
+        torch_fl.distributed.registration._registered = True
+    assert state() == before
 
 
 def test_dcp_stages_flagos_tensors_even_where_cuda_is_available(monkeypatch):

@@ -3,7 +3,8 @@ launched by launch.py (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the environ
 
 Each case's results (tensors as CPU copies) or its traceback go to DIR/rank<r>.pt; the tests compare
 them with single-process references. `--init` picks how the group is made: `default` (no backend
-named), `flagos`, `mixed` ("cpu:gloo,flagos:flagos"), and `--device-id` binds the group to the rank's
+named), `flagos`, `mixed` ("cpu:gloo,flagos:flagos"), `named` (the backend CUDA code names: "nccl" on a
+CUDA backing, "gloo" on host memory), and `--device-id` binds the group to the rank's
 flagos device. `--die` makes the last rank exit right after init (the others must then fail, not hang).
 """
 
@@ -22,9 +23,14 @@ import traceback
 import torch
 import torch.distributed as dist
 
-import torch_fl  # noqa: F401  (registers the flagos device and backend)
+import torch_fl  # registers the flagos device and backend
 
-INITS = {"default": None, "flagos": "flagos", "mixed": "cpu:gloo,flagos:flagos"}
+INITS = {
+    "default": None,
+    "flagos": "flagos",
+    "mixed": "cpu:gloo,flagos:flagos",
+    "named": "nccl" if torch_fl.backing() == "cuda" else "gloo",
+}
 
 
 def _cpu(value):

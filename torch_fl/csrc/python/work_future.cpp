@@ -9,6 +9,8 @@
 // (NCCL's) events; flagos streams are CUDA streams, so a consumer of this future sees NCCL's results.
 #include "python/work_future.h"
 
+#include "route/collectives.h"
+
 #include <ATen/core/ivalue.h>
 #include <ATen/core/jit_type.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
@@ -26,16 +28,10 @@ namespace {
 py::object completed_with(const py::object& inner, std::vector<at::Tensor> value, std::vector<c10::Device> devices) {
   c10::intrusive_ptr<c10::ivalue::Future> source =
       torch::jit::toIValue(inner, c10::FutureType::create(c10::AnyType::get())).toFuture();
-  auto mapped = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors(), std::move(devices));
+  c10::intrusive_ptr<c10::ivalue::Future> mapped;
   {
     py::gil_scoped_release no_gil;  // a completed source runs the callback now, which takes no GIL
-    source->addCallback([mapped, value = std::move(value)](c10::ivalue::Future& done) {
-      if (done.hasError()) {
-        mapped->setError(done.exception_ptr());
-      } else {
-        mapped->markCompleted(c10::IValue(value));
-      }
-    });
+    mapped = route::future_completed_with(source, c10::IValue(std::move(value)), std::move(devices));
   }
   return torch::jit::toPyObject(c10::IValue(mapped));
 }

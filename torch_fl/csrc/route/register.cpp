@@ -7,13 +7,17 @@
 // torch_fl._C._core_ops(). Keep the native route's registrations here.
 #include "route/register.h"
 
+#include "route/collectives.h"
 #include "route/dtype_gaps.h"
 #include "route/host_rnn.h"
 #include "route/native_route.h"
 #include "route/typed_native.h"
 #include "runtime/library.h"
 
+#include <c10/util/Exception.h>
 #include <torch/library.h>
+
+#include <string>
 
 namespace torch_fl {
 namespace route {
@@ -25,6 +29,22 @@ void impl_all(torch::Library& library, KernelList kernels) {
     library.impl(k.op.c_str(), std::move(k.kernel));
   }
 }
+
+// Drops the one warning PyTorch gives for replacing a kernel of a key that
+// already has one (route/collectives.cpp replaces PyTorch's PrivateUse1
+// kernels of the c10d:: operators on purpose); forwards any other.
+class DropOverrideWarning final : public c10::WarningHandler {
+ public:
+  DropOverrideWarning() : previous_(c10::WarningUtils::get_warning_handler()) {}
+  void process(const c10::Warning& warning) override {
+    if (warning.msg().find("Overriding a previously registered kernel") == std::string::npos) {
+      previous_->process(warning);
+    }
+  }
+
+ private:
+  c10::WarningHandler* previous_;
+};
 
 }  // namespace
 
@@ -49,6 +69,13 @@ void register_native_route() {
   impl_all(direct_library, host_rnn_kernels());
   impl_all(direct_library, native_route_host_kernels());
   impl_all(direct_library, native_route_direct_kernels());
+
+  // torch.distributed's collectives on flagos tensors run by the group's
+  // backend for the backing device (route/collectives.cpp). PrivateUse1 is
+  // flagos's key: its kernels replace the generic ones PyTorch registers for it.
+  DropOverrideWarning drop;
+  c10::WarningUtils::WarningHandlerGuard guard(&drop);
+  impl_all(runtime::new_library("c10d", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__), collective_kernels());
 }
 
 }  // namespace route

@@ -29,4 +29,5 @@
 #include "route/native_route.cpp"
 #include "route/dtype_gaps.cpp"
 #include "route/host_rnn.cpp"
+#include "route/collectives.cpp"
 #include "route/register.cpp"
