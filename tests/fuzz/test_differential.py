@@ -1,10 +1,10 @@
 """Differential fuzzing: random short tensor programs run on flagos and on the CPU must end the same way.
 
-Each program (tests/fuzz/programs.py) is a list of up to ~40 steps over small tensors (up to 3 dimensions
-of up to 5 elements before expand/cat/stack, now and then an empty one or one of 9 to 40), generated from
-a seed. It runs twice: on flagos, and on the CPU with every flagos device mapped to the CPU (the
-reference; a move between two different logical devices copies there, as it does on flagos). After every
-step the two runs must agree on:
+Each program (tests/fuzz/programs.py, the front of the generator and runner modules beside it) is a list
+of up to ~40 steps over small tensors (up to 3 dimensions of up to 5 elements before expand/cat/stack, now
+and then an empty one or one of 9 to 40), generated from a seed. It runs twice: on flagos, and on the CPU
+with every flagos device mapped to the CPU (the reference; a move between two different logical devices
+copies there, as it does on flagos). After every step the two runs must agree on:
 
 * the outcome: ran, or raised an exception of the same type (the message is shown, not compared);
 * the result's dtype, shape and device (flagos:0 / flagos:1 / cpu as the reference tracks them), whether
@@ -63,7 +63,7 @@ What they avoid or leave out:
   events, non_blocking copies, storage and resize_/set_ operations, sparse, complex and quantized tensors,
   and larger tensors (where kernels take other paths).
 
-Known differences (KNOWN in tests/fuzz/programs.py, each with a strict-xfail regression test in
+Known differences (KNOWN in tests/fuzz/known.py, each with a strict-xfail regression test in
 tests/integration/test_fuzz_regressions.py) count as agreement here, so that each run can find the others.
 
 Budgets: `test_short_budget` (CI, marker anyplatform) runs the programs of seeds 0 to 499 in a few seconds;

@@ -3,7 +3,7 @@ each reduced by hand to a few lines.
 
 Each test says what the CPU does and asks flagos for the same. The ones that need a change in the C++ core
 (torch_fl/csrc) are strict xfails until it is made: the fuzzer's list of known issues
-(tests/fuzz/programs.py, KNOWN) names each of them, so that it reports those differences as known instead
+(tests/fuzz/known.py, KNOWN) names each of them, so that it reports those differences as known instead
 of failing; when a fix lands, the test passes, the strict xfail fails, and both entries go.
 """
 
