@@ -46,15 +46,11 @@ STATS_SNIPPET = (
 )
 TRANSCRIPTS: dict[str, tuple[str, dict]] = {
     "info": ("python -m torch_fl info", {}),
-    "routes": ("python -m torch_fl routes", {}),
-    "explain": ("python -m torch_fl explain add.Tensor", {}),
     "explain-env": ("FLAGOS_OP_add__Tensor=cpu_fallback python -m torch_fl explain add.Tensor", {}),
     "log-dispatch": (f'FLAGOS_LOG_DISPATCH=1 python -c "{LOG_SNIPPET}"', {}),
     "set-route-stats": (f'python -c "{STATS_SNIPPET}"', {}),
-    "validate-good": ("python -m torch_fl validate torch_fl/configs/backends_cuda.conf", {}),
     "validate-bad": ("python -m torch_fl validate bad.conf", {"bad.conf": BAD_CONF}),
     "demo": ("python -m torch_fl demo --model tiny --tokens 8 --rounds 2", {}),
-    "pytest-unit": ("python -m pytest -q -p no:cacheprovider tests/unit/test_conformance_report.py", {}),
 }
 # the transcripts whose stderr is what they show (the others' stderr holds progress bars)
 WITH_STDERR = {"log-dispatch", "validate-bad"}

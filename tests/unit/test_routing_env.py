@@ -31,6 +31,13 @@ def test_op_overrides_accept_any_operator_name_and_are_not_unknown_variables():
     assert env.unknown_variables({"FLAGOS_OP_add__Tensor": "cpu", "FLAGOS_OP___and____Tensor": "cpu"}) == {}
 
 
+def test_the_integrations_opt_in_is_a_known_variable():
+    assert env.unknown_variables({"FLAGOS_INTEGRATIONS": "1"}) == {}
+    p = run_python("import torch_fl", {"FLAGOS_INTEGRATIONS": "0"})
+    assert p.returncode == 0, p.stderr
+    assert "not a torch_fl variable" not in p.stderr
+
+
 def test_unknown_variables_are_warned_once_each(monkeypatch):
     monkeypatch.setattr(env, "_warned", set())
     with warnings.catch_warnings(record=True) as caught:

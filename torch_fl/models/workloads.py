@@ -14,7 +14,7 @@ import math
 import torch
 
 # How close flagos's last-position logits must be to native's (compared in
-# float32; docs/verification.md section 7). With native routes they are
+# float32; docs/verification.md section 6). With native routes they are
 # bit-identical; the room is for routes to other kernels (FlagGems), which
 # round differently, without hiding real errors (logits span several units).
 # float16 takes bfloat16's, the looser of the two.

@@ -26,6 +26,7 @@ VARIABLES = frozenset(
         "FLAGOS_LOG_DISPATCH",
         "FLAGOS_LOG_FALLBACK",
         "FLAGOS_STRICT",
+        "FLAGOS_INTEGRATIONS",  # torch_fl/integrations (docs/integrations.md)
         "FLAGOS_GPU_READY",  # scripts/gpu_setup.sh exports it; read by nothing here, so not a misspelling
     }
 )
