@@ -70,3 +70,23 @@ def test_a_group_without_a_backend_for_the_backing_memory_names_the_fix():
         assert x.tolist() == [1.0, 1.0, 1.0]
     finally:
         dist.destroy_process_group()
+
+
+def test_cpp_callers_of_the_flagos_backend_reach_its_engines():
+    # ProcessGroup.gather called as PyTorch's C++ does (its Python trampoline does not forward gather):
+    # the c10d:: operator gets the flagos tensors, and the engine the group registered for the backing device
+    # runs on their aliases.
+    dist.init_process_group("flagos", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        pg = dist.group.WORLD
+        assert type(pg).__name__ == "FlagosProcessGroup"
+        x = torch.arange(4.0, device="flagos")
+        out = [[torch.zeros(4, device="flagos")]]
+        opts = dist.GatherOptions()
+        opts.rootRank = 0
+        work = torch._C._distributed_c10d.ProcessGroup.gather(pg, out, [x], opts)
+        work.wait()
+        assert out[0][0].device.type == "flagos" and out[0][0].tolist() == [0.0, 1.0, 2.0, 3.0]
+        assert work.get_future().wait()[0] is out[0][0]  # the caller's tensor, not its alias
+    finally:
+        dist.destroy_process_group()

@@ -7,6 +7,7 @@
 // On a CUDA backing the future is one of the flagos devices, and markCompleted records its events on the
 // current streams of the callback, which c10's Future set to streams that waited on the inner future's
 // (NCCL's) events; flagos streams are CUDA streams, so a consumer of this future sees NCCL's results.
+// The chaining itself is route::future_completed_with (route/collectives.cpp), shared with the c10d:: kernels.
 #include "python/work_future.h"
 
 #include "route/collectives.h"
