@@ -220,8 +220,8 @@ def errors_brief(errors: list[str]) -> str:
 class Deadline:
     """Whether the next step of a benchmark (a child process, a pairing) may start: not if, as long as the
     last step of its kind, it would end more than `seconds` after `started`. A kind not yet timed starts
-    while the deadline has not passed; no deadline: every step. rounds_within applies it to a round loop;
-    e2e.py to each child process (they run for minutes), writing its report after each."""
+    while the deadline has not passed; no deadline: every step. e2e.py applies it to each child process (they
+    run for minutes), writing its report after each."""
 
     def __init__(self, seconds: float | None, started: float):
         self.stop_at = started + seconds if seconds is not None else float("inf")
@@ -233,20 +233,6 @@ class Deadline:
     def took(self, kind: str, since: float) -> None:
         """Record that a step of `kind`, started at perf_counter() `since`, has ended."""
         self.last[kind] = time.perf_counter() - since
-
-
-def rounds_within(count: int, deadline: float | None, started: float):
-    """Round indices 0..count-1 for a benchmark's round loop, stopping before a round that, as long as the
-    last one, would end more than `deadline` seconds after `started` (the first round always runs; no
-    deadline: every round). Says so when it stops early."""
-    limit = Deadline(deadline, started)
-    for r in range(count):
-        if r > 0 and not limit.allows("round"):
-            print(f"deadline: stopping after {r} round(s) of {count}", flush=True)
-            return
-        t = time.perf_counter()
-        yield r
-        limit.took("round", t)
 
 
 RESULT_TAG = "WORKER_RESULT "

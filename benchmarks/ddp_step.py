@@ -57,7 +57,7 @@ def child(side: str, args) -> dict:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1")
     dist.init_process_group(backend)
     seconds, loss = _train(args, device, sync)
-    gc.collect()  # the DDP module held the group: its last reference joins gloo's threads (see multigpu.py)
+    gc.collect()  # the DDP module held the group: its last reference joins gloo's threads before finalization
     dist.destroy_process_group()
     return {"backing": backing, "step_ms": [s * 1e3 for s in seconds], "loss": loss}
 
