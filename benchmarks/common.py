@@ -25,6 +25,7 @@ a log file whose tail an error quotes.
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import importlib.metadata
 import importlib.util
@@ -67,6 +68,25 @@ def child_cmd(script: str, *args: str) -> list[str]:
     """The command that runs benchmarks/<script>.py as a module; the child's cwd must be REPO (sys.path[0]:
     this checkout's benchmarks and torch_fl, even where another torch_fl is installed)."""
     return [sys.executable, "-m", f"benchmarks.{script}", *args]
+
+
+def parser(doc: str, benchmark: str) -> argparse.ArgumentParser:
+    """A benchmark's command line: its docstring as the help, and --out."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", help=f"JSON path or folder (default benchmarks/results/{benchmark}-<machine>.json)")
+    return p
+
+
+def device(side: str):
+    """Where a side runs: flagos:0 for a flagos side (importing torch_fl), else cuda:0, or the CPU without a GPU
+    (a native side never imports torch_fl)."""
+    import torch
+
+    if side.startswith("flagos"):
+        import torch_fl  # noqa: F401
+
+        return torch.device("flagos", 0)
+    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
 
 
 def models() -> None:
@@ -190,12 +210,11 @@ def write(
     return path
 
 
-def out_path(benchmark: str, out: str | Path | None, smoke: bool = False, name: str | None = None) -> Path:
+def out_path(benchmark: str, out: str | Path | None, smoke: bool = False) -> Path:
     """Where a run writes: `out` if a file path, the canonical file's name inside `out` if a folder
     (an existing one, or a path ending in /), the canonical file itself without `out`; a smoke run
-    (--quick sizes) without `out` goes to the temporary folder, never over the canonical file. `name`: the
-    canonical file's name where it is not <benchmark>-<machine>.json."""
-    name = name or canonical_path(benchmark).name
+    (--quick sizes) without `out` goes to the temporary folder, never over the canonical file."""
+    name = canonical_path(benchmark).name
     if not out:
         return Path(tempfile.gettempdir()) / name if smoke else RESULTS / name
     path = Path(out)
@@ -240,6 +259,17 @@ RESULT_TAG = "WORKER_RESULT "
 
 def reply(payload: dict) -> None:
     print(RESULT_TAG + json.dumps(payload), flush=True)
+
+
+def run_child(cmd: list[str], timeout: float, env: dict | None = None, label: str = "child") -> dict:
+    """Runs a child (cwd REPO) that reply()s once: its answer, or a RuntimeError naming the exception that ended
+    it, with its output's tail (subprocess.TimeoutExpired passes through)."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    lines = [ln[len(RESULT_TAG) :] for ln in proc.stdout.splitlines() if ln.startswith(RESULT_TAG)]
+    if lines:
+        return json.loads(lines[-1])
+    text = proc.stderr or proc.stdout
+    raise RuntimeError(f"{label} exited {proc.returncode} without a result: {exception_line(text)}\n{text[-1500:]}")
 
 
 def serve(step: Callable[[], object], sync: Callable[[], None], steps: int, ready: dict | None = None) -> None:
