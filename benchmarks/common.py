@@ -1,32 +1,24 @@
-"""What the benchmarks share: their result files, deadlines, timed worker processes and (from
+"""What the benchmarks share: their result files, deadlines, child and worker processes and (from
 torch_fl/calibration/stats.py) alternating timing and its statistics.
 
-Each benchmark writes one canonical file per machine, benchmarks/results/<benchmark>-<machine>.json,
-overwritten by every run (``--out`` redirects it). The file's "meta" block names the run:
+Each benchmark writes one canonical file per machine, benchmarks/results/<benchmark>-<machine>.json (the machine:
+`h200` on an NVIDIA H200, `host` without a GPU, else the GPU's name in lower case), overwritten by every run
+(``--out`` redirects it), whose "meta" block names the run: benchmark, machine, command, date, commit, dirty and
+versions (python, torch, cuda, triton, flag_gems, transformers, gpu). benchmarks/report.py renders them.
 
-    {"meta": {"benchmark": "overhead", "machine": "h200", "command": "python -m benchmarks.overhead",
-              "date": "2026-12-01T18:32:36Z", "commit": "5c87527", "dirty": false,
-              "versions": {"python": ..., "torch": ..., "cuda": ..., "triton": ..., "flag_gems": ...,
-                           "transformers": ..., "gpu": ...}},
-     ...the benchmark's own fields...}
-
-The machine is `h200` on an NVIDIA H200, `host` without a GPU (host-memory backing), else the GPU's
-name in lower case. docs/benchmarks.md is generated from these files (benchmarks/report.py).
-
-Timed workers: native CUDA backward cannot run in a process that imported torch_fl (PyTorch issue 161129),
-so a training step on flagos and one on native cannot alternate in one process as inference does. Two
-long-lived workers can: each builds (and compiles) its model once, then waits; the parent asks each in turn
-(ABBA) for a sample, so a pair's two samples are seconds apart under the same load, where one child per
-variant and round swung with the host by a quarter. Protocol: the worker prints RESULT_TAG + JSON once it is
-ready ({"compile_s": ...} or {}), then for each line on its stdin times `steps` calls of its step and prints
-RESULT_TAG + {"step_s": [seconds, ...]}; it exits when stdin closes. Other output is ignored; stderr goes to
-a log file whose tail an error quotes.
+Timed workers: native CUDA backward cannot run in a process that imported torch_fl (PyTorch issue 161129), so
+training on flagos and on native alternate in two long-lived workers: each builds (and compiles) its model once,
+then the parent asks each in turn (ABBA) for a sample, a pair's two samples seconds apart under the same load.
+Protocol: the worker reply()s once ready ({"compile_s": ...} or {}), then for each line on its stdin times `steps`
+calls of its step and replies {"step_s": [seconds, ...]}; it exits when stdin closes. Other output is ignored;
+stderr goes to a log file whose tail an error quotes.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib
 import importlib.metadata
 import importlib.util
 import json
@@ -143,31 +135,20 @@ def git_commit() -> tuple[str | None, bool | None]:
         return named, None if dirty not in ("0", "1") else dirty == "1"
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-        if rev.returncode != 0:
-            return os.environ.get("TORCH_FL_COMMIT") or None, None
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", *MEASURED],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-        )
-        return rev.stdout.strip(), bool(status.stdout.strip())
+        status = ["git", "status", "--porcelain", "--untracked-files=no", "--", *MEASURED]
+        if rev.returncode == 0:
+            return rev.stdout.strip(), bool(subprocess.run(status, cwd=REPO, capture_output=True, text=True).stdout)
     except OSError:
-        return os.environ.get("TORCH_FL_COMMIT") or None, None
+        pass
+    return None, None
 
 
 def versions(gpu: str | None = None) -> dict:
-    torch_version = cuda = None
-    try:
-        import torch
-
-        torch_version, cuda = torch.__version__, torch.version.cuda
-    except ImportError:
-        pass
+    torch = sys.modules.get("torch") or (importlib.util.find_spec("torch") and importlib.import_module("torch"))
     return {
         "python": platform.python_version(),
-        "torch": torch_version,
-        "cuda": cuda,
+        "torch": torch and torch.__version__,
+        "cuda": torch and torch.version.cuda,
         "triton": _version("triton"),
         "flag_gems": _version("flag_gems", "flag-gems"),
         "transformers": _version("transformers"),

@@ -3,34 +3,26 @@
     python -m benchmarks.e2e                          # GPU: Qwen3-0.6B architecture, all variants
     python -m benchmarks.e2e --model tiny --quick     # host smoke run (written to the temporary folder)
     python -m benchmarks.e2e --variants native,flagos --paired 6 --step-pairs 4   # + in-process pairs
-    python -m benchmarks.e2e --replot benchmarks/results/e2e-h200.json   # the chart again
 
-Tasks (full sizes): decode (batch 1, 32-token prompt, 64 new tokens, greedy), prefill (8 x 512 tokens, one
-forward pass, logits of the last position as generate() computes them), train (4 x 512, AdamW, bf16 autocast,
-fp32 weights), graphs (decode's sizes with CUDA graphs, torch_fl/models/graph_decode.py; needs a GPU; its
-ratio_to_native is to native graph decode, ratio_to_native_eager_decode to native's decode task).
-Decode and prefill run the model in bf16 on a GPU (fp32 on host memory).
-
-Variants: native (PyTorch on the backing device; never imports torch_fl), flagos (default routes),
-flagos_flaggems (FLAGOS_USE_FLAGGEMS=1), flagos_calibrated (routed by --calibrated FILE, a file written by
+Tasks (full sizes): decode (batch 1, 32-token prompt, 64 new tokens, greedy), prefill (8 x 512 tokens, logits of
+the last position), train (4 x 512, AdamW, bf16 autocast, fp32 weights), graphs (decode with CUDA graphs,
+torch_fl/models/graph_decode.py; needs a GPU; compared with native graph decode and native's eager decode).
+Decode and prefill run in bf16 on a GPU (fp32 on host memory). Variants: native (never imports torch_fl), flagos
+(default routes), flagos_flaggems (FLAGOS_USE_FLAGGEMS=1), flagos_calibrated (routed by --calibrated FILE, from
 `python -m torch_fl calibrate`), cuda_flaggems (native cuda under flag_gems.enable()).
 
-The parent never touches a device. Every (round, variant) runs in its own child process (`--worker
-VARIANT`) that prints one JSON line, so variants that cannot share a process (native CUDA autograd after
-torch_fl is imported, PyTorch issue 161129; flag_gems.enable()) are measured alike. Rounds rotate the order
-of the variants. Errors are recorded as results. Built-in models get random weights from --seed, saved once
-to a temporary checkpoint that every child loads. Each decode child saves its prompt's last-position logits;
-the parent compares them with native's under the tests' tolerance for the dtype: tokens that leave native's
-are explained when operators ran on other kernels than native and the logits agree, else a defect.
+The parent never touches a device: every (round, variant) runs in a child process of its own (`--worker VARIANT`),
+so variants that cannot share a process (native CUDA autograd after torch_fl is imported, PyTorch issue 161129;
+flag_gems.enable()) are measured alike; rounds rotate the variants' order; errors are recorded as results.
+Built-in models get random weights from --seed, saved once to a checkpoint every child loads. Each decode child
+saves its prompt's last-position logits; the parent compares them with native's under the tests' tolerance:
+tokens that leave native's are explained when operators ran on other kernels and the logits agree.
 
-On a shared machine whose load drifts between processes, pairs are the steadier numbers: --paired N runs
-decode, prefill (and graphs) on native and flagos in one process, alternating call by call; training
-cannot share a process with native, so a native and a flagos training worker take turns (N ABBA samples).
---paired-variants pairs each flagos routing listed the same way, and its training step in one process
-against flagos's native routes. --step-pairs N alternates two models token by token in one thread, and
-also decodes each sequence with each model alone, showing whether alternating slowed the steps.
-
-Writes benchmarks/results/e2e-<machine>.json (--out redirects it) and the .png beside it (with matplotlib).
+Pairs are the steadier numbers on a shared machine: --paired N runs decode, prefill (and graphs) on native and
+flagos in one process, alternating call by call; a native and a flagos training worker take turns (N ABBA
+samples). --paired-variants pairs each flagos routing listed the same way, and its training step in one process
+against flagos's native routes. --step-pairs N alternates two models token by token, and decodes each sequence
+with each model alone too. Writes benchmarks/results/e2e-<machine>.json and the .png beside it (matplotlib).
 """
 
 from __future__ import annotations
@@ -107,9 +99,7 @@ def _run_child(variant, args, ckpt, sizes, routes: str | None = None) -> dict:
 
 
 def _train_worker_pairs(routings: list[str], args, ckpt, sizes, tmp: str) -> dict:
-    """{routing: pairs} of the training step: a native worker process (never imports torch_fl) against a
-    worker per flagos routing in turn, ABBA samples of `iters` steps (benchmarks/common.py: native CUDA
-    backward cannot share a process with torch_fl)."""
+    """{routing: pairs} of the training step: a native worker process against one per flagos routing in turn."""
     cmd = common.child_cmd("e2e", "--ckpt", ckpt, "--sizes", json.dumps(sizes))
     cmd += ["--seed", str(args.seed), "--serve-train", "--worker"]
 
@@ -143,7 +133,6 @@ def _parse(argv=None):
     p.add_argument("--paired-variants", default="flagos", help=f"paired with native: comma list of {PAIRABLE}")
     p.add_argument("--step-pairs", type=int, default=0, metavar="N", help="N sequences paired token by token")
     p.add_argument("--calibrated", metavar="FILE", help="also run flagos_calibrated: flagos routed by this file")
-    p.add_argument("--replot", metavar="JSON", help="only draw the PNG of this report again, beside it")
     for hidden in ("--worker", "--ckpt", "--sizes", "--logits-dir"):
         p.add_argument(hidden, help=SUPPRESS)
     p.add_argument("--serve-train", action="store_true", help=SUPPRESS)
@@ -183,8 +172,6 @@ def _plan(args, on_gpu: bool) -> tuple[list[str], dict, list[str]] | str:
 
 def main(argv=None) -> int:
     args = _parse(argv)
-    if args.replot:
-        return replot(args.replot)
     if args.worker and args.serve_train:
         train_worker(args)
         return 0
@@ -317,9 +304,8 @@ def _record(raw: list, res: dict, round_index: int, reference: dict) -> None:
 
 
 def compare_logits(res: dict, reference: dict) -> None:
-    """A child's decode logits (the file save_prompt_logits wrote) against native's first round's, in place:
-    logits_max_diff and logits_within_tolerance (workloads.LOGITS_TOLERANCE, the tests' tolerance for the
-    model's dtype) replace the file, which is removed. `reference` keeps native's logits."""
+    """A child's decode logits against native's first round's (`reference` keeps them), in place: the file gives
+    way to logits_max_diff and logits_within_tolerance (workloads.LOGITS_TOLERANCE, the tests' tolerance)."""
     dec = res.get("tasks", {}).get("decode", {})
     path = dec.pop("logits_file", None)
     if path is None:
@@ -493,14 +479,6 @@ def title(out: dict) -> str:
     return f"Qwen3 {out['model']} on {where}, {what} ({out['meta']['date'][:10]})"
 
 
-def replot(json_path: str) -> int:
-    """Draws the PNG of a written report again (e.g. after the chart changed)."""
-    out = json.loads(Path(json_path).read_text())
-    png = chart(out["summary"], list(out["sizes"]), Path(json_path).with_suffix(".png"), title(out), out.get("paired"))
-    print(f"wrote {png}" if png else "no PNG: matplotlib is not installed", file=sys.stderr if not png else sys.stdout)
-    return 0 if png else 1
-
-
 # ----------------------------------------------------------------------------- the children (--worker VARIANT)
 
 
@@ -551,13 +529,9 @@ def inference_call(task: str, model, sz: dict, seed: int, device):
 
 
 def paired_worker(args) -> dict:
-    """Native and flagos in one process, alternating call by call (ABBA order).
-
-    Machine load that drifts between child processes (a shared host) hits both devices of a pair alike, so the
-    median of per-pair ratios is far steadier than a ratio of medians from different processes. Training is
-    not paired with native: native CUDA backward fails once torch_fl is imported (PyTorch issue 161129); a
-    routing variant's training pairs with flagos's native routes instead (train_route_pairs).
-    """
+    """Native and flagos in one process, alternating call by call (ABBA): load that drifts hits both alike.
+    Training cannot pair with native here (PyTorch issue 161129): a routing variant's pairs with flagos's native
+    routes instead (train_route_pairs)."""
     common.models()
     import qwen3
     import torch
@@ -603,9 +577,8 @@ REPLAY_KEYS = ("hits", "recorded", "python", "evicted")
 
 
 def replay_counts() -> dict:
-    """{op: {hits, recorded, python, evicted, reasons}} of FlagGems' record and replay, since the process began,
-    for each operator that ran on it since the last reset of the routing statistics: calls that replayed,
-    recorded a new signature, or stayed on FlagGems' Python function and why (torch_fl/replay)."""
+    """{op: {hits, recorded, python, evicted, reasons}} of FlagGems' record and replay (torch_fl/replay) for each
+    operator that ran on it since the routing statistics were reset."""
     import torch_fl
     from torch_fl.routing import summary as stats
 
@@ -629,11 +602,8 @@ def replay_since(now: dict, before: dict) -> dict:
 
 
 def train_route_pairs(args, sz: dict, flagos, native_routes: str) -> dict:
-    """A routing variant's training step against flagos on its native routes (the shipped routing file),
-    two copies of the model in one process, alternating (ABBA): the steady training figure that pairing
-    with native CUDA cannot give (PyTorch issue 161129). Flagos's native routes run at native's speed (the
-    flagos pairs show it), so the ratio stands for one against native. The routing file is swapped
-    between the timed steps, never inside one."""
+    """A routing variant's training step against flagos on its native routes (which run at native's speed), two
+    models in one process, alternating (ABBA); the routing file is swapped between timed steps, never inside."""
     import workloads
 
     from torch_fl import routing
@@ -709,14 +679,9 @@ def _pair_task(task: str, models: dict, native, flagos, sz: dict, args) -> dict:
 
 
 def token_pairs(models: dict, native, flagos, sz: dict, args) -> dict:
-    """Decode on native and flagos alternating token by token in one thread.
-
-    A generate() call lasts long enough for a shared host's load to change between the two calls of a pair; a
-    decode step does not. Both models decode the same prompt with greedy_steps() (generate()'s forward calls,
-    one token at a time); each step is timed to its synchronisation, ABBA by token. Each sequence is also
-    decoded by each model alone (ABBA by sequence), so that the report shows whether alternating slows the
-    steps themselves.
-    """
+    """Decode on native and flagos alternating token by token (greedy_steps(), ABBA), each step timed to its sync:
+    a step is too short for the host's load to change within a pair. Each sequence is also decoded by each model
+    alone, showing whether alternating slows the steps themselves."""
     import workloads
 
     devices = (native, flagos)
@@ -758,8 +723,7 @@ def token_pairs(models: dict, native, flagos, sz: dict, args) -> dict:
 
 
 def graph_decode_task(model, sz: dict, seed: int, device, timed, routing) -> dict:
-    """Greedy decode with one CUDA graph per shape (graph_decode.GraphDecoder): the timed decodes replay
-    the decode step captured on the first; the same steps run eagerly once, for the token check."""
+    """Greedy decode replaying the step captured on the first decode (graph_decode.GraphDecoder), and eagerly once."""
     import graph_decode
 
     ids = _prompt(model, sz, seed, device)
@@ -788,9 +752,7 @@ def graph_decode_task(model, sz: dict, seed: int, device, timed, routing) -> dic
 
 
 def train_worker(args) -> None:
-    """A training worker (e2e.py --paired, `--worker VARIANT --serve-train`): builds the model for its variant
-    (native never imports torch_fl), warms up its training step, then serves timed samples of `iters` steps
-    (benchmarks/common.py) until the parent closes its stdin."""
+    """A training worker (`--worker VARIANT --serve-train`): serves timed samples of `iters` steps (common.py)."""
     common.models()
     import workloads
 

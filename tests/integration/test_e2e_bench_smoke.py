@@ -61,23 +61,13 @@ def test_e2e_benchmark_quick(tmp_path):
         assert entry["native_tokens_per_s"] > 0 and entry["flagos_tokens_per_s"] > 0
     assert paired["tasks"]["decode"]["tokens_match_native"] is True
     assert "train" not in paired["tasks"]  # native CUDA backward cannot share a process with torch_fl
-    # --replot draws the chart of a written report again, where matplotlib is installed
-    png = json_path.with_suffix(".png")
-    png.unlink(missing_ok=True)
-    replot = subprocess.run(
-        [sys.executable, "-m", "benchmarks.e2e", "--replot", str(json_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    # the chart beside it, where matplotlib is installed
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        assert replot.returncode == 1 and "matplotlib is not installed" in replot.stderr
+        assert not json_path.with_suffix(".png").exists()
     else:
-        assert replot.returncode == 0, replot.stderr[-2000:]
-        assert png.stat().st_size > 0
+        assert json_path.with_suffix(".png").stat().st_size > 0
 
 
 @pytest.mark.anyplatform
