@@ -84,7 +84,7 @@ def _variant_env(variant: str, calibrated: str | None = None) -> dict:
 def _run_child(variant, args, ckpt, sizes, routes: str | None = None) -> dict:
     """One child process for `variant` (routed as the variant `routes` says, default `variant`); its result."""
     cmd = common.child_cmd("e2e", "--worker", variant, "--ckpt", ckpt, "--tasks", ",".join(args.tasks))
-    cmd += ["--sizes", json.dumps(sizes), "--dtype", args.dtype, "--seed", str(args.seed)]
+    cmd += ["--sizes", json.dumps(sizes), "--seed", str(args.seed)]
     cmd += ["--paired", str(args.paired), "--step-pairs", str(args.step_pairs)]
     cmd += ["--logits-dir", args.logits_dir] if args.logits_dir else []
     t = time.perf_counter()
@@ -125,7 +125,6 @@ def _parse(argv=None):
     p.add_argument("--tasks", help="comma list of decode,prefill,train,graphs (default: all; graphs needs CUDA)")
     p.add_argument("--variants", help=f"comma list of {','.join(VARIANTS)} (default: all available)")
     p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
-    p.add_argument("--dtype", default="auto", help="weights for decode/prefill: auto (bf16 on GPU) | float32 | ...")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--deadline", type=float, help="start no child that would end after this many seconds")
     p.add_argument("--child-timeout", type=int, default=300, help="seconds per child process")
@@ -543,7 +542,7 @@ def paired_worker(args) -> dict:
 
     cuda = torch_fl.backing() == "cuda"
     native, flagos = torch.device("cuda", 0) if cuda else torch.device("cpu"), torch.device("flagos", 0)
-    dtype = infer_dtype(args, cuda)
+    dtype = torch.bfloat16 if cuda else torch.float32
     sizes, tasks = json.loads(args.sizes), args.tasks.split(",")
     out: dict = {"variant": "paired", "pid": os.getpid(), "backing": torch_fl.backing(), "tasks": {}}
     out["routing_file"] = routing.config_file()  # e2e.py --paired-variants: how this child's flagos routes
@@ -769,14 +768,6 @@ def train_worker(args) -> None:
     common.serve(step, lambda: workloads.synchronize(device), sz["iters"])
 
 
-def infer_dtype(args, on_gpu: bool):
-    import torch
-
-    if args.dtype == "auto":
-        return torch.bfloat16 if on_gpu else torch.float32
-    return getattr(torch, args.dtype)
-
-
 def worker(args) -> dict:
     """One variant's tasks, each on a model loaded afresh, timed to the device's synchronisation."""
     variant = args.worker
@@ -802,7 +793,7 @@ def worker(args) -> dict:
 
         flag_gems.enable()
         info["flag_gems"] = getattr(flag_gems, "__version__", "?")
-    model_dtype = infer_dtype(args, info["backing"] == "cuda")
+    model_dtype = torch.bfloat16 if info["backing"] == "cuda" else torch.float32
 
     def timed(fn, warmup, iters):
         for _ in range(warmup):
