@@ -12,13 +12,10 @@ its greedy decode, after a warm-up and after another batch shape filled the
 pool first. Counts, not timings: the same on any machine and backing.
 
     python -m benchmarks.alias_pool [--layers 4] [--batch 8] [--length 512] [--out PATH]
-
-Writes benchmarks/results/alias-pool-<machine>.json (benchmarks/common.py; --out redirects it).
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import torch
@@ -33,30 +30,23 @@ def pool_counts() -> dict:
     return {"borrows": borrows, "made": made, "reshaped": reshaped}
 
 
-def delta(before: dict, after: dict) -> dict:
-    d = {k: after[k] - before[k] for k in before}
-    d["missed"] = round((d["made"] + d["reshaped"]) / max(d["borrows"], 1), 4)
-    return d
-
-
 def measure(run, warmups: int) -> dict:
     for _ in range(warmups):
         run()
     before = pool_counts()
     run()
-    return delta(before, pool_counts())
+    d = {k: v - before[k] for k, v in pool_counts().items()}
+    d["missed"] = round((d["made"] + d["reshaped"]) / max(d["borrows"], 1), 4)
+    return d
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv=None) -> int:
+    p = common.parser(__doc__, "alias-pool")
     p.add_argument("--layers", type=int, default=4, help="decoder layers of the 0.6B architecture (default 4)")
     p.add_argument("--batch", type=int, default=8, help="prefill batch (default 8, as e2e.py)")
     p.add_argument("--length", type=int, default=512, help="prefill length (default 512, as e2e.py)")
     p.add_argument("--decode-tokens", type=int, default=64, help="tokens of the decode (default 64)")
-    p.add_argument(
-        "--out", "--json", dest="out", help="JSON path or folder (default results/alias-pool-<machine>.json)"
-    )
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     dtype = torch.bfloat16 if torch_fl.backing() == "cuda" else torch.float32
     small = dict(num_hidden_layers=args.layers, vocab_size=1024, bos_token_id=None, eos_token_id=None)

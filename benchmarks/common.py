@@ -1,31 +1,24 @@
-"""What the benchmarks share: their result files, deadlines, timed worker processes and (from
+"""What the benchmarks share: their result files, deadlines, child and worker processes and (from
 torch_fl/calibration/stats.py) alternating timing and its statistics.
 
-Each benchmark writes one canonical file per machine, benchmarks/results/<benchmark>-<machine>.json,
-overwritten by every run (``--out`` redirects it). The file's "meta" block names the run:
+Each benchmark writes one canonical file per machine, benchmarks/results/<benchmark>-<machine>.json (the machine:
+`h200` on an NVIDIA H200, `host` without a GPU, else the GPU's name in lower case), overwritten by every run
+(``--out`` redirects it), whose "meta" block names the run: benchmark, machine, command, date, commit, dirty and
+versions (python, torch, cuda, triton, flag_gems, transformers, gpu). benchmarks/report.py renders them.
 
-    {"meta": {"benchmark": "overhead", "machine": "h200", "command": "python -m benchmarks.overhead",
-              "date": "2026-12-01T18:32:36Z", "commit": "5c87527", "dirty": false,
-              "versions": {"python": ..., "torch": ..., "cuda": ..., "triton": ..., "flag_gems": ...,
-                           "transformers": ..., "gpu": ...}},
-     ...the benchmark's own fields...}
-
-The machine is `h200` on an NVIDIA H200, `host` without a GPU (host-memory backing), else the GPU's
-name in lower case. docs/benchmarks.md is generated from these files (benchmarks/report.py).
-
-Timed workers: native CUDA backward cannot run in a process that imported torch_fl (PyTorch issue 161129),
-so a training step on flagos and one on native cannot alternate in one process as inference does. Two
-long-lived workers can: each builds (and compiles) its model once, then waits; the parent asks each in turn
-(ABBA) for a sample, so a pair's two samples are seconds apart under the same load, where one child per
-variant and round swung with the host by a quarter. Protocol: the worker prints RESULT_TAG + JSON once it is
-ready ({"compile_s": ...} or {}), then for each line on its stdin times `steps` calls of its step and prints
-RESULT_TAG + {"step_s": [seconds, ...]}; it exits when stdin closes. Other output is ignored; stderr goes to
-a log file whose tail an error quotes.
+Timed workers: native CUDA backward cannot run in a process that imported torch_fl (PyTorch issue 161129), so
+training on flagos and on native alternate in two long-lived workers: each builds (and compiles) its model once,
+then the parent asks each in turn (ABBA) for a sample, a pair's two samples seconds apart under the same load.
+Protocol: the worker reply()s once ready ({"compile_s": ...} or {}), then for each line on its stdin times `steps`
+calls of its step and replies {"step_s": [seconds, ...]}; it exits when stdin closes. Other output is ignored;
+stderr goes to a log file whose tail an error quotes.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
+import importlib
 import importlib.metadata
 import importlib.util
 import json
@@ -67,6 +60,25 @@ def child_cmd(script: str, *args: str) -> list[str]:
     """The command that runs benchmarks/<script>.py as a module; the child's cwd must be REPO (sys.path[0]:
     this checkout's benchmarks and torch_fl, even where another torch_fl is installed)."""
     return [sys.executable, "-m", f"benchmarks.{script}", *args]
+
+
+def parser(doc: str, benchmark: str) -> argparse.ArgumentParser:
+    """A benchmark's command line: its docstring as the help, and --out."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", help=f"JSON path or folder (default benchmarks/results/{benchmark}-<machine>.json)")
+    return p
+
+
+def device(side: str):
+    """Where a side runs: flagos:0 for a flagos side (importing torch_fl), else cuda:0, or the CPU without a GPU
+    (a native side never imports torch_fl)."""
+    import torch
+
+    if side.startswith("flagos"):
+        import torch_fl  # noqa: F401
+
+        return torch.device("flagos", 0)
+    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
 
 
 def models() -> None:
@@ -123,31 +135,20 @@ def git_commit() -> tuple[str | None, bool | None]:
         return named, None if dirty not in ("0", "1") else dirty == "1"
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-        if rev.returncode != 0:
-            return os.environ.get("TORCH_FL_COMMIT") or None, None
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", *MEASURED],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-        )
-        return rev.stdout.strip(), bool(status.stdout.strip())
+        status = ["git", "status", "--porcelain", "--untracked-files=no", "--", *MEASURED]
+        if rev.returncode == 0:
+            return rev.stdout.strip(), bool(subprocess.run(status, cwd=REPO, capture_output=True, text=True).stdout)
     except OSError:
-        return os.environ.get("TORCH_FL_COMMIT") or None, None
+        pass
+    return None, None
 
 
 def versions(gpu: str | None = None) -> dict:
-    torch_version = cuda = None
-    try:
-        import torch
-
-        torch_version, cuda = torch.__version__, torch.version.cuda
-    except ImportError:
-        pass
+    torch = sys.modules.get("torch") or (importlib.util.find_spec("torch") and importlib.import_module("torch"))
     return {
         "python": platform.python_version(),
-        "torch": torch_version,
-        "cuda": cuda,
+        "torch": torch and torch.__version__,
+        "cuda": torch and torch.version.cuda,
         "triton": _version("triton"),
         "flag_gems": _version("flag_gems", "flag-gems"),
         "transformers": _version("transformers"),
@@ -190,12 +191,11 @@ def write(
     return path
 
 
-def out_path(benchmark: str, out: str | Path | None, smoke: bool = False, name: str | None = None) -> Path:
+def out_path(benchmark: str, out: str | Path | None, smoke: bool = False) -> Path:
     """Where a run writes: `out` if a file path, the canonical file's name inside `out` if a folder
     (an existing one, or a path ending in /), the canonical file itself without `out`; a smoke run
-    (--quick sizes) without `out` goes to the temporary folder, never over the canonical file. `name`: the
-    canonical file's name where it is not <benchmark>-<machine>.json."""
-    name = name or canonical_path(benchmark).name
+    (--quick sizes) without `out` goes to the temporary folder, never over the canonical file."""
+    name = canonical_path(benchmark).name
     if not out:
         return Path(tempfile.gettempdir()) / name if smoke else RESULTS / name
     path = Path(out)
@@ -220,8 +220,8 @@ def errors_brief(errors: list[str]) -> str:
 class Deadline:
     """Whether the next step of a benchmark (a child process, a pairing) may start: not if, as long as the
     last step of its kind, it would end more than `seconds` after `started`. A kind not yet timed starts
-    while the deadline has not passed; no deadline: every step. rounds_within applies it to a round loop;
-    e2e.py to each child process (they run for minutes), writing its report after each."""
+    while the deadline has not passed; no deadline: every step. e2e.py applies it to each child process (they
+    run for minutes), writing its report after each."""
 
     def __init__(self, seconds: float | None, started: float):
         self.stop_at = started + seconds if seconds is not None else float("inf")
@@ -235,25 +235,22 @@ class Deadline:
         self.last[kind] = time.perf_counter() - since
 
 
-def rounds_within(count: int, deadline: float | None, started: float):
-    """Round indices 0..count-1 for a benchmark's round loop, stopping before a round that, as long as the
-    last one, would end more than `deadline` seconds after `started` (the first round always runs; no
-    deadline: every round). Says so when it stops early."""
-    limit = Deadline(deadline, started)
-    for r in range(count):
-        if r > 0 and not limit.allows("round"):
-            print(f"deadline: stopping after {r} round(s) of {count}", flush=True)
-            return
-        t = time.perf_counter()
-        yield r
-        limit.took("round", t)
-
-
 RESULT_TAG = "WORKER_RESULT "
 
 
 def reply(payload: dict) -> None:
     print(RESULT_TAG + json.dumps(payload), flush=True)
+
+
+def run_child(cmd: list[str], timeout: float, env: dict | None = None, label: str = "child") -> dict:
+    """Runs a child (cwd REPO) that reply()s once: its answer, or a RuntimeError naming the exception that ended
+    it, with its output's tail (subprocess.TimeoutExpired passes through)."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    lines = [ln[len(RESULT_TAG) :] for ln in proc.stdout.splitlines() if ln.startswith(RESULT_TAG)]
+    if lines:
+        return json.loads(lines[-1])
+    text = proc.stderr or proc.stdout
+    raise RuntimeError(f"{label} exited {proc.returncode} without a result: {exception_line(text)}\n{text[-1500:]}")
 
 
 def serve(step: Callable[[], object], sync: Callable[[], None], steps: int, ready: dict | None = None) -> None:

@@ -3,41 +3,30 @@
     python -m benchmarks.compile_bench                 # GPU: Qwen3-0.6B bf16, prefill 8 x 512, train 4 x 512
     python -m benchmarks.compile_bench --quick         # host smoke: tiny Qwen3, 1 layer, small sizes (to /tmp)
 
-Prefill: native and flagos models compiled in one process (native CUDA inference works next to torch_fl),
-timed in alternation (ABBA pairs, benchmarks/common.py), each sample --calls calls (a compiled prefill is
-host-bound, and one call's time swings with the host); the figure is the median of per-pair ratios
-native time / flagos time (above 1: flagos faster). Training step (forward, backward, AdamW step of the
-compiled model): native CUDA backward cannot run in a process that imported torch_fl (PyTorch issue 161129),
-so each variant trains in a worker process of its own (the native one never imports torch_fl) that
-compiles, warms up and then waits; the workers take turns in ABBA pairs, one at a time, each sample the
-median of --steps steps, timed inside the worker. Alternating live workers keeps a pair's two samples
-seconds apart under the same load (one child per variant and round swung by a quarter between processes).
-The compiled step is host-bound on the H200 (its wrapper launches some 1,650 kernels a step) and the host's
-speed swings within a second, so samples are short and pairs many; the result gives the median's 95%
-interval beside the noise.
-Compile time: the first call (Dynamo, AOTAutograd, inductor, its kernel compiles) minus a steady call, per
-variant and task, with inductor's on-disk cache empty (TORCHINDUCTOR_CACHE_DIR in a fresh folder per variant
-and task); the workers compile one after the other, each with the machine to itself. Prefill's native
-model compiles first in its process, so flagos's prefill compile finds Dynamo, inductor and Triton already
-loaded; each training worker compiles in a fresh process.
-
-Writes benchmarks/results/compile-<machine>.json (benchmarks/common.py; --out redirects it).
+Prefill: native and flagos models compiled in one process (native CUDA inference works next to torch_fl), timed
+in ABBA pairs (benchmarks/common.py), each sample --calls calls (a compiled prefill is host-bound); the figure is
+the median of per-pair ratios native time / flagos time (above 1: flagos faster). Training step (forward,
+backward, AdamW step of the compiled model): native CUDA backward cannot run in a process that imported torch_fl
+(PyTorch issue 161129), so each variant trains in a worker process of its own that compiles, warms up and waits;
+the workers take turns in ABBA pairs, each sample the median of --steps steps timed inside the worker, a pair's
+two samples seconds apart under the same load. The compiled step is host-bound on the H200 and the host's speed
+swings within a second, so samples are short and pairs many; the result gives the median's 95% interval.
+Compile time: the first call minus a steady call, per variant and task, with inductor's on-disk cache empty
+(TORCHINDUCTOR_CACHE_DIR in a fresh folder each); prefill's native model compiles first in its process, so
+flagos's prefill compile finds Dynamo, inductor and Triton loaded; each training worker compiles in a fresh
+process, one after the other. Writes benchmarks/results/compile-<machine>.json (--out redirects it).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from benchmarks import common
-
-RESULT_TAG = "COMPILE_BENCH_RESULT "
 
 
 def _sizes(args) -> dict:
@@ -57,13 +46,10 @@ def _model(sizes: dict, device: str):
     return model.to(device), qwen3
 
 
-def _sync(device: str) -> None:
-    import torch
+def _sync(device) -> None:
+    import workloads  # importable once _model() ran
 
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    elif device.startswith("flagos"):
-        torch.flagos.synchronize()
+    workloads.synchronize(device)
 
 
 def _first_and_steady(fn, device: str) -> tuple[float, float]:
@@ -124,9 +110,11 @@ def prefill_child(args) -> dict:
 def _profile(run, device: str, path: Path, calls: int = 3) -> dict:
     """torch.profiler over `calls` calls of `run` (--profile): its tables (operators by device time, by host
     time) written to `path`; host and device milliseconds per call."""
+    import torch
     from torch.profiler import ProfilerActivity, profile
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if _on_cuda(device) else [])
+    on_cuda = device.startswith("cuda") or (device.startswith("flagos") and torch.cuda.is_available())
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
     _sync(device)
     with profile(activities=activities) as prof:
         for _ in range(calls):
@@ -145,23 +133,12 @@ def _profile(run, device: str, path: Path, calls: int = 3) -> dict:
     }
 
 
-def _on_cuda(device: str) -> bool:
-    import torch
-
-    return device.startswith("cuda") or (device.startswith("flagos") and torch.cuda.is_available())
-
-
 def train_worker(args) -> None:
     """A training worker (--child train): compiles and warms up one variant's step, replies with its compile
     time, then for each line on stdin times --steps steps and replies with their seconds, until stdin closes."""
     import torch
 
-    if args.variant == "flagos":
-        import torch_fl  # noqa: F401
-
-        device = "flagos"
-    else:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = common.device(args.variant).type
     sizes = _sizes(args)
     model, qwen3 = _model(sizes, device)
     model.train()
@@ -188,7 +165,7 @@ def train_pairs(args, tmp: str) -> dict:
     try:
         for variant in ("native", "flagos"):
             cache = os.path.join(tmp, f"train-{variant}")
-            cmd, env = _child_cmd("train", args, variant), _child_env(cache)
+            cmd, env = _child_cmd("train", args, variant), dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
             log = cache + "-stderr.log"
             workers[variant] = common.Worker(f"train ({variant})", cmd, env, common.REPO, log, args.timeout)
         res = common.take_turns(workers["native"], workers["flagos"], args.train_pairs)
@@ -213,28 +190,8 @@ def _child_cmd(task: str, args, variant: str | None = None) -> list[str]:
     return cmd
 
 
-def _child_env(cache: str) -> dict:
-    return dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
-
-
-def _child(task: str, args, cache: str) -> dict:
-    proc = subprocess.run(
-        _child_cmd(task, args),
-        capture_output=True,
-        text=True,
-        env=_child_env(cache),
-        cwd=common.REPO,
-        timeout=args.timeout,
-    )
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_TAG):
-            return json.loads(line[len(RESULT_TAG) :])
-    tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
-    raise RuntimeError(f"{task} child exited {proc.returncode} without a result:\n" + "\n".join(tail))
-
-
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = common.parser(__doc__, "compile")
     p.add_argument("--quick", action="store_true", help="host smoke sizes (tiny Qwen3); writes to the temp folder")
     p.add_argument("--pairs", type=int, default=16, help="prefill pairs (default 16)")
     p.add_argument("--calls", type=int, default=5, help="prefill calls per timed sample (default 5)")
@@ -242,7 +199,6 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=5, help="timed training steps per sample (default 5)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls after compiling (default 3)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per child process (default 1800)")
-    p.add_argument("--out", help="JSON path or folder (default results/compile-<machine>.json)")
     p.add_argument(
         "--profile",
         metavar="DIR",
@@ -256,7 +212,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.pairs, args.train_pairs, args.steps, args.warmup = min(args.pairs, 4), min(args.train_pairs, 2), 3, 1
     if args.child == "prefill":
-        print(RESULT_TAG + json.dumps(prefill_child(args)), flush=True)
+        common.reply(prefill_child(args))
         return 0
     if args.child == "train":
         train_worker(args)
@@ -264,7 +220,8 @@ def main(argv=None) -> int:
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="compile-bench-") as tmp:
-        prefill = _child("prefill", args, os.path.join(tmp, "prefill"))
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "prefill"))
+        prefill = common.run_child(_child_cmd("prefill", args), args.timeout, env, label="prefill child")
         print(
             f"prefill: flagos {common.format_ratio(prefill)} native ({args.pairs} pairs); "
             f"compile s: native {prefill['compile_s']['native']}, flagos {prefill['compile_s']['flagos']}"

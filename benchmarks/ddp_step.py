@@ -1,70 +1,58 @@
 """One DDP training step on flagos against native DDP, at world size 1, alternated in one run.
 
-Each round starts a child process per side, in ABBA order (benchmarks/common.py): `native` runs
-DDP on cuda (NCCL), or on the CPU (gloo) without a GPU, in a process that never imports torch_fl
-(native CUDA backward fails in a process that did: README, "Known behaviour"); `flagos` runs the
-same model with DDP on flagos (the flagos backend: NCCL on a CUDA backing, gloo on host memory).
-A child builds the same seeded MLP, warms up, and times `--steps` steps (zero_grad, forward,
-cross-entropy, backward with DDP's bucketed all-reduce, SGD step), each to a device synchronisation;
-a round's figure is its median step. The ratio is native time / flagos time per round (throughput:
-above 1 is faster), reported as the median over rounds with its noise.
+Each round starts a child process per side, in ABBA order (benchmarks/common.py): `native` runs DDP on cuda
+(NCCL), or on the CPU (gloo) without a GPU, and never imports torch_fl (native CUDA backward fails in a process
+that did: README, "Known behaviour"); `flagos` runs the same model with DDP on flagos (the flagos backend: NCCL
+on a CUDA backing, gloo on host memory). A child builds the same seeded MLP, warms up, and times `--steps`
+steps (zero_grad, forward, cross-entropy, backward with DDP's bucketed all-reduce, SGD step), each to a device
+synchronisation; a round's figure is its median step. The ratio is native time / flagos time per round
+(throughput: above 1 is faster), reported as the median over rounds with its noise.
 
     python -m benchmarks.ddp_step                  # the GPU run: writes results/ddp-step-<machine>.json
     python -m benchmarks.ddp_step --smoke          # tiny sizes on any backing, to a temporary file
-
-Writes benchmarks/results/ddp-step-<machine>.json (benchmarks/common.py; --out redirects it).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import time
 
 from benchmarks import common
 
-REPO = common.REPO
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+SIZES = ("layers", "hidden", "batch", "steps", "warmup")
 
 
 def child(side: str, args) -> dict:
     """One side's timing, in this process (world size 1)."""
-    import torch
     import torch.distributed as dist
 
+    common.models()
+    device = common.device(side)
     if side == "flagos":
         import torch_fl
 
-        device = torch.device("flagos", 0)
         backend, backing = None, torch_fl.backing()  # None: PyTorch picks flagos's default backend
-        sync = torch.flagos.synchronize
     else:
-        cuda = torch.cuda.is_available()
-        device = torch.device("cuda", 0) if cuda else torch.device("cpu")
-        backend, backing = ("nccl" if cuda else "gloo"), device.type
-        sync = torch.cuda.synchronize if cuda else (lambda: None)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1")
+        backend, backing = ("nccl" if device.type == "cuda" else "gloo"), device.type
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(s.getsockname()[1]), RANK="0", WORLD_SIZE="1")
     dist.init_process_group(backend)
-    seconds, loss = _train(args, device, sync)
-    gc.collect()  # the DDP module held the group: its last reference joins gloo's threads (see multigpu.py)
+    seconds, loss = _train(args, device)
+    gc.collect()  # the DDP module held the group: its last reference joins gloo's threads before finalization
     dist.destroy_process_group()
     return {"backing": backing, "step_ms": [s * 1e3 for s in seconds], "loss": loss}
 
 
-def _train(args, device, sync) -> tuple[list[float], float]:
+def _train(args, device) -> tuple[list[float], float]:
     """Build the DDP MLP and time its steps; the step times and the final loss."""
     import torch
+    import workloads
 
     torch.manual_seed(0)
     layers = []
@@ -84,29 +72,18 @@ def _train(args, device, sync) -> tuple[list[float], float]:
 
     for _ in range(args.warmup):
         step()
-    sync()
+    workloads.synchronize(device)
     seconds = []
     for _ in range(args.steps):
         t = time.perf_counter()
         step()
-        sync()
+        workloads.synchronize(device)
         seconds.append(time.perf_counter() - t)
-    loss = torch.nn.functional.cross_entropy(ddp(x), y).item()
-    return seconds, loss
-
-
-def run_child(side: str, args) -> dict:
-    cmd = common.child_cmd("ddp_step", "--child", side)
-    for name in ("layers", "hidden", "batch", "steps", "warmup"):
-        cmd += [f"--{name}", str(getattr(args, name))]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"the {side} child failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return seconds, torch.nn.functional.cross_entropy(ddp(x), y).item()
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = common.parser(__doc__, "ddp-step")
     p.add_argument("--rounds", type=int, default=8, help="child rounds per side, ABBA order (default 8)")
     p.add_argument("--layers", type=int, default=8, help="hidden layers of the MLP (default 8)")
     p.add_argument("--hidden", type=int, default=2048, help="hidden width (default 2048: 8 x 4M parameters)")
@@ -115,16 +92,18 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, 2 rounds, to a temporary file")
     p.add_argument("--child", choices=["native", "flagos"], help=argparse.SUPPRESS)
-    p.add_argument("--out", "--json", dest="out", help="JSON path or folder (default results/ddp-step-<machine>.json)")
     args = p.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child, args)))
+        common.reply(child(args.child, args))
         return 0
     if args.smoke:
         args.rounds, args.layers, args.hidden, args.batch, args.steps, args.warmup = 2, 2, 64, 8, 3, 1
-    samples = common.alternating(
-        args.rounds, {side: lambda s=side: run_child(s, args) for side in ("native", "flagos")}
-    )
+    sizes = [a for name in SIZES for a in (f"--{name}", str(getattr(args, name)))]
+
+    def run(side: str) -> dict:
+        return common.run_child(common.child_cmd("ddp_step", "--child", side, *sizes), 600, label=f"the {side} child")
+
+    samples = common.alternating(args.rounds, {side: lambda s=side: run(s) for side in ("native", "flagos")})
     sides = {}
     for side, runs in samples.items():
         medians = [statistics.median(r["step_ms"]) for r in runs]
@@ -134,14 +113,10 @@ def main(argv=None) -> int:
             "round_medians_ms": [round(m, 4) for m in medians],
             "loss": runs[0]["loss"],
         }
-    ratios = [
-        n / f for n, f in zip(sides["native"]["round_medians_ms"], sides["flagos"]["round_medians_ms"], strict=True)
-    ]
-    ratio = common.ratio_stats(ratios)
-    print(
-        f"DDP step, world size 1: native ({sides['native']['backing']}) {sides['native']['step_ms_median']:.3f} ms, "
-        f"flagos ({sides['flagos']['backing']}) {sides['flagos']['step_ms_median']:.3f} ms"
-    )
+    n, f = sides["native"], sides["flagos"]
+    ratio = common.ratio_stats([a / b for a, b in zip(n["round_medians_ms"], f["round_medians_ms"], strict=True)])
+    print(f"DDP step, world size 1: native ({n['backing']}) {n['step_ms_median']:.3f} ms, ", end="")
+    print(f"flagos ({f['backing']}) {f['step_ms_median']:.3f} ms")
     print(f"flagos throughput / native: {common.format_ratio(ratio)} ({ratio['pairs']} rounds)")
     report = {
         "args": {k: v for k, v in vars(args).items() if k not in ("out", "child")},

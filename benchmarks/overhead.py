@@ -1,36 +1,28 @@
 """Per-call overhead of the flagos device against native PyTorch, same run.
 
-Small operators measure the cost a call adds on the host (microseconds per
-call, timed in windows shorter than the GPU's launch queue, so GPU throughput
-does not hide host cost); two rows measure it in context, per routed call: a
-decoder layer's mix of operators, and greedy decode of the tiny Qwen3 (a
-loop over one operator keeps everything in the CPU's caches, a model does
-not); a large add measures bandwidth and a large bf16 matmul TFLOP/s, where
-flagos must equal native. Native and flagos alternate round by round and the
-median of the rounds is reported, with the ratio.
+Small operators measure the cost a call adds on the host (microseconds per call, timed in windows shorter than
+the GPU's launch queue, so GPU throughput does not hide host cost); two rows measure it in context, per routed
+call: a decoder layer's mix of operators, and greedy decode of the tiny Qwen3 (a loop over one operator keeps
+everything in the CPU's caches, a model does not); a large add measures bandwidth and a large bf16 matmul
+TFLOP/s, where flagos must equal native. Native and flagos alternate round by round; the median of the rounds
+is reported, with the ratio. With flag_gems on a GPU it also times a flaggems-routed add/mul on flagos: the
+replay against native CUDA's add/mul, and the Python route (flaggems_python) against the same flag_gems function
+called directly.
 
     python -m benchmarks.overhead                 # full sizes (GPU)
     python -m benchmarks.overhead --quick         # small sizes (smoke; written to the temporary folder)
 
-With flag_gems on a GPU it also times a flaggems-routed add/mul on flagos:
-the replay against native CUDA's add/mul, and the Python route
-(flaggems_python) against the same flag_gems function called directly.
-
-Writes benchmarks/results/overhead-<machine>.json (benchmarks/common.py:
-command, date, versions, commit; --out redirects it) and, for full sizes, the
-PNG beside it when matplotlib is installed.
+Writes benchmarks/results/overhead-<machine>.json and, for full sizes, the PNG beside it (with matplotlib).
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
-import json
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -64,9 +56,8 @@ class Row:
         return self.paired_added_us if self.paired_added_us is not None else self.flagos - self.native
 
 
-# Calls timed between two synchronisations. Fewer than the GPU's launch queue
-# holds (about 1024 kernels), so the host never waits for the GPU inside a
-# window: the time is what a call costs the host, which is what flagos adds.
+# Calls timed between two synchronisations: fewer than the GPU's launch queue holds (about 1024 kernels), so the
+# host never waits for the GPU inside a window: the time is what a call costs the host, which is what flagos adds.
 WINDOW = 256
 
 
@@ -93,14 +84,9 @@ def paired_calls_us(
     pairs: int,
     clock: Callable[[], float] = time.perf_counter,
 ):
-    """Host microseconds of each call of `first` and of `second`, timed call by call in pairs (ABBA order).
-
-    For calls whose own time swings by more than the difference sought (a
-    FlagGems add's own time drifts from one round to the next), the median of
-    per-pair differences is far steadier than the difference of two medians:
-    a pair's two calls run microseconds apart, under the same load. The GPU
-    queue is drained between windows, untimed.
-    """
+    """Host microseconds of each call of `first` and of `second`, timed call by call in pairs (ABBA order): for
+    calls whose own time swings by more than the difference sought, the median of per-pair differences is far
+    steadier than the difference of two medians. The GPU queue is drained between windows, untimed."""
     times: dict = {first: [], second: []}
     for i in range(pairs):
         if i % (WINDOW // 2) == 0:
@@ -149,9 +135,8 @@ def small_ops(device: torch.device) -> dict[str, Callable[[], object]]:
 
 
 def layer_sequence(device: torch.device) -> Callable[[], object]:
-    """One decoder layer's operators for one token, on tiny tensors (RMSNorm,
-    projections, rotary, attention over a 16-token cache, SiLU MLP): the mix a
-    model calls, where a loop over one operator keeps everything in cache."""
+    """One decoder layer's operators for one token, on tiny tensors (RMSNorm, projections, rotary, attention over
+    a 16-token cache, SiLU MLP): the mix a model calls."""
     g = torch.Generator().manual_seed(0)
 
     def t(*shape):
@@ -194,13 +179,8 @@ def routed_calls(fn: Callable[[], object]) -> int:
 
 
 def context_rows(native: torch.device, flagos: torch.device, rounds: int, calls: int) -> list[Row]:
-    """Per-call cost in context: a decoder layer's operator mix, and greedy decode of the tiny Qwen3.
-
-    Reported per routed call (the time of the sequence or the token divided by
-    the calls flagos routed for it), so the difference is what one call costs
-    amid others, to set beside the single-operator rows. The decode row needs
-    transformers; without it that row is left out.
-    """
+    """Per-call cost in context, per routed call: a decoder layer's operator mix, and greedy decode of the tiny
+    Qwen3 (needs transformers; without it that row is left out)."""
     rows = []
     seqs = {native: layer_sequence(native), flagos: layer_sequence(flagos)}
     n = routed_calls(seqs[flagos])
@@ -337,13 +317,9 @@ def _pair_row(name: str, first, second, first_dev, second_dev, rounds: int, call
 
 
 def flaggems_rows(rounds: int, calls: int) -> list[Row]:
-    """FlagGems-routed calls on flagos, two comparisons per operator (4x4 tensors: host time is all there is):
-
-    * `flaggems` (recorded once, replayed from C++) against native CUDA's own kernel on CUDA tensors:
-      what routing to FlagGems costs a model over not doing so (target: <= native + 5 us);
-    * `flaggems_python` (FlagGems' Python function on every call) against that function called directly
-      on CUDA tensors: what the routing layer adds to it (target: <= 3 us).
-    """
+    """FlagGems-routed 4x4 calls on flagos: `flaggems` (replayed from C++) against native CUDA's own kernel (what
+    routing to FlagGems costs a model), `flaggems_python` against that function called directly on CUDA tensors
+    (what the routing layer adds to it)."""
     from torch_fl import backends, routing
     from torch_fl.backends.flaggems import LOADER
 
@@ -355,15 +331,13 @@ def flaggems_rows(rounds: int, calls: int) -> list[Row]:
     g = torch.Generator().manual_seed(0)
     a_cpu, b_cpu = torch.randn(4, 4, generator=g), torch.randn(4, 4, generator=g)
     a_n, b_n = a_cpu.to("cuda"), b_cpu.to("cuda")
-    # Allocated on flagos, as a model's tensors are. (A wrapper from
-    # torch_fl.as_flagos() of a CUDA tensor is borrowed as that tensor itself:
-    # a fresh alias object per call, which is not what a model's calls see.)
+    # Allocated on flagos, as a model's tensors are (torch_fl.as_flagos() of a CUDA tensor is borrowed as that
+    # tensor itself, not a fresh alias per call as a model's calls see).
     a_f, b_f = a_cpu.to("flagos"), b_cpu.to("flagos")
     native = torch.device("cuda", 0)
     flagos = torch.device("flagos", 0)
     for op, call_native, call_direct, call_routed in (
-        # The dispatcher hands a Python kernel every argument, defaults included
-        # (alpha=1 for add), so the direct call passes them too.
+        # The dispatcher hands a Python kernel every argument, defaults included (alpha=1 for add): so does this.
         ("add.Tensor", lambda: a_n + b_n, lambda f: f(a_n, b_n, alpha=1), lambda: a_f + b_f),
         ("mul.Tensor", lambda: a_n * b_n, lambda f: f(a_n, b_n), lambda: a_f * b_f),
     ):
@@ -385,9 +359,8 @@ def environment() -> dict:
     return {"torch_fl": torch_fl.__version__, "backing": torch_fl.backing(), "device": torch.flagos.get_device_name(0)}
 
 
-def plot(rows: list[Row], path: str, device: str | None = None) -> bool:
-    """Bar chart of the per-call rows; `device` names the machine in the title (default: this one).
-    False when matplotlib is not installed (no chart)."""
+def plot(rows: list[Row], path: str) -> None:
+    """Bar chart of the per-call rows (none without matplotlib)."""
     try:
         import matplotlib
 
@@ -395,7 +368,7 @@ def plot(rows: list[Row], path: str, device: str | None = None) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         print("no chart: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
-        return False
+        return
     small = [r for r in rows if r.unit == "us/call"]
     fig, ax = plt.subplots(figsize=(9, 4))
     xs = range(len(small))
@@ -403,36 +376,20 @@ def plot(rows: list[Row], path: str, device: str | None = None) -> bool:
     ax.bar([x + 0.2 for x in xs], [r.flagos for r in small], 0.4, label="flagos")
     ax.set_xticks(list(xs), [r.name for r in small], rotation=20, ha="right")
     ax.set_ylabel("microseconds per call")
-    ax.set_title(f"flagos vs native, {device or environment()['device']}")
+    ax.set_title(f"flagos vs native, {environment()['device']}")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"wrote {path}")
-    return True
-
-
-def replot(json_path: str) -> int:
-    """Draws the PNG of a written report again, beside it (a GPU run returns few files: JSON only)."""
-    with open(json_path) as f:
-        report = json.load(f)
-    names = {f.name for f in fields(Row)}  # the report adds derived keys (ratio, added_us)
-    rows = [Row(**{k: v for k, v in r.items() if k in names}) for r in report["results"]]
-    return 0 if plot(rows, json_path.removesuffix(".json") + ".png", device=report["environment"]["device"]) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = common.parser(__doc__, "overhead")
     parser.add_argument("--rounds", type=int, default=7, help="alternating rounds per variant (median reported)")
     parser.add_argument("--calls", type=int, default=2000, help="calls per round for small operators")
     parser.add_argument("--quick", action="store_true", help="small sizes and few calls (smoke test)")
     parser.add_argument("--small-only", action="store_true", help="only the small-operator (per-call) rows")
-    parser.add_argument(
-        "--out", default=None, help="JSON path or folder (default benchmarks/results/overhead-<machine>.json)"
-    )
-    parser.add_argument("--replot", metavar="JSON", help="only draw the PNG of this report again, beside it")
     args = parser.parse_args(argv)
-    if args.replot:
-        return replot(args.replot)
     if args.quick:
         args.rounds, args.calls = min(args.rounds, 3), min(args.calls, 200)
     backing = torch_fl.backing()

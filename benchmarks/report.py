@@ -18,10 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks.common import errors_brief, exception_line, format_ratio, quartiles
+from benchmarks.common import REPO, RESULTS, errors_brief, exception_line, format_ratio, quartiles
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
 DOC = REPO / "docs" / "benchmarks.md"
 README = REPO / "README.md"
 START, END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
@@ -33,7 +31,6 @@ TITLES = {
     "alias-pool": "Alias pool borrows and misses in a model's steady state (benchmarks/alias_pool.py)",
     "compile": "torch.compile: Qwen3 prefill and training step, flagos against native (benchmarks/compile_bench.py)",
     "ddp-step": "A DDP training step at world size 1, flagos against native (benchmarks/ddp_step.py)",
-    "multigpu": "DDP and FSDP2 training of Qwen3 over several GPUs, flagos against native (benchmarks/multigpu.py)",
     "trainer": "Hugging Face Trainer fine-tune of Qwen3, flagos against native (benchmarks/trainer_bench.py)",
 }
 
@@ -53,9 +50,41 @@ def _ratio(r: float, noise: float | None) -> str:
     return f"{r:.3f}x" + (f" ± {noise:.3f}" if noise is not None else "")
 
 
+def _paired(e: dict) -> str:
+    """A paired or per-round entry's median ratio ± its noise."""
+    return _ratio(e["ratio_median"], pair_noise(e))
+
+
 def _ratio_interval(e: dict) -> str:
     """A paired entry's median ratio ± noise, with the median's 95% interval where the result has one."""
     return format_ratio({**e, "noise": pair_noise(e)})
+
+
+def _yes(ok, none: str = "") -> str:
+    return none if ok is None else ("yes" if ok else "NO")
+
+
+def _rounds(n, kind: str = "") -> str:
+    return f"{n} {kind}round" if n == 1 else f"{n} {kind}rounds"
+
+
+def pair_noise(e: dict) -> float | None:
+    """The noise of a paired or per-round entry; None for a single pair or round, which has no spread."""
+    if e.get("pairs", 2) < 2:
+        return None
+    if "noise" in e:
+        return e["noise"]
+    if "ratio_quartiles" in e:
+        return (e["ratio_quartiles"][1] - e["ratio_quartiles"][0]) / 2
+    return _noise(e.get("ratios"))
+
+
+def md(head: str, rows: list[list[str]]) -> list[str]:
+    """A Markdown table and the blank line after it: `head` names the columns, `|`-separated, a trailing `:`
+    right-aligning one; `rows` are lists of cells."""
+    cols = head.split("|")
+    lines = [[c.rstrip(":") for c in cols], ["---:" if c.endswith(":") else "---" for c in cols], *rows]
+    return ["| " + " | ".join(cells) + " |" for cells in lines] + [""]
 
 
 def provenance(stem: str, meta: dict) -> str:
@@ -76,21 +105,28 @@ def provenance(stem: str, meta: dict) -> str:
 
 # ----------------------------------------------------------------------------- per benchmark
 
+# e2e's in-process pair tasks by the label the tables and targets give them
+PAIR_TASKS = {
+    "decode": "decode, generate() pairs",
+    "prefill": "prefill pairs",
+    "decode_tokens": "decode token by token",
+    "graphs": "graph decode pairs",
+    "train": "train pairs, against flagos's native routes",
+    "train_native": "train pairs, against native (worker processes)",
+}
+# the in-process pairs that judge a task, steadiest first (token by token: 64 pairs of short calls)
+PAIR_LABELS = {
+    "decode": ("decode token by token", "decode, generate() pairs"),
+    "prefill": ("prefill pairs",),
+    "train": ("train pairs, against native (worker processes)", "train pairs, against flagos's native routes"),
+}
+
 
 def e2e_pairs(d: dict, variant: str = "flagos") -> list[tuple[str, dict]]:
-    """(label, entry) of the in-process pairs of native and `variant` (flagos: its native routes; a routing
-    variant from e2e.py --paired-variants): generate()/prefill pairs and token-by-token decode."""
+    """(label, entry) of the in-process pairs of native and `variant` that did not fail."""
     pair = d.get("paired") if variant == "flagos" else (d.get("paired_routed") or {}).get(variant)
     tasks = (pair or {}).get("tasks", {})
-    label = {
-        "decode": "decode, generate() pairs",
-        "prefill": "prefill pairs",
-        "decode_tokens": "decode token by token",
-        "graphs": "graph decode pairs",
-        "train": "train pairs, against flagos's native routes",
-        "train_native": "train pairs, against native (worker processes)",
-    }
-    return [(label.get(t, t), e) for t, e in tasks.items() if "ratio_median" in e]  # not a task that errored
+    return [(PAIR_TASKS.get(t, t), e) for t, e in tasks.items() if "ratio_median" in e]
 
 
 def replay_brief(fast: dict, top: int = 3) -> str:
@@ -106,17 +142,6 @@ def replay_brief(fast: dict, top: int = 3) -> str:
     return text + ("; " + "; ".join(parts) if parts else "")
 
 
-def pair_noise(e: dict) -> float | None:
-    """The noise of a paired or per-round entry; None for a single pair or round, which has no spread."""
-    if e.get("pairs", 2) < 2:
-        return None
-    if "noise" in e:
-        return e["noise"]
-    if "ratio_quartiles" in e:
-        return (e["ratio_quartiles"][1] - e["ratio_quartiles"][0]) / 2
-    return _noise(e.get("ratios"))
-
-
 def e2e_tables(d: dict) -> list[str]:
     out = []
     if note := calibrated_file_changed(d):
@@ -129,270 +154,181 @@ def e2e_tables(d: dict) -> list[str]:
             "backward cannot share a process with torch_fl): the median of per-pair tokens/s ratios flagos / "
             "native, ± half their interquartile range; routed: the flagos calls by backend.",
             "",
-            "| variant | task | pairs | flagos / native | native tokens/s | flagos tokens/s | greedy = native "
-            "| routed |",
-            "| --- | --- | ---: | ---: | ---: | ---: | --- | --- |",
         ]
-        for v, label, e in pairs:
-            # per-pair ratios are native seconds / flagos seconds: flagos's throughput relative to native
-            match = {True: "yes", False: "NO"}.get(e.get("tokens_match_native"), "")
-            routed = ", ".join(f"{b} {n:,}" for b, n in (e.get("backends") or {}).items())
-            out.append(
-                f"| {v} | {label} | {e['pairs']} | {_ratio(e['ratio_median'], pair_noise(e))} | "
-                f"{e['native_tokens_per_s']:,.1f} | {e['flagos_tokens_per_s']:,.1f} | {match} | {routed} |"
-            )
-        out.append("")
+        # per-pair ratios are native seconds / flagos seconds: flagos's throughput relative to native
+        head = "variant|task|pairs:|flagos / native:|native tokens/s:|flagos tokens/s:|greedy = native|routed"
+        out += md(
+            head,
+            [
+                [v, label, str(e["pairs"]), _paired(e), f"{e['native_tokens_per_s']:,.1f}"]
+                + [f"{e['flagos_tokens_per_s']:,.1f}", _yes(e.get("tokens_match_native"))]
+                + [", ".join(f"{b} {n:,}" for b, n in (e.get("backends") or {}).items())]
+                for v, label, e in pairs
+            ],
+        )
         # "fast_path": the key in results recorded before record and replay had one name
-        replayed = [(v, label, e.get("replay") or e.get("fast_path")) for v, label, e in pairs]
-        fast = [(v, label, replay_brief(r)) for v, label, r in replayed if r]
-        if fast:
+        fast = [(v, label, e.get("replay") or e.get("fast_path")) for v, label, e in pairs]
+        if fast := [f"- {v}, {label}: {replay_brief(r)}" for v, label, r in fast if r]:
             out += [
                 "FlagGems replay in those pairs (calls replayed, recording a new signature, or left on "
                 "FlagGems' Python function; the operators with the most calls not replayed):",
                 "",
+                *fast,
+                "",
             ]
-            out += [f"- {v}, {label}: {brief}" for v, label, brief in fast] + [""]
     rows = [(v, t, e) for v, per in d.get("summary", {}).items() for t, e in per.items() if e.get("rounds")]
     if rows:
         out += [
             f"Each variant in its own child process, {d.get('rounds')} round(s), median tokens/s; noise: half the "
             "interquartile range of the per-round ratios where there are several.",
             "",
-            "| variant | task | rounds | tokens/s | flagos / native | peak memory ratio | greedy = native | fallbacks"
-            " |",
-            "| --- | --- | ---: | ---: | ---: | ---: | --- | --- |",
         ]
+        cells = []
         for v, t, e in rows:
             if "tokens_per_s" not in e:
                 err = errors_brief(e.get("errors", ["no result"]))
-                out.append(f"| {v} | {t} | {e['rounds_ok']}/{e['rounds']} | error: {err} | | | | |")
+                cells.append([v, t, f"{e['rounds_ok']}/{e['rounds']}", f"error: {err}", "", "", "", ""])
                 continue
             base = d["summary"].get("native", {}).get(t, {}).get("tokens_per_s_all") or []
             mine = e.get("tokens_per_s_all") or []
             per_round = [m / n for m, n in zip(mine, base, strict=False) if n] if v != "native" else []
             ratio = _ratio(e["ratio_to_native"], _noise(per_round)) if "ratio_to_native" in e else ""
             mem = f"{e['peak_memory_ratio']:.3f}x" if "peak_memory_ratio" in e else ""
-            match = {True: "yes", False: "NO"}.get(e.get("tokens_match_native"), "")
             fb = ", ".join(e.get("fallback_ops", [])) or ("none" if "fallback_ops" in e else "")
-            out.append(
-                f"| {v} | {t} | {e['rounds_ok']}/{e['rounds']} | {e['tokens_per_s']:,.1f} | {ratio} | {mem} | "
-                f"{match} | {fb} |"
-            )
-        out.append("")
+            cells.append([v, t, f"{e['rounds_ok']}/{e['rounds']}", f"{e['tokens_per_s']:,.1f}", ratio, mem])
+            cells[-1] += [_yes(e.get("tokens_match_native")), fb]
+        head = "variant|task|rounds:|tokens/s:|flagos / native:|peak memory ratio:|greedy = native|fallbacks"
+        out += md(head, cells)
     if d.get("skipped"):
         out += [f"Skipped: {', '.join(f'{v} ({why})' for v, why in d['skipped'].items())}.", ""]
     return out
 
 
-def overhead_tables(d: dict) -> list[str]:
-    out = [
-        f"Native and flagos alternating, {d.get('rounds')} rounds of {d.get('calls')} calls, median per round. "
-        "Added: flagos - native in microseconds per call (the median of call-by-call pair differences where "
-        "timed in pairs); noise: half the interquartile range of the per-round differences where kept.",
-        "",
-        "| row | unit | native | flagos | flagos / native | added (us/call) |",
-        "| --- | --- | ---: | ---: | ---: | ---: |",
-    ]
-    for r in d["results"]:
-        added = ""
-        if r.get("added_us") is not None:
-            n = _noise(r.get("round_diffs"))
-            added = f"{r['added_us']:+.2f}" + (f" ± {n:.2f}" if n is not None else "")
-        out.append(
-            f"| {r['name']} | {r['unit']} | {r['native']:,.2f} | {r['flagos']:,.2f} | {r['ratio']:.3f}x | {added} |"
-        )
-    return out + [""]
+def _added(r: dict) -> str:
+    if r.get("added_us") is None:
+        return ""
+    n = _noise(r.get("round_diffs"))
+    return f"{r['added_us']:+.2f}" + (f" ± {n:.2f}" if n is not None else "")
 
 
-def breakdown_tables(d: dict) -> list[str]:
-    out = ["Host microseconds per call, each part timed in the same run.", "", "| part | us/call |", "| --- | ---: |"]
-    out += [f"| {name} | {us:+.2f} |" for name, us in d["us_per_call"].items()]
-    return out + [""]
+def _own(r: dict) -> str:
+    own = (r.get("torch_fl_functions_per_routed_call") or {}).get("total", {}).get("Ir")
+    return "" if own is None else f"{own:,.1f}"
 
 
-def instructions_tables(d: dict) -> list[str]:
-    out = [
-        f"Instructions per call inside the operator's dispatcher entry ({d.get('calls')} calls), native backing "
-        f"`{d.get('backing')}` against flagos; model rows count the whole process, per routed call. Counts, not "
-        "timings: no noise beyond the few instructions by which runs differ.",
-        "",
-        "| row | native | flagos | added | added per routed call | torch_fl's own functions per routed call |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for r in d["rows"]:
-        own = (r.get("torch_fl_functions_per_routed_call") or {}).get("total", {}).get("Ir")
-        per = r.get("added_per_routed_call")
-        out.append(
-            f"| {r['op']} | {r['native']:,} | {r['flagos']:,} | {r['added']:+,} | "
-            f"{'' if per is None else f'{per:+,}'} | {'' if own is None else f'{own:,.1f}'} |"
-        )
-    return out + [""]
-
-
-def alias_tables(d: dict) -> list[str]:
-    args = d.get("args", {})
-    out = [
-        f"Qwen3-0.6B architecture, {args.get('layers')} layers, prefill {args.get('batch')} x {args.get('length')}, "
-        f"decode {args.get('decode_tokens')} tokens, `{d.get('backing')}` backing. Counts, not timings.",
-        "",
-        "| workload | borrows | made | reshaped | missed |",
-        "| --- | ---: | ---: | ---: | ---: |",
-    ]
-    out += [
-        f"| {name} | {r['borrows']:,} | {r['made']} | {r['reshaped']} | {r['missed']:.1%} |"
-        for name, r in d["rows"].items()
-    ]
-    return out + [""]
-
-
-def compile_tables(d: dict) -> list[str]:
-    sizes = d.get("sizes", {})
-    pre, train = d["prefill"], d["train"]
-    calls = d.get("args", {}).get("calls", 1)  # prefill calls per timed sample
+def _compile_intro(d: dict) -> str:
+    sizes, calls = d.get("sizes", {}), d.get("args", {}).get("calls", 1)  # prefill calls per timed sample
     per_sample = f" ({calls} calls per sample)" if calls > 1 else ""
-    how = f"in a worker process per variant, alternating pairs ({train.get('steps_per_sample')} steps per sample)"
-    out = [
+    how = f"in a worker process per variant, alternating pairs ({d['train'].get('steps_per_sample')} steps per sample)"
+    return (
         f"Qwen3 `{sizes.get('variant')}` in {sizes.get('dtype')}, both variants compiled with torch.compile "
         f"(inductor). Prefill {sizes.get('prefill')} (batch x length) in alternating pairs{per_sample} in one "
         f"process; training step {sizes.get('train')} (forward, backward, AdamW) {how}. Ratio: native "
         "time / flagos time, the median of the pairs' ratios, ± the noise, and the interval that holds the true "
         "median with 95% probability (order statistics, torch_fl/calibration/stats.py). Compile time: first call minus "
-        "a steady call, from an empty inductor cache.",
-        "",
-        "| task | flagos / native | native compile s | flagos compile s |",
-        "| --- | ---: | ---: | ---: |",
-        f"| prefill ({pre['pairs']} pairs) | {_ratio_interval(pre)} | "
-        f"{pre['compile_s']['native']} | {pre['compile_s']['flagos']} |",
-        f"| training step ({train['pairs']} pairs) | {_ratio_interval(train)} | "
-        f"{train['compile_s']['native']} | {train['compile_s']['flagos']} |",
-    ]
-    return out + [""]
+        "a steady call, from an empty inductor cache."
+    )
 
 
-MODES = {"ddp": "DDP", "fsdp": "FSDP2"}
-
-
-def ddp_tables(d: dict) -> list[str]:
-    a, sides, r = d.get("args", {}), d["sides"], d["ratio"]
-    out = [
-        f"MLP of {a.get('layers')} x {a.get('hidden')} hidden, batch {a.get('batch')}, {a.get('steps')} timed steps "
-        f"per child, {a.get('rounds')} ABBA rounds; DDP at world size 1 (flagos: the flagos backend; native: "
-        f"NCCL on cuda, gloo on the CPU). flagos throughput / native: {format_ratio(r)}.",
-        "",
-        "| side | backing | step (ms, median of rounds) |",
-        "| --- | --- | ---: |",
-    ]
-    out += [f"| {side} | {v['backing']} | {v['step_ms_median']:.3f} |" for side, v in sides.items()]
-    return out + [""]
-
-
-def multigpu_tables(d: dict) -> list[str]:
-    sz, a = d.get("sizes", {}), d.get("args", {})
-    out = [
-        f"Qwen3 {sz.get('variant')}, batch {sz.get('batch')} x {sz.get('length')} per GPU, bf16 autocast, AdamW; "
-        f"{d.get('world_size')} processes per torchrun job, {a.get('steps')} timed steps, ABBA rounds (native: "
-        "NCCL on cuda, gloo on the CPU; flagos: the flagos backend). Losses: rank 0's, equal within "
-        f"relative {d.get('loss_rtol')}.",
-        "",
-        "| mode | flagos / native | native tokens/s per GPU | flagos tokens/s per GPU | peak memory ratio "
-        "| losses equal |",
-        "| --- | ---: | ---: | ---: | ---: | --- |",
-    ]
-    for mode, label in MODES.items():
-        e = d.get(mode, {})
-        if "ratio_median" not in e:
-            out.append(f"| {label} | error: {'; '.join(e.get('errors', ['not run']))[:90]} | | | | |")
-            continue
-        peak = f"{e['peak_memory_ratio']:.3f}x" if "peak_memory_ratio" in e else "n/a"
-        out.append(
-            f"| {label} | {format_ratio(e)} ({e['pairs']} rounds) | {e['native']['tokens_per_s_per_gpu']:,.0f} | "
-            f"{e['flagos']['tokens_per_s_per_gpu']:,.0f} | {peak} | {'yes' if e['losses_equal'] else 'NO'} |"
-        )
-    return out + [""]
-
-
-def multigpu_targets(results: dict[str, dict]) -> list[tuple]:
-    """The multi-GPU targets (flagos >= 0.97x native for DDP and FSDP2, peak memory <= 1.02x, equal losses)
-    from every multigpu-<GPU>x<N> result of several GPUs."""
-    rows = []
-    for stem, d in results.items():
-        if d["meta"]["benchmark"] != "multigpu" or stem.startswith("multigpu-host"):
-            continue
-        for mode, label in MODES.items():
-            e = d.get(mode, {})
-            if "ratio_median" not in e:
-                continue
-            peak = e.get("peak_memory_ratio")
-            text = f"{format_ratio(e)} ({e['pairs']} rounds), peak memory " + (f"{peak:.3f}x" if peak else "n/a")
-            text += ", losses equal" if e["losses_equal"] else ", losses DIFFER"
-            met = e["ratio_median"] >= 0.97 and (peak is None or peak <= 1.02) and e["losses_equal"]
-            rows.append((f"{label} Qwen3-0.6B on {d['world_size']} GPUs >= 0.97x native", text, met, stem))
-    return rows
-
-
-def _yes(ok) -> str:
-    return "n/a" if ok is None else ("yes" if ok else "NO")
-
-
-def trainer_tables(d: dict) -> list[str]:
-    c, speed, mem, agree = d.get("config", {}), d.get("speed"), d.get("peak_memory"), d.get("loss_agreement")
-    out = [
+def _trainer_intro(d: dict) -> str:
+    c = d.get("config", {})
+    return (
         f"Qwen3 `{c.get('model')}` ({'bf16 autocast, fp32 weights' if c.get('bf16') else 'fp32'}), batch "
         f"{c.get('batch')} x {c.get('length')}, `Trainer.train()` for {c.get('steps')} steps in a worker process per "
         "side (native never imports torch_fl). Step time: from one `on_step_end` to the next, each to a device "
         f"sync, in {c.get('pairs')} ABBA pairs of {c.get('per_sample')}-step samples taken inside those runs; ratio: "
         "native step time / flagos step time (above 1: flagos faster), the median of the pairs ± the noise, with "
-        f"the median's 95% interval. Losses: each step's, relative to native's, within {c.get('rtol')}.",
-        "",
-        "| flagos / native | native steps/s | flagos steps/s | peak memory flagos / native | loss max abs diff "
-        "| losses within tolerance (first 20 / all) |",
-        "| ---: | ---: | ---: | ---: | ---: | --- |",
-    ]
+        f"the median's 95% interval. Losses: each step's, relative to native's, within {c.get('rtol')}."
+    )
+
+
+def _trainer_row(d: dict) -> list[str]:
+    speed, mem, agree = d.get("speed"), d.get("peak_memory"), d.get("loss_agreement")
     cells = ["n/a", "", ""]
     if speed:
         cells = [_ratio_interval(speed), f"{speed['native_steps_per_s']:.2f}", f"{speed['flagos_steps_per_s']:.2f}"]
     cells.append(f"{mem['ratio']:.3f}x" if mem else "n/a")
     if agree:
-        cells += [f"{agree['max_abs_diff']:.3g}", f"{_yes(agree['within_first_20'])} / {_yes(agree['within_all'])}"]
-    out.append("| " + " | ".join(cells + [""] * (6 - len(cells))) + " |")
-    if d.get("errors"):
-        out += ["", "Failed: " + "; ".join(f"{k}: {exception_line(e)}" for k, e in d["errors"].items()) + "."]
-    return out + [""]
+        first, every = _yes(agree["within_first_20"], "n/a"), _yes(agree["within_all"], "n/a")
+        cells += [f"{agree['max_abs_diff']:.3g}", f"{first} / {every}"]
+    return cells + [""] * (6 - len(cells))
 
 
-def trainer_targets(results: dict[str, dict]) -> list[tuple]:
-    """The Trainer fine-tune's targets on the H200 (trainer_bench.py): losses within bf16 tolerance of native,
-    steps/s >= 0.97x native, peak memory <= 1.02x native; a run that failed misses them, with its error."""
-    d = results.get("trainer-h200")
-    if not d:
-        return []
-    speed, mem, agree = d.get("speed"), d.get("peak_memory"), d.get("loss_agreement")
-    rows, name = [], "Trainer fine-tune of Qwen3-0.6B"
-    if agree:
-        text = f"max relative difference {agree['max_rel_diff']:.3g} over {agree['steps']} steps (rtol {agree['rtol']})"
-        rows.append((f"{name}: losses within bf16 tolerance of native", text, agree["within_all"]))
-    if speed:
-        text = f"{_ratio_interval(speed)} ({speed['pairs']} pairs)"
-        rows.append((f"{name} >= 0.97x native steps/s", text, speed["ratio_median"] >= 0.97))
-    if mem:
-        rows.append((f"{name} peak memory <= 1.02x native", f"{mem['ratio']:.3f}x", mem["ratio"] <= 1.02))
-    if not rows and d.get("errors"):
-        text = f"failed: {exception_line(next(iter(d['errors'].values())))[:160]}"
-        rows.append((f"{name} on flagos", text, False))
-    return [(*r, "trainer-h200") for r in rows]
-
-
-TABLES = {
-    "e2e": e2e_tables,
-    "overhead": overhead_tables,
-    "route-breakdown": breakdown_tables,
-    "route-instructions": instructions_tables,
-    "alias-pool": alias_tables,
-    "compile": compile_tables,
-    "ddp-step": ddp_tables,
-    "multigpu": multigpu_tables,
-    "trainer": trainer_tables,
+# benchmark -> (the paragraph above its table: a format string of the result's fields, or a function of the result;
+# the table's columns; its rows)
+SPECS = {
+    "overhead": (
+        "Native and flagos alternating, {rounds} rounds of {calls} calls, median per round. Added: flagos - native in "
+        "microseconds per call (the median of call-by-call pair differences where timed in pairs); noise: half the "
+        "interquartile range of the per-round differences where kept.",
+        "row|unit|native:|flagos:|flagos / native:|added (us/call):",
+        lambda d: [
+            [r["name"], r["unit"], f"{r['native']:,.2f}", f"{r['flagos']:,.2f}", f"{r['ratio']:.3f}x", _added(r)]
+            for r in d["results"]
+        ],
+    ),
+    "route-breakdown": (
+        "Host microseconds per call, each part timed in the same run.",
+        "part|us/call:",
+        lambda d: [[name, f"{us:+.2f}"] for name, us in d["us_per_call"].items()],
+    ),
+    "route-instructions": (
+        "Instructions per call inside the operator's dispatcher entry ({calls} calls), native backing `{backing}` "
+        "against flagos; model rows count the whole process, per routed call. Counts, not timings: no noise beyond "
+        "the few instructions by which runs differ.",
+        "row|native:|flagos:|added:|added per routed call:|torch_fl's own functions per routed call:",
+        lambda d: [
+            [r["op"], f"{r['native']:,}", f"{r['flagos']:,}", f"{r['added']:+,}"]
+            + ["" if r.get("added_per_routed_call") is None else f"{r['added_per_routed_call']:+,}", _own(r)]
+            for r in d["rows"]
+        ],
+    ),
+    "alias-pool": (
+        "Qwen3-0.6B architecture, {args[layers]} layers, prefill {args[batch]} x {args[length]}, decode "
+        "{args[decode_tokens]} tokens, `{backing}` backing. Counts, not timings.",
+        "workload|borrows:|made:|reshaped:|missed:",
+        lambda d: [
+            [name, f"{r['borrows']:,}", str(r["made"]), str(r["reshaped"]), f"{r['missed']:.1%}"]
+            for name, r in d["rows"].items()
+        ],
+    ),
+    "compile": (
+        _compile_intro,
+        "task|flagos / native:|native compile s:|flagos compile s:",
+        lambda d: [
+            [f"{label} ({e['pairs']} pairs)", _ratio_interval(e), str(e["compile_s"]["native"])]
+            + [str(e["compile_s"]["flagos"])]
+            for label, e in (("prefill", d["prefill"]), ("training step", d["train"]))
+        ],
+    ),
+    "ddp-step": (
+        "MLP of {args[layers]} x {args[hidden]} hidden, batch {args[batch]}, {args[steps]} timed steps per child, "
+        "{args[rounds]} ABBA rounds; DDP at world size 1 (flagos: the flagos backend; native: NCCL on cuda, gloo on "
+        "the CPU). flagos throughput / native: {ratio_text}.",
+        "side|backing|step (ms, median of rounds):",
+        lambda d: [[side, v["backing"], f"{v['step_ms_median']:.3f}"] for side, v in d["sides"].items()],
+    ),
+    "trainer": (
+        _trainer_intro,
+        "flagos / native:|native steps/s:|flagos steps/s:|peak memory flagos / native:|loss max abs diff:"
+        "|losses within tolerance (first 20 / all)",
+        lambda d: [_trainer_row(d)],
+    ),
 }
+
+
+def _tables(benchmark: str, d: dict) -> list[str]:
+    if benchmark == "e2e":
+        return e2e_tables(d)
+    intro, head, rows = SPECS[benchmark]
+    fields = {**d, "ratio_text": format_ratio(d["ratio"]) if "ratio" in d else ""}
+    out = [intro(d) if callable(intro) else intro.format_map(fields), "", *md(head, rows(d))]
+    if benchmark == "trainer" and d.get("errors"):
+        out += ["Failed: " + "; ".join(f"{k}: {exception_line(e)}" for k, e in d["errors"].items()) + ".", ""]
+    return out
+
+
+TABLES = {b: (lambda d, b=b: _tables(b, d)) for b in ("e2e", *SPECS)}
 
 
 def benchmarks_md(results: dict[str, dict], results_dir: Path = RESULTS) -> str:
@@ -422,128 +358,100 @@ def _span(values: list[float], fmt: str) -> str:
     return fmt.format(lo) if lo == hi else f"{fmt.format(lo)} to {fmt.format(hi)}"
 
 
+def overhead_targets(res: list[dict]) -> list[tuple]:
+    rows = []
+    large = [r for r in res if r["unit"] != "us/call"]
+    if large:
+        text = ", ".join(f"{r['name'].split(' (')[0]} {r['ratio']:.3f}x" for r in large)
+        # throughput ratios (flagos / native): faster than native is within the target, not outside it
+        rows.append(("large operators at most 2 % below native", text, all(r["ratio"] >= 0.98 for r in large)))
+    timed = [r for r in res if r["unit"] == "us/call" and r.get("added_us") is not None]
+    if small := [r for r in timed if "flaggems" not in r["name"]]:
+        text = _span([r["added_us"] for r in small], "{:+.2f}") + " us"
+        rows.append(("small operators <= native + 1.0 us per call", text, all(r["added_us"] <= 1.0 for r in small)))
+    for words, target, limit in (
+        (("flaggems replay", "fast path"), "FlagGems replay 4x4 <= native CUDA + 5 us per call", 5.0),
+        (("flaggems_python",), "flaggems_python call <= 3 us over calling `flag_gems` directly", 3.0),
+    ):
+        if got := [r for r in timed if any(w in r["name"] for w in words)]:
+            text = ", ".join(f"`{r['name'].split()[0]}` {r['added_us']:+.2f} us" for r in got)
+            rows.append((target, text, all(r["added_us"] <= limit for r in got)))
+    return [(*r, "overhead-h200") for r in rows]
+
+
+def e2e_targets(e2e: dict) -> list[tuple]:
+    rows = []
+    pairs = dict(e2e_pairs(e2e))
+    flagos = e2e.get("summary", {}).get("flagos", {})
+    for task in ("decode", "prefill"):
+        if got := [(lab, pairs[lab]) for lab in PAIR_LABELS[task] if lab in pairs]:
+            text = ", ".join(f"{_paired(e)} ({lab}, {e['pairs']} pairs)" for lab, e in got)
+            rows.append((f"Qwen3-0.6B {task} >= 0.97x native", text, got[0][1]["ratio_median"] >= 0.97))
+    train = flagos.get("train", {})
+    if e := pairs.get(PAIR_TASKS["train_native"]):  # the steadier figure: native and flagos workers taking turns
+        text = f"{_paired(e)} (train pairs in worker processes, {e['pairs']} pairs)"
+        rows.append(("Qwen3-0.6B training >= 0.97x native", text, e["ratio_median"] >= 0.97))
+    elif "ratio_to_native" in train:
+        text = f"{train['ratio_to_native']:.3f}x ({_rounds(train['rounds_ok'], 'child ')})"
+        rows.append(("Qwen3-0.6B training >= 0.97x native", text, train["ratio_to_native"] >= 0.97))
+    rows = [(*r, "e2e-h200") for r in rows]
+    rows += graph_targets(e2e.get("summary", {}), pairs.get("graph decode pairs"))
+    rows += flaggems_profile_targets(e2e) + calibrated_targets(e2e)
+    if mem := [e["peak_memory_ratio"] for e in flagos.values() if "peak_memory_ratio" in e]:
+        rows.append(("peak memory <= 1.02x native", f"{max(mem):.3f}x at most", max(mem) <= 1.02, "e2e-h200"))
+    if match := [e["tokens_match_native"] for e in [*flagos.values(), *pairs.values()] if "tokens_match_native" in e]:
+        text = "identical" if all(match) else "DIFFER"
+        rows.append(("greedy tokens identical to native", text, all(match), "e2e-h200"))
+    return rows
+
+
 def targets(results: dict[str, dict]) -> list[tuple[str, str, bool, str]]:
     """(target, measured, met, source file) for each performance target the results speak to."""
     rows = []
-    over = results.get("overhead-h200")
-    if over:
-        res = over["results"]
-        large = [r for r in res if r["unit"] != "us/call"]
-        if large:
-            text = ", ".join(f"{r['name'].split(' (')[0]} {r['ratio']:.3f}x" for r in large)
-            # throughput ratios (flagos / native): faster than native is within the target, not outside it
-            rows.append(("large operators at most 2 % below native", text, all(r["ratio"] >= 0.98 for r in large)))
-        small = [
-            r for r in res if r["unit"] == "us/call" and "flaggems" not in r["name"] and r.get("added_us") is not None
-        ]
-        if small:
-            text = _span([r["added_us"] for r in small], "{:+.2f}") + " us"
-            rows.append(("small operators <= native + 1.0 us per call", text, all(r["added_us"] <= 1.0 for r in small)))
-        fast = [
-            r
-            for r in res
-            if ("flaggems replay" in r["name"] or "fast path" in r["name"]) and r.get("added_us") is not None
-        ]
-        if fast:
-            text = ", ".join(f"`{r['name'].split()[0]}` {r['added_us']:+.2f} us" for r in fast)
-            met = all(r["added_us"] <= 5.0 for r in fast)
-            rows.append(("FlagGems replay 4x4 <= native CUDA + 5 us per call", text, met))
-        gems = [r for r in res if "flaggems_python" in r["name"] and r.get("added_us") is not None]
-        if gems:
-            text = ", ".join(f"`{r['name'].split()[0]}` {r['added_us']:+.2f} us" for r in gems)
-            met = all(r["added_us"] <= 3.0 for r in gems)
-            rows.append(("flaggems_python call <= 3 us over calling `flag_gems` directly", text, met))
-        rows = [(*r, "overhead-h200") for r in rows]
-    e2e = results.get("e2e-h200")
-    if e2e:
-        pairs = dict(e2e_pairs(e2e))
-        flagos = e2e.get("summary", {}).get("flagos", {})
-        for task, labels in (
-            ("decode", ("decode token by token", "decode, generate() pairs")),
-            ("prefill", ("prefill pairs",)),
-        ):
-            got = [(lab, pairs[lab]) for lab in labels if lab in pairs]
-            if got:
-                text = ", ".join(
-                    f"{_ratio(e['ratio_median'], pair_noise(e))} ({lab}, {e['pairs']} pairs)" for lab, e in got
-                )
-                rows.append((f"Qwen3-0.6B {task} >= 0.97x native", text, got[0][1]["ratio_median"] >= 0.97, "e2e-h200"))
-        train = flagos.get("train", {})
-        worker_pairs = pairs.get("train pairs, against native (worker processes)")
-        if worker_pairs:  # the steadier figure: native and flagos training workers taking turns
-            e = worker_pairs
-            text = f"{_ratio(e['ratio_median'], pair_noise(e))} (train pairs in worker processes, {e['pairs']} pairs)"
-            rows.append(("Qwen3-0.6B training >= 0.97x native", text, e["ratio_median"] >= 0.97, "e2e-h200"))
-        elif "ratio_to_native" in train:
-            text = f"{train['ratio_to_native']:.3f}x ({_rounds(train['rounds_ok'], 'child ')})"
-            rows.append(("Qwen3-0.6B training >= 0.97x native", text, train["ratio_to_native"] >= 0.97, "e2e-h200"))
-        summary = e2e.get("summary", {})
-        rows += graph_targets(summary, pairs.get("graph decode pairs"))
-        rows += flaggems_profile_targets(e2e) + calibrated_targets(e2e)
-        mem = [e["peak_memory_ratio"] for e in flagos.values() if "peak_memory_ratio" in e]
-        if mem:
-            rows.append(("peak memory <= 1.02x native", f"{max(mem):.3f}x at most", max(mem) <= 1.02, "e2e-h200"))
-        match = [e["tokens_match_native"] for e in [*flagos.values(), *pairs.values()] if "tokens_match_native" in e]
-        if match:
-            text = "identical" if all(match) else "DIFFER"
-            rows.append(("greedy tokens identical to native", text, all(match), "e2e-h200"))
-    comp = results.get("compile-h200")
-    if comp:
+    if over := results.get("overhead-h200"):
+        rows += overhead_targets(over["results"])
+    if e2e := results.get("e2e-h200"):
+        rows += e2e_targets(e2e)
+    if comp := results.get("compile-h200"):
         for task, label in (("prefill", "prefill"), ("train", "training step")):
             e = comp[task]
-            text = f"{_ratio_interval(e)} ({e['pairs']} pairs)"
             target = f"compiled Qwen3-0.6B {label} >= 0.97x compiled native"
-            rows.append((target, text, e["ratio_median"] >= 0.97, "compile-h200"))
-    return rows + multigpu_targets(results) + trainer_targets(results)
+            rows.append(
+                (target, f"{_ratio_interval(e)} ({e['pairs']} pairs)", e["ratio_median"] >= 0.97, "compile-h200")
+            )
+    return rows + trainer_targets(results)
 
 
 def graph_targets(summary: dict, pair: dict | None = None) -> list[tuple]:
-    """The CUDA graph decoding targets (e2e.py's graphs task, docs/graphs.md), where it ran; `pair`: the
-    in-process graph decode pairs (the steadier figure), shown first and judged where present."""
+    """The CUDA graph decoding targets (docs/graphs.md); `pair`, the in-process pairs, judges where present."""
     rows = []
     graphs = summary.get("flagos", {}).get("graphs", {})
     gems = summary.get("flagos_flaggems", {}).get("graphs", {})
-    got = []
-    if pair:
-        got.append((pair["ratio_median"], f"{_ratio(pair['ratio_median'], pair_noise(pair))} ({pair['pairs']} pairs)"))
+    got = [(pair["ratio_median"], f"{_paired(pair)} ({pair['pairs']} pairs)")] if pair else []
     if "ratio_to_native" in graphs:
         r = graphs["ratio_to_native"]
         got.append((r, f"{r:.3f}x ({_rounds(graphs.get('rounds_ok', '?'), 'child ')})"))
     if got:
         text = ", ".join(t for _, t in got)
-        rows.append(("Qwen3-0.6B graph decode >= 0.99x native graph decode", text, got[0][0] >= 0.99, "e2e-h200"))
+        rows.append(("Qwen3-0.6B graph decode >= 0.99x native graph decode", text, got[0][0] >= 0.99))
     if "ratio_to_native_eager_decode" in graphs:
         r = graphs["ratio_to_native_eager_decode"]
-        rows.append(("Qwen3-0.6B graph decode >= 2x native eager decode", f"{r:.2f}x", r >= 2.0, "e2e-h200"))
+        rows.append(("Qwen3-0.6B graph decode >= 2x native eager decode", f"{r:.2f}x", r >= 2.0))
     if "ratio_to_native" in gems:
         r = gems["ratio_to_native"]
-        rows.append(("FlagGems profile graph decode >= 1.0x native graph decode", f"{r:.3f}x", r >= 1.0, "e2e-h200"))
-    return rows
-
-
-# the in-process pairs that judge a task, steadiest first (token by token: 64 pairs of short calls)
-PAIR_LABELS = {
-    "decode": ("decode token by token", "decode, generate() pairs"),
-    "prefill": ("prefill pairs",),
-    "train": ("train pairs, against native (worker processes)", "train pairs, against flagos's native routes"),
-}
-
-
-def _rounds(n, kind: str = "") -> str:
-    return f"{n} {kind}round" if n == 1 else f"{n} {kind}rounds"
+        rows.append(("FlagGems profile graph decode >= 1.0x native graph decode", f"{r:.3f}x", r >= 1.0))
+    return [(*r, "e2e-h200") for r in rows]
 
 
 def variant_targets(e2e: dict, variant: str, target: str, floors: dict[str, float]) -> list[tuple]:
-    """One README row for a routing variant of e2e.py against native eager, where it ran: met when every
-    task in `floors` that ran reaches its floor. A task paired in one process (--paired-variants) is judged
-    by the median of its pairs, the steadier figure; others by the ratio of the child rounds' medians."""
+    """A routing variant of e2e.py against native eager: met when every task in `floors` that ran reaches its
+    floor, judged by its in-process pairs where there are (the steadier figure), else by the child rounds."""
     runs, pairs = e2e.get("summary", {}).get(variant, {}), dict(e2e_pairs(e2e, variant))
     got = []
     for t in floors:
-        paired = [pairs[lab] for lab in PAIR_LABELS.get(t, ()) if lab in pairs]
-        if paired:
+        if paired := [pairs[lab] for lab in PAIR_LABELS.get(t, ()) if lab in pairs]:
             e = paired[0]
-            got.append((t, e["ratio_median"], f"{_ratio(e['ratio_median'], pair_noise(e))} ({e['pairs']} pairs)"))
+            got.append((t, e["ratio_median"], f"{_paired(e)} ({e['pairs']} pairs)"))
         elif "ratio_to_native" in runs.get(t, {}):
             e = runs[t]
             got.append((t, e["ratio_to_native"], f"{e['ratio_to_native']:.3f}x ({_rounds(e.get('rounds_ok', '?'))})"))
@@ -557,9 +465,8 @@ def variant_targets(e2e: dict, variant: str, target: str, floors: dict[str, floa
 
 
 def agreement_targets(summary: dict, variant: str, target: str) -> list[tuple]:
-    """One README row for the greedy tokens of a routing variant whose operators may run other kernels than
-    native: met when its prompt logits agree with native's within the tests' tolerance and its tokens are
-    native's or differ explained (e2e's summary: operators ran on other kernels, logits within tolerance)."""
+    """A routing variant's greedy tokens: met when its prompt logits agree with native's within the tests'
+    tolerance and its tokens are native's or differ explained (operators ran on other kernels)."""
     runs = summary.get(variant, {})
     got = [(t, runs[t]) for t in ("decode", "graphs") if "tokens_match_native" in runs.get(t, {})]
     logits = runs.get("decode", {})
@@ -602,8 +509,7 @@ def calibrated_targets(e2e: dict) -> list[tuple]:
 
 
 def calibrated_file_changed(e2e: dict) -> str | None:
-    """A note when the routing file e2e.py measured (--calibrated, a committed result) is not the one
-    committed now: the calibrated figures then describe an earlier file."""
+    """A note when the routing file e2e.py measured (--calibrated) is not the one committed now."""
     words = (e2e.get("meta", {}).get("command") or "").split()
     if "--calibrated" not in words or words.index("--calibrated") + 1 >= len(words):
         return None
@@ -619,22 +525,37 @@ def calibrated_file_changed(e2e: dict) -> str | None:
     return f"measured with an earlier {path.name} than the committed one" + (f" (written {date[:10]})" if date else "")
 
 
+def trainer_targets(results: dict[str, dict]) -> list[tuple]:
+    """The Trainer fine-tune's targets (trainer_bench.py); a run that failed misses them, with its error."""
+    d = results.get("trainer-h200")
+    if not d:
+        return []
+    speed, mem, agree = d.get("speed"), d.get("peak_memory"), d.get("loss_agreement")
+    rows, name = [], "Trainer fine-tune of Qwen3-0.6B"
+    if agree:
+        text = f"max relative difference {agree['max_rel_diff']:.3g} over {agree['steps']} steps (rtol {agree['rtol']})"
+        rows.append((f"{name}: losses within bf16 tolerance of native", text, agree["within_all"]))
+    if speed:
+        text = f"{_ratio_interval(speed)} ({speed['pairs']} pairs)"
+        rows.append((f"{name} >= 0.97x native steps/s", text, speed["ratio_median"] >= 0.97))
+    if mem:
+        rows.append((f"{name} peak memory <= 1.02x native", f"{mem['ratio']:.3f}x", mem["ratio"] <= 1.02))
+    if not rows and d.get("errors"):
+        text = f"failed: {exception_line(next(iter(d['errors'].values())))[:160]}"
+        rows.append((f"{name} on flagos", text, False))
+    return [(*r, "trainer-h200") for r in rows]
+
+
 def readme_table(results: dict[str, dict]) -> str:
     """The README's short table: each performance target, what the canonical files measured, whether met."""
     rows = targets(results)
     sources = sorted({src for *_, src in rows})
-    lines = [
-        "| target | measured | met |",
-        "| --- | --- | --- |",
-        *[f"| {t} | {m} | {'yes' if ok else 'NO'} |" for t, m, ok, _ in rows],
-        "",
-        "Generated by `python -m benchmarks.report` from "
-        + ", ".join(
-            f"`benchmarks/results/{s}.json` ({results[s]['meta'].get('date') or 'date not recorded'})" for s in sources
-        )
-        + "; ± is the noise (half the interquartile range of the pairs).",
-    ]
-    return "\n".join(lines)
+    dates = (
+        f"`benchmarks/results/{s}.json` ({results[s]['meta'].get('date') or 'date not recorded'})" for s in sources
+    )
+    table = md("target|measured|met", [[t, m, "yes" if ok else "NO"] for t, m, ok, _ in rows])
+    line = f"Generated by `python -m benchmarks.report` from {', '.join(dates)}; ± is the noise (half the "
+    return "\n".join([*table, line + "interquartile range of the pairs)."])
 
 
 def with_readme_table(readme: str, table: str) -> str:

@@ -1,37 +1,19 @@
 """Where a routed call's host time goes: the parts of overhead.py's gaps.
 
-overhead.py reports what a flagos call adds over native (small ops) and what a
-flaggems-routed call adds over calling flag_gems directly. This splits those
-gaps into parts, each timed as host microseconds per call in the same run:
-
-- the Python route machinery with a kernel that does nothing (a trivial
-  Python function routed through torch_fl._C.PyRoute vs called directly),
-  and with kernels that do 100 rounds of tensor attribute reads or 500
-  additions (routed vs called directly on persistent aliases, in pairs:
-  whether a kernel's own work runs slower inside the route),
-- the FlagGems kernel called directly on persistent CUDA tensors vs on fresh
-  alias tensors each call (what the route hands it); for add and mul, each
-  step from the direct call to the routed one also timed call by call in
-  pairs (the median of per-pair differences),
-- a routed add's and mul's time inside the FlagGems function and around
-  it (the function wrapped in a timer and routed through PyRoute, against
-  the same wrapper called directly on CUDA tensors, in pairs): whether the
-  route's extra time is the kernel's own work on aliases or the route,
-- the native route's parts: an in-place add (no result to allocate or
-  adopt: dispatch and borrowed aliases only), an empty tensor (allocation and
-  free through the flagos allocator), a view (a metadata operation on flagos:
-  the dispatcher alone), an add on native aliases of flagos tensors (the
-  kernel on aliased memory, no flagos dispatch),
-- mm 64x64 on native vs flagos through torch.mm and the @ operator.
+overhead.py reports what a flagos call adds over native (small ops) and what a flaggems-routed call adds over
+calling flag_gems directly. This splits those gaps into parts, each timed as host microseconds per call in the
+same run: the Python route machinery (torch_fl._C.PyRoute) with kernels that do nothing, 100 rounds of tensor
+attribute reads or 500 additions, routed vs called directly (on persistent aliases, in ABBA pairs: whether a
+kernel's own work runs slower inside the route); the FlagGems kernel on persistent CUDA tensors vs fresh alias
+tensors, and each step from the direct call to the routed one (pairs); a routed add's and mul's time inside the
+FlagGems function and around it; the native route's parts (an in-place add, an empty tensor, a view, an add on
+native aliases of flagos tensors); mm 64x64 through torch.mm and the @ operator.
 
     python -m benchmarks.route_breakdown [--calls N] [--out PATH]
-
-Writes benchmarks/results/route-breakdown-<machine>.json (benchmarks/common.py; --out redirects it).
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from array import array
@@ -161,11 +143,8 @@ def _kernel_target(fn) -> CoreTarget:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = common.parser(__doc__, "route-breakdown")
     p.add_argument("--calls", type=int, default=2000)
-    p.add_argument(
-        "--out", "--json", dest="out", help="JSON path or folder (default results/route-breakdown-<machine>.json)"
-    )
     args = p.parse_args(argv)
     native = torch.device("cuda" if torch_fl.backing() == "cuda" else "cpu")
     g = torch.Generator().manual_seed(0)

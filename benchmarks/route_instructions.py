@@ -1,41 +1,23 @@
 """Instructions a routed call executes, native against flagos, counted by valgrind (callgrind).
 
-Timings on a shared host swing by 2x between runs; instruction counts do
-not. For each operator this runs a small loop under callgrind twice (native
-device, then flagos), counting only inside the operator's dispatcher entry
-(`at::_ops::<op>::call`: autograd, routing, the kernel, the result), and
-reports instructions per call and what flagos adds. Python's argument parsing
-and the result's Python object are the same on both and not counted.
+Timings on a shared host swing by 2x between runs; instruction counts do not. For each operator this runs a
+small loop under callgrind twice (native device, then flagos), counting only inside the operator's dispatcher
+entry (`at::_ops::<op>::call`: autograd, routing, the kernel, the result), and reports instructions per call and
+what flagos adds. Python's argument parsing and the result's Python object are the same on both and not counted.
 
-A last row counts a whole greedy decode of the tiny Qwen3 (16 tokens after a
-warm-up, everything the process executes: Python, transformers, dispatcher,
-kernels), so what flagos adds per routed call in a model, with its mix of
-shapes, stands beside the single operators; --prefill adds a row of four
-forwards over 4 x 128 tokens without a cache (e2e.py's prefill, smaller).
-They need transformers.
+A last row counts a whole greedy decode of the tiny Qwen3 (16 tokens after a warm-up, everything the process
+executes: Python, transformers, dispatcher, kernels; needs transformers), so what flagos adds per routed call in
+a model, with its mix of shapes, stands beside the single operators. It also lists torch_fl's own functions in
+the flagos run (exclusive counts per routed call, their sum and the largest): where the route's cost sits, the
+sum being steadier than the whole-process difference, which moves by about 100 instructions per routed call.
 
-    python -m benchmarks.route_instructions                   # host backing: writes route-instructions-host.json
-    python -m benchmarks.route_instructions --no-ops --cache-sim   # the decode row with simulated cache misses
-    python -m benchmarks.route_instructions --no-ops --no-decode --prefill --cache-sim   # the prefill row
-
-Each model row also lists torch_fl's own functions in the flagos run
-(exclusive counts per routed call, their sum and the largest): where the
-route's cost sits, the sum being steadier than the whole-process difference,
-which moves by about 100 instructions per routed call between runs.
-
-With --cache-sim the model rows also count, in callgrind's simulated caches
-(sized like this host's), the first-level instruction and data cache misses
-flagos adds per routed call: a call's added instructions are few, but they
-are spread over code the rest of a decode step has evicted.
+    python -m benchmarks.route_instructions         # host backing: writes route-instructions-host.json
 
 Needs valgrind on PATH (not a Python package: `apt install valgrind`).
-Writes benchmarks/results/route-instructions-<machine>.json (benchmarks/common.py;
---out redirects it).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -73,7 +55,7 @@ for _ in range({calls}):
 # A model workload of the tiny Qwen3, counted from inside libc's qsort:
 # callgrind collects only while a named function runs, and qsort calling back
 # into Python is a function that runs exactly the workload (the first
-# comparison). `{setup}` warms up; `{work}` is what is counted, `{units}` times.
+# comparison). `{setup}` warms up; `{work}` is what is counted.
 MODEL = """
 import ctypes, gc, sys, torch, torch_fl
 from torch_fl import routing
@@ -96,35 +78,20 @@ ctypes.CDLL(None).qsort((ctypes.c_long * 2)(1, 2), 2, 8, cmp)
 print("routed", sum(s.calls for s in routing.stats()) if dev == "flagos" else 0)
 """
 DECODE_TOKENS = 16
-PREFILL_FORWARDS = 4
-# name -> (row label per unit, units, warm-up, the counted work)
-WORKLOADS = {
-    "decode": (
-        "tiny Qwen3 greedy decode, per token",
-        DECODE_TOKENS,
-        "ids = qwen3.tokens(model.config.vocab_size, 1, 32).to(dev)\nworkloads.greedy(model, ids, 4)",
-        f"workloads.greedy(model, ids, {DECODE_TOKENS})",
-    ),
-    # a forward over a batch of prompts, no cache (e2e.py's prefill, smaller)
-    "prefill": (
-        "tiny Qwen3 prefill of 4 x 128 tokens, per forward",
-        PREFILL_FORWARDS,
-        "ids = qwen3.tokens(model.config.vocab_size, 4, 128).to(dev)\n"
-        "with torch.no_grad():\n    model(input_ids=ids, use_cache=False)",
-        f"[model(input_ids=ids, use_cache=False) for _ in range({PREFILL_FORWARDS})]",
-    ),
-}
+DECODE = (
+    "ids = qwen3.tokens(model.config.vocab_size, 1, 32).to(dev)\nworkloads.greedy(model, ids, 4)",
+    f"workloads.greedy(model, ids, {DECODE_TOKENS})",
+)
 
 
-def callgrind(toggle: str, source: str, device: str, workdir: str, cache_sim: bool = False) -> tuple[dict, str]:
-    """Callgrind's event totals while `toggle` runs in the script ("Ir": instructions; with `cache_sim`
-    also "I1mr", "D1mr", ...: simulated cache misses), and the script's output."""
+def callgrind(toggle: str, source: str, device: str, workdir: str) -> tuple[dict, str]:
+    """Callgrind's event totals while `toggle` runs in the script ("Ir": instructions), and its output."""
     script = os.path.join(workdir, "loop.py")
     with open(script, "w") as f:
         f.write(textwrap.dedent(source))
     out = os.path.join(workdir, "callgrind.out")
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--collect-atstart=no"]
-    cmd += [f"--toggle-collect={toggle}", *(["--cache-sim=yes"] if cache_sim else []), sys.executable, script, device]
+    cmd += [f"--toggle-collect={toggle}", sys.executable, script, device]
     run = subprocess.run(
         cmd,
         check=True,
@@ -190,30 +157,21 @@ def short_name(symbol: str) -> str:
     return name.replace("Typed::", f"Typed<{typed.group(1)}>::") if typed else name
 
 
-def model_row(workload: str, native: str, workdir: str, cache_sim: bool = False) -> dict:
-    """Instructions per unit (token, forward) of a tiny Qwen3 workload, and flagos's addition per routed
-    call (with `cache_sim`, also the simulated first-level cache misses each side has per routed call)."""
-    label, units, setup, work = WORKLOADS[workload]
-    source = MODEL.format(setup=setup, work=work)
-    (n_native, _), (n_flagos, printed) = (
-        callgrind("qsort*", source, d, workdir, cache_sim) for d in (native, "flagos")
-    )
+def model_row(native: str, workdir: str) -> dict:
+    """Instructions per token of the tiny Qwen3's greedy decode, and flagos's addition per routed call."""
+    source = MODEL.format(setup=DECODE[0], work=DECODE[1])
+    (n_native, _), (n_flagos, printed) = (callgrind("qsort*", source, d, workdir) for d in (native, "flagos"))
     routed = int(re.search(r"^routed (\d+)", printed, re.MULTILINE).group(1))
+    added = n_flagos["Ir"] - n_native["Ir"]
     row = {
-        "op": f"{label} ({routed // units} routed calls)",
-        "native": round(n_native["Ir"] / units),
-        "flagos": round(n_flagos["Ir"] / units),
-        "added": round((n_flagos["Ir"] - n_native["Ir"]) / units),
-        "added_per_routed_call": round((n_flagos["Ir"] - n_native["Ir"]) / routed),
+        "op": f"tiny Qwen3 greedy decode, per token ({routed // DECODE_TOKENS} routed calls)",
+        "native": round(n_native["Ir"] / DECODE_TOKENS),
+        "flagos": round(n_flagos["Ir"] / DECODE_TOKENS),
+        "added": round(added / DECODE_TOKENS),
+        "added_per_routed_call": round(added / routed),
     }
-    for event in ("I1mr", "D1mr", "D1mw") if cache_sim else ():
-        row[f"{event}_per_routed_call"] = {
-            "native": round(n_native[event] / routed, 1),
-            "flagos": round(n_flagos[event] / routed, 1),
-        }
     # The flagos run's profile is the one left in workdir: torch_fl's own functions in it.
-    shown = "Ir,I1mr,D1mr" if cache_sim else "Ir"
-    cmd = ["callgrind_annotate", "--auto=no", "--threshold=100", f"--show={shown}", f"{workdir}/callgrind.out"]
+    cmd = ["callgrind_annotate", "--auto=no", "--threshold=100", "--show=Ir", f"{workdir}/callgrind.out"]
     annotate = subprocess.run(cmd, check=True, capture_output=True, text=True)
     own = own_functions(annotate.stdout)
     row["torch_fl_functions_per_routed_call"] = {
@@ -223,18 +181,8 @@ def model_row(workload: str, native: str, workdir: str, cache_sim: bool = False)
     return row
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument(
-        "--out", "--json", dest="out", help="JSON path or folder (default results/route-instructions-<machine>.json)"
-    )
-    p.add_argument("--no-decode", action="store_true", help="leave out the tiny Qwen3 decode row")
-    p.add_argument("--prefill", action="store_true", help="add a tiny Qwen3 prefill row (forwards over 4 x 128)")
-    p.add_argument("--no-ops", action="store_true", help="leave out the single-operator rows")
-    p.add_argument(
-        "--cache-sim", action="store_true", help="model rows: also simulated cache misses per routed call (slower)"
-    )
-    args = p.parse_args()
+def main(argv=None) -> int:
+    args = common.parser(__doc__, "route-instructions").parse_args(argv)
     if shutil.which("valgrind") is None:
         print("valgrind is not on PATH (apt install valgrind)", file=sys.stderr)
         return 2
@@ -245,30 +193,20 @@ def main() -> int:
     rows = []
     print(f"{'operator':<18} {native + ' instr/call':>16} {'flagos instr/call':>18} {'added':>8} {'ratio':>7}")
     with tempfile.TemporaryDirectory() as workdir:
-        for name, (entry, stmt) in {} if args.no_ops else OPS.items():
+        for name, (entry, stmt) in OPS.items():
             counts = {d: instructions(entry, stmt, d, workdir) / (CALLS + 50) for d in (native, "flagos")}
             row = {"op": name, "native": round(counts[native]), "flagos": round(counts["flagos"])}
             row["added"] = row["flagos"] - row["native"]
             rows.append(row)
-            print(
-                f"{name:<18} {row['native']:>16,} {row['flagos']:>18,} {row['added']:>+8,}"
-                f" {row['flagos'] / row['native']:>6.3f}x",
-                flush=True,
-            )
-        for workload in [w for w, on in (("decode", not args.no_decode), ("prefill", args.prefill)) if on]:
-            row = model_row(workload, native, workdir, args.cache_sim)
-            rows.append(row)
-            print(
-                f"{row['op']}: {native} {row['native']:,}, flagos {row['flagos']:,} instructions"
-                f" ({row['flagos'] / row['native']:.3f}x), {row['added_per_routed_call']:+,} per routed call",
-                flush=True,
-            )
-            for event in ("I1mr", "D1mr", "D1mw") if args.cache_sim else ():
-                misses = row[f"{event}_per_routed_call"]
-                print(f"  {event} per routed call: {native} {misses['native']}, flagos {misses['flagos']}", flush=True)
-            own = row["torch_fl_functions_per_routed_call"]
-            top = ", ".join(f"{f['function'].removeprefix('torch_fl::')} {f['Ir']:.0f}" for f in own["top"][:5])
-            print(f"  torch_fl's own functions per routed call: {own['total']} ({top})", flush=True)
+            print(f"{name:<18} {row['native']:>16,} {row['flagos']:>18,} {row['added']:>+8,}", end="")
+            print(f" {row['flagos'] / row['native']:>6.3f}x", flush=True)
+        row = model_row(native, workdir)
+        rows.append(row)
+        print(f"{row['op']}: {native} {row['native']:,}, flagos {row['flagos']:,} instructions", end="")
+        print(f" ({row['flagos'] / row['native']:.3f}x), {row['added_per_routed_call']:+,} per routed call")
+        own = row["torch_fl_functions_per_routed_call"]
+        top = ", ".join(f"{f['function'].removeprefix('torch_fl::')} {f['Ir']:.0f}" for f in own["top"][:5])
+        print(f"  torch_fl's own functions per routed call: {own['total']} ({top})", flush=True)
     out = common.write("route-instructions", {"backing": native, "calls": CALLS + 50, "rows": rows}, args.out)
     print(f"wrote {out}")
     return 0

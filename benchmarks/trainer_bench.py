@@ -3,30 +3,23 @@
     python -m benchmarks.trainer_bench            # GPU: Qwen3-0.6B (random weights), bf16, batch 8 x 512, 200 steps
     python -m benchmarks.trainer_bench --tiny     # host smoke: tiny Qwen3 in fp32, native CPU against host flagos
 
-Each variant runs in a worker process of its own (benchmarks/common.py), since native CUDA backward cannot
-run in a process that imported torch_fl (PyTorch issue 161129): `native` never imports torch_fl (it loads
-torch_fl/models/qwen3.py by path) and trains on cuda (cpu with --tiny); `flagos` imports torch_fl and trains
-on flagos. Each builds the same seeded model (fp32 master weights: `bf16=True` is Trainer's bf16 autocast)
-and dataset (--distinct seeded sequences of token ids, repeated so that one epoch is --steps batches and the
-loss falls as the model memorises them), and calls `trainer.train()` for --steps steps. Trainer picks the
-device itself; in the flagos worker through torch_fl's opt-in adapters (`torch_fl.integrations.enable()`,
-docs/integrations.md), without which TrainingArguments sends each batch to cuda or cpu (and accelerate
-before 1.16 puts the model on cuda). The worker records the parameters' device and fails on an unexpected
-type.
+Each variant runs in a worker process of its own (benchmarks/common.py), since native CUDA backward cannot run in
+a process that imported torch_fl (PyTorch issue 161129): `native` never imports torch_fl and trains on cuda (cpu
+with --tiny); `flagos` trains on flagos. Each builds the same seeded model (fp32 master weights: `bf16=True` is
+Trainer's bf16 autocast) and dataset (--distinct seeded sequences, repeated so that one epoch is --steps batches
+and the loss falls as the model memorises them), and calls `trainer.train()` for --steps steps. Trainer picks
+the device itself; in the flagos worker through torch_fl's opt-in adapters (`torch_fl.integrations.enable()`,
+docs/integrations.md). The worker records the parameters' device and fails on an unexpected type.
 
-Timing samples the full `trainer.train()` loop, not a hand-driven `training_step`: a TrainerCallback syncs
-the device at each `on_step_end` and takes a timestamp, so a step's time is everything Trainer does between
-two steps (data loading, the step, its per-step logging). After --warmup steps the callback answers the
-parent and waits on stdin; each request then runs --per-sample more steps and answers their seconds, so the
-two workers take turns in ABBA pairs (`common.take_turns`) with one Trainer run each, and no resume or
-second loop is needed. When the parent closes stdin the rest of the steps run unpaused and the worker
-answers its per-step losses (trainer.state.log_history) and peak memory (reset before training).
-
-Reported: per-step losses and their agreement (relative to native's loss, over the first 20 steps and all),
-peak memory and its ratio flagos / native, the median ratio native step s / flagos step s (above 1: flagos
-faster) with its noise and 95% interval, and a one-line verdict on the targets (losses within tolerance,
-steps/s >= 0.97x native, peak memory <= 1.02x native). Writes benchmarks/results/trainer-<machine>.json
-(benchmarks/common.py; --out redirects it; --tiny without --out writes to the temporary folder).
+Timing samples the full `trainer.train()` loop: a TrainerCallback syncs the device at each `on_step_end` and
+takes a timestamp, so a step's time is everything Trainer does between two steps. After --warmup steps the
+callback answers the parent and waits on stdin; each request runs --per-sample more steps and answers their
+seconds, so the two workers take turns in ABBA pairs (`common.take_turns`) within one Trainer run each. When
+the parent closes stdin the rest of the steps run unpaused and the worker answers its per-step losses and peak
+memory. Reported: the losses and their agreement (relative to native's, over the first 20 steps and all), peak
+memory flagos / native, the median ratio native step s / flagos step s (above 1: flagos faster) with its noise
+and 95% interval, and a one-line verdict on the targets. Writes benchmarks/results/trainer-<machine>.json
+(--out redirects it; --tiny without --out writes to the temporary folder).
 """
 
 from __future__ import annotations
@@ -56,17 +49,11 @@ def worker(args) -> None:
     import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    if args.variant == "flagos":
-        import torch_fl
-
-        # torch_fl's opt-in transformers adapter (docs/integrations.md), as a user is told to enable it:
-        # TrainingArguments picks its device from a fixed list (cuda, else cpu), while accelerate puts the
-        # model on torch.accelerator's flagos; without it batches go to cuda or cpu.
-        adapters = torch_fl.integrations.enable()
-        dev, expect = torch.flagos, "flagos"
-    else:
-        dev, adapters = torch.cuda if torch.cuda.is_available() else None, []  # host (--tiny): cpu, no sync
-        expect = "cuda" if dev else "cpu"
+    expect = common.device(args.variant).type
+    dev = None if expect == "cpu" else getattr(torch, expect)  # host (--tiny): cpu, no sync
+    # torch_fl's opt-in transformers adapter (docs/integrations.md), as a user is told to enable it: without
+    # it TrainingArguments sends batches to cuda or cpu (its fixed list), and accelerate the model too
+    adapters = sys.modules["torch_fl"].integrations.enable() if expect == "flagos" else []
     sync = dev.synchronize if dev else (lambda: None)
     common.models()
     import qwen3
@@ -220,7 +207,7 @@ def run(args, argv: list[str]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = common.parser(__doc__, "trainer")
     p.add_argument("--tiny", action="store_true", help="host smoke: tiny Qwen3 in fp32, few steps (to /tmp)")
     for name, what in (
         ("pairs", "ABBA pairs of timed samples"),
@@ -237,7 +224,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rtol", type=float, help="loss tolerance relative to native's (default 2e-2; --tiny: 1e-4)")
     p.add_argument("--seed", type=int, default=0, help="model, data and Trainer seed (default 0)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per worker process (default 1800)")
-    p.add_argument("--out", help="JSON path or folder (default results/trainer-<machine>.json)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--variant", choices=("native", "flagos"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
 # The benchmarks on the H200 (device tool), from the repo root, alone on the machine:
 #   bash scripts/gpu_bench.sh                      # overhead, route breakdown, alias pool, then e2e
-#   STEP=overhead|e2e|profile|profile+overhead|demo|compile|multigpu|trainer bash scripts/gpu_bench.sh
+#   STEP=overhead|e2e|demo|compile|trainer bash scripts/gpu_bench.sh
 # Carry .whl/ (wheels of triton, flag_gems and expecttest matching the GPU
 # machine's torch) for the FlagGems rows. Installs the wheels, builds the core,
 # then runs benchmarks/overhead.py, route_breakdown.py and alias_pool.py, and
 # benchmarks/e2e.py (ROUNDS child rounds, default 3; E2E_DEADLINE=seconds
 # starts no round that would end later; E2E_VARIANTS=native,flagos limits the
 # variants; PAIRS in-process native/flagos pairs first, default 6; STEP_PAIRS
-# sequences decoded token by token in pairs, default 4),
-# benchmarks/profile_decode.py for prefill and decode, or the demo (native
+# sequences decoded token by token in pairs, default 4), or the demo (native
 # routes, then the FlagGems profile). Each benchmark writes its canonical file
 # into $OUT (overhead-h200.json, route-breakdown-h200.json, alias-pool-h200.json,
 # e2e-h200.json, with their PNGs); copy them to benchmarks/results/ and run
@@ -19,20 +18,10 @@
 set -uo pipefail
 STEP=${STEP:-all}
 source scripts/gpu_setup.sh
-if [[ $STEP == all || $STEP == overhead || $STEP == profile+overhead ]]; then
+if [[ $STEP == all || $STEP == overhead ]]; then
   python3 -m benchmarks.overhead --out "$OUT" 2>&1 | tee "$OUT/overhead.log" | tail -16
   python3 -m benchmarks.route_breakdown --out "$OUT" 2>&1 | tee -a "$OUT/overhead.log"
   python3 -m benchmarks.alias_pool --out "$OUT" 2>&1 | tee -a "$OUT/overhead.log"
-fi
-if [[ $STEP == profile || $STEP == profile+overhead ]]; then  # where the e2e time goes, operator by operator
-  python3 -m benchmarks.profile_decode --task prefill --trace-dir "$OUT" > "$OUT/profile_prefill.txt" 2>&1; tail -30 "$OUT/profile_prefill.txt"
-  # e2e.py runs prefill after decode in one process: profile prefill there too
-  python3 -m benchmarks.profile_decode --task prefill --after-decode 64 > "$OUT/profile_prefill_after_decode.txt" 2>&1
-  grep "===" "$OUT/profile_prefill_after_decode.txt"
-  # ... and after freeing and rebuilding the models, as each e2e task does
-  python3 -m benchmarks.profile_decode --task prefill --after-decode 64 --reload > "$OUT/profile_prefill_reload.txt" 2>&1
-  grep "===" "$OUT/profile_prefill_reload.txt"
-  python3 -m benchmarks.profile_decode --task decode > "$OUT/profile_decode.txt" 2>&1; tail -30 "$OUT/profile_decode.txt"
 fi
 if [[ $STEP == demo ]]; then
   python3 -m torch_fl demo 2> "$OUT/demo.stderr" | tee "$OUT/demo.txt"
@@ -50,13 +39,6 @@ if [[ $STEP == trainer ]]; then
   # trainer-h200.json): one worker process per side, 200 steps of batch 8 x 512 each, 16 ABBA pairs of 10-step
   # samples inside those runs; losses, peak memory and steps/s. A few minutes on the H200.
   python3 -m benchmarks.trainer_bench ${PAIRS:+--pairs "$PAIRS"} --out "$OUT" 2>&1 | tail -12
-fi
-if [[ $STEP == multigpu ]]; then
-  # DDP and FSDP2 of Qwen3-0.6B over every GPU of the machine, native against flagos (benchmarks/multigpu.py:
-  # multigpu-<gpu>x<N>.json). NVLink multicast stays off on these machines (the benchmark sets it per job too).
-  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-  python3 -m benchmarks.multigpu --rounds "${ROUNDS:-4}" ${MULTIGPU_DEADLINE:+--deadline "$MULTIGPU_DEADLINE"} \
-    --out "$OUT/" 2>&1 | tail -20
 fi
 if [[ $STEP == all || $STEP == e2e ]]; then
   # Every flagos routing is paired with native in a process of its own: the FlagGems profile, and the

@@ -77,7 +77,7 @@ def test_compile_benchmark_quick_with_profile(tmp_path):
     assert pre["pairs"] == 2 and len(pre["native_ms"]) == len(pre["flagos_ms"]) == 2 and pre["ratio_median"] > 0
     assert set(pre["compile_s"]) == {"native", "flagos"}
     assert report["args"]["calls"] == 2
-    assert "alternating pairs (2 calls per sample)" in "\n".join(report_page.compile_tables(report))
+    assert "alternating pairs (2 calls per sample)" in "\n".join(report_page.TABLES["compile"](report))
     # training: each variant's worker compiled once, then alternating samples of 3 steps (--quick)
     assert train["pairs"] == 2 and train["steps_per_sample"] == 3 and train["noise"] is not None
     assert len(train["native_ms"]) == len(train["flagos_ms"]) == 2 and min(train["flagos_ms"]) > 0
