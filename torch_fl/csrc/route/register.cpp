@@ -30,9 +30,10 @@ void impl_all(torch::Library& library, KernelList kernels) {
   }
 }
 
-// Drops the one warning PyTorch gives for replacing a kernel of a key that
-// already has one (route/collectives.cpp replaces PyTorch's PrivateUse1
-// kernels of the c10d:: operators on purpose); forwards any other.
+// Drops the warning PyTorch gives for replacing a kernel of a key that already
+// has one (route/collectives.cpp replaces PyTorch's PrivateUse1 kernels of the
+// c10d:: operators on purpose); forwards any other. PyTorch gives that warning
+// once per process, for the first replacement, whoever makes it.
 class DropOverrideWarning final : public c10::WarningHandler {
  public:
   DropOverrideWarning() : previous_(c10::WarningUtils::get_warning_handler()) {}
