@@ -227,8 +227,8 @@ def rebuild_storage_empty(index):
 
 def _patch_storage() -> None:
     """UntypedStorage.share_memory_ (which Tensor.share_memory_ calls), is_shared (Tensor.is_shared) and
-    _new_shared (where default_collate stacks a DataLoader worker's batch) for host-backed flagos storages;
-    every other storage, flagos on CUDA included, gets torch's own."""
+    _new_shared (where default_collate stacks a DataLoader worker's batch) for host-backed flagos storages,
+    and is_shared for flagos storages on a CUDA backing; every other call gets torch's own."""
     share_memory_ = torch.UntypedStorage.share_memory_
     is_shared = torch.UntypedStorage.is_shared
     new_shared = torch.UntypedStorage._new_shared
@@ -244,8 +244,10 @@ def _patch_storage() -> None:
 
     @functools.wraps(is_shared)
     def flagos_is_shared(self):
-        if self.device.type == DEVICE_NAME and _host():
-            return _C._host_shared_storage(self) is not None
+        if self.device.type == DEVICE_NAME:
+            # On a CUDA backing flagos memory is CUDA memory, shared over CUDA IPC where it is: True, as
+            # PyTorch answers for every CUDA storage (its own answer for a flagos one is False).
+            return _C._host_shared_storage(self) is not None if _host() else True
         return is_shared(self)
 
     @functools.wraps(new_shared)

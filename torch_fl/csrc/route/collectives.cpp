@@ -193,13 +193,16 @@ void check_group(const c10::OperatorHandle& op, const torch::jit::Stack& stack, 
       continue;
     }
     const auto group = stack[first + i].toCustomClass<c10d::ProcessGroup>();
-    const std::string memory = c10::DeviceTypeName(g_backing.type, /*lower_case=*/true);
-    TORCH_CHECK(group->hasBackendForDeviceType(g_backing.type), "flagos: ", op.operator_name().name,
-                " on flagos tensors runs on the process group's backend for ", memory,
-                " tensors (the memory behind flagos), and this group (backend \"", group->getBackendName(),
-                "\") has none. Create the group with the flagos backend (init_process_group() or "
-                "init_process_group(\"flagos\")), or with a backend that serves ",
-                memory, " tensors (", g_backing.host ? "\"gloo\"" : "\"nccl\" or \"gloo\"", ").");
+    try {
+      group->getBackend(g_backing.type);  // (hasBackendForDeviceType is not in PyTorch 2.11)
+    } catch (const c10::Error& e) {
+      const std::string memory = c10::DeviceTypeName(g_backing.type, /*lower_case=*/true);
+      TORCH_CHECK(false, "flagos: ", op.operator_name().name, " on flagos tensors runs on the process group's backend for ",
+                  memory, " tensors (the memory behind flagos), and this group (backend \"", group->getBackendName(),
+                  "\") has none. Create the group with the flagos backend (init_process_group() or "
+                  "init_process_group(\"flagos\")), or with a backend that serves ",
+                  memory, " tensors (", g_backing.host ? "\"gloo\"" : "\"nccl\" or \"gloo\"", "). (", e.msg(), ")");
+    }
     return;
   }
 }
