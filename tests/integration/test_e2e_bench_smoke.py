@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import common
+from benchmarks import common, e2e_worker
 from benchmarks import e2e as e2e_bench
 from benchmarks import report as report_page
 
@@ -329,7 +329,7 @@ def test_replay_counts_between_two_snapshots():
         "mul": {"hits": 3, "recorded": 1, "python": 0, "evicted": 0, "reasons": {}},
         "neg": {"hits": 0, "recorded": 0, "python": 0, "evicted": 0, "reasons": {}},
     }
-    assert e2e_bench.replay_since(now, before) == {
+    assert e2e_worker.replay_since(now, before) == {
         "cat": {"hits": 6, "recorded": 0, "python": 1, "evicted": 0, "reasons": {"why": 1}},
         "mul": {"hits": 3, "recorded": 1, "python": 0, "evicted": 0, "reasons": {}},
     }
