@@ -14,6 +14,7 @@ import pytest
 from benchmarks import common, e2e_worker
 from benchmarks import e2e as e2e_bench
 from benchmarks import report as report_page
+from benchmarks import targets as targets_page
 
 pytest.importorskip("transformers")
 REPO = Path(__file__).resolve().parents[2]
@@ -149,12 +150,11 @@ def test_e2e_graphs_task_quick(tmp_path):
 
 @pytest.mark.anyplatform
 def test_graph_decode_targets_in_the_readme_table():
-    report = report_page
     summary = {
         "flagos": {"graphs": {"ratio_to_native": 0.995, "ratio_to_native_eager_decode": 4.8, "rounds_ok": 2}},
         "flagos_flaggems": {"graphs": {"ratio_to_native": 0.97}},
     }
-    rows = {t: (m, ok) for t, m, ok, _ in report.graph_targets(summary)}
+    rows = {t: (m, ok) for t, m, ok, _ in targets_page.graph_targets(summary)}
     assert rows == {
         "Qwen3-0.6B graph decode >= 0.99x native graph decode": ("0.995x (2 child rounds)", True),
         "Qwen3-0.6B graph decode >= 2x native eager decode": ("4.80x", True),
@@ -162,11 +162,11 @@ def test_graph_decode_targets_in_the_readme_table():
     }
     # In-process pairs, where they ran, come first and decide the target.
     pair = {"ratio_median": 0.985, "noise": 0.004, "pairs": 4}
-    text, met = {t: (m, ok) for t, m, ok, _ in report.graph_targets(summary, pair)}[
+    text, met = {t: (m, ok) for t, m, ok, _ in targets_page.graph_targets(summary, pair)}[
         "Qwen3-0.6B graph decode >= 0.99x native graph decode"
     ]
     assert (text, met) == ("0.985x ± 0.004 (4 pairs), 0.995x (2 child rounds)", False)
-    assert report.graph_targets({"flagos": {"decode": {}}}) == []
+    assert targets_page.graph_targets({"flagos": {"decode": {}}}) == []
 
 
 @pytest.mark.anyplatform
@@ -253,7 +253,7 @@ def test_calibrated_figures_say_when_the_committed_file_is_not_the_one_measured(
     for measured in ({**e2e, "calibrated_sha256": "0" * 64}, e2e):  # another file, or not recorded
         note = report.calibrated_file_changed(measured)
         assert note.startswith("measured with an earlier calibrated-h200.conf than the committed one")
-        assert note in report.calibrated_targets(measured)[0][1]
+        assert note in targets_page.calibrated_targets(measured)[0][1]
         assert f"rows were {note}" in "\n".join(report.e2e_tables(measured))
     assert report.calibrated_file_changed({"meta": {"command": "python -m benchmarks.e2e"}}) is None
 
@@ -262,11 +262,11 @@ def test_calibrated_figures_say_when_the_committed_file_is_not_the_one_measured(
 def test_training_target_judged_by_worker_pairs_where_present():
     report = report_page
     e2e = {"meta": {"benchmark": "e2e"}, "summary": {"flagos": {"train": {"ratio_to_native": 0.85, "rounds_ok": 1}}}}
-    rows = {t: (text, met) for t, text, met, _ in report.targets({"e2e-h200": e2e})}
+    rows = {t: (text, met) for t, text, met, _ in targets_page.targets({"e2e-h200": e2e})}
     assert rows["Qwen3-0.6B training >= 0.97x native"] == ("0.850x (1 child round)", False)
     workers = {"pairs": 8, "ratio_median": 0.99, "noise": 0.01, "native_tokens_per_s": 1.0, "flagos_tokens_per_s": 1.0}
     e2e["paired"] = {"tasks": {"train_native": {**workers, "against": "native, worker processes"}}}
-    rows = {t: (text, met) for t, text, met, _ in report.targets({"e2e-h200": e2e})}
+    rows = {t: (text, met) for t, text, met, _ in targets_page.targets({"e2e-h200": e2e})}
     assert rows["Qwen3-0.6B training >= 0.97x native"] == (
         "0.990x ± 0.010 (train pairs in worker processes, 8 pairs)",
         True,
@@ -274,7 +274,7 @@ def test_training_target_judged_by_worker_pairs_where_present():
     # a routing variant's target prefers its pairs against native to those against flagos's native routes
     routed = {"train_native": {**workers, "ratio_median": 0.95}, "train": {**workers, "ratio_median": 1.2}}
     e2e["paired_routed"] = {"flagos_flaggems": {"tasks": routed}}
-    [(_, text, _, _)] = report.flaggems_profile_targets(e2e)
+    [(_, text, _, _)] = targets_page.flaggems_profile_targets(e2e)
     assert text == "train 0.950x ± 0.010 (8 pairs)"
     assert "| flagos | train pairs, against native (worker processes) | 8 | 0.990x ± 0.010 |" in "\n".join(
         report.e2e_tables(e2e)
@@ -291,24 +291,24 @@ def test_calibrated_targets_in_the_readme_table():
             "train": {"ratio_to_native": 1.01, "rounds_ok": 2},
         }
     }
-    [(target, text, met, src)] = report.calibrated_targets({"summary": summary})
+    [(target, text, met, src)] = targets_page.calibrated_targets({"summary": summary})
     assert target.startswith("calibrated routing") and src == "e2e-h200"
     assert text == "decode 1.001x (2 rounds), prefill 1.050x (2 rounds), train 1.010x (2 rounds)"
     assert met is False  # training below 1.02x
     summary["flagos_calibrated"]["train"]["ratio_to_native"] = 1.02
-    assert report.calibrated_targets({"summary": summary})[0][2] is True
-    assert report.calibrated_targets({"summary": {"flagos": {}}}) == []
+    assert targets_page.calibrated_targets({"summary": summary})[0][2] is True
+    assert targets_page.calibrated_targets({"summary": {"flagos": {}}}) == []
     # pairs in one process (e2e.py --paired-variants) judge decode and prefill where present: the steadier figure
     pair = {"pairs": 3, "ratio_quartiles": [0.97, 0.99], "native_tokens_per_s": 1.0, "flagos_tokens_per_s": 1.0}
     routed = {"tasks": {"prefill": {**pair, "ratio_median": 0.98, "backends": {"native": 9, "flaggems": 3}}}}
     e2e = {"summary": summary, "paired_routed": {"flagos_calibrated": routed}}
-    [(_, text, met, _)] = report.calibrated_targets(e2e)
+    [(_, text, met, _)] = targets_page.calibrated_targets(e2e)
     assert text == "decode 1.001x (2 rounds), prefill 0.980x ± 0.010 (3 pairs), train 1.020x (2 rounds)"
     assert met is False  # the pairs' prefill, not the rounds' 1.05x
     # decode: token-by-token pairs (many short calls) before generate() pairs
     routed["tasks"]["decode"] = {**pair, "ratio_median": 0.9, "noise": 0.1}
     routed["tasks"]["decode_tokens"] = {**pair, "pairs": 64, "ratio_median": 1.01, "noise": 0.01}
-    [(_, text, _, _)] = report.calibrated_targets(e2e)
+    [(_, text, _, _)] = targets_page.calibrated_targets(e2e)
     assert text.startswith("decode 1.010x ± 0.010 (64 pairs), prefill 0.980x")
     table = "\n".join(report.e2e_tables(e2e))
     assert "| flagos_calibrated | prefill pairs | 3 | 0.980x ± 0.010 |" in table and "native 9, flaggems 3 |" in table
@@ -369,12 +369,12 @@ def _agreement_raw(tokens: list, backends: dict, within: bool) -> list[dict]:
 
 @pytest.mark.anyplatform
 def test_differing_tokens_are_explained_only_by_other_kernels_and_close_logits():
-    e2e, report = e2e_bench, report_page
+    e2e = e2e_bench
     target = "FlagGems profile greedy tokens native's or explained, logits within tolerance"
 
     def row(tokens, backends, within):
         summary = e2e.summarise(_agreement_raw(tokens, backends, within), ["native", "flagos_flaggems"], ["decode"])
-        rows = [r for r in report.flaggems_profile_targets({"summary": summary}) if r[0] == target]
+        rows = [r for r in targets_page.flaggems_profile_targets({"summary": summary}) if r[0] == target]
         return summary["flagos_flaggems"]["decode"], rows[0]
 
     entry, (_, text, met, _) = row([1, 2, 9, 9], {"native": 5, "flaggems": 3}, True)
