@@ -1,12 +1,8 @@
 """One DDP training step on flagos against native DDP, at world size 1, alternated in one run.
 
-Each round starts a child process per side, in ABBA order (benchmarks/common.py): `native` runs DDP on cuda
-(NCCL), or on the CPU (gloo) without a GPU, and never imports torch_fl (native CUDA backward fails in a process
-that did: README, "Known behaviour"); `flagos` runs the same model with DDP on flagos (the flagos backend: NCCL
-on a CUDA backing, gloo on host memory). A child builds the same seeded MLP, warms up, and times `--steps`
-steps (zero_grad, forward, cross-entropy, backward with DDP's bucketed all-reduce, SGD step), each to a device
-synchronisation; a round's figure is its median step. The ratio is native time / flagos time per round
-(throughput: above 1 is faster), reported as the median over rounds with its noise.
+Each round starts a child process per side, ABBA order: native DDP on cuda (NCCL) or the CPU (gloo), never
+importing torch_fl; flagos DDP through the flagos backend. Each times --steps steps of the same seeded MLP; the
+ratio is native / flagos median step time per round (above 1: flagos faster), the median over rounds.
 
     python -m benchmarks.ddp_step                  # the GPU run: writes results/ddp-step-<machine>.json
     python -m benchmarks.ddp_step --smoke          # tiny sizes on any backing, to a temporary file

@@ -65,15 +65,12 @@ def _variant_env(variant: str, calibrated: str | None = None) -> dict:
     return env
 
 
-def _worker_cmd(variant: str, args, ckpt: str, sizes: dict, *more: str) -> list[str]:
-    return common.child_cmd(
-        "e2e_worker", variant, "--ckpt", ckpt, "--sizes", json.dumps(sizes), "--seed", str(args.seed), *more
-    )
-
-
 def _run_child(variant, args, ckpt, sizes, routes: str | None = None) -> dict:
     """One child process for `variant` (routed as the variant `routes` says, default `variant`); its result."""
-    cmd = _worker_cmd(variant, args, ckpt, sizes, "--tasks", ",".join(args.tasks), "--logits-dir", args.logits_dir)
+    cmd = common.child_cmd(
+        "e2e_worker", variant, "--ckpt", ckpt, "--sizes", json.dumps(sizes), "--seed", str(args.seed)
+    )
+    cmd += ["--tasks", ",".join(args.tasks), "--logits-dir", args.logits_dir]
     cmd += ["--paired", str(args.paired), "--step-pairs", str(args.step_pairs)]
     t = time.perf_counter()
     try:
@@ -83,24 +80,6 @@ def _run_child(variant, args, ckpt, sizes, routes: str | None = None) -> dict:
     except RuntimeError as e:
         out = {"variant": variant, "error": str(e), "tasks": {}}
     out["wall_s"] = round(time.perf_counter() - t, 2)
-    return out
-
-
-def _train_worker_pairs(routings: list[str], args, ckpt, sizes, tmp: str) -> dict:
-    """{routing: pairs} of the training step: a native worker process against one per flagos routing in turn."""
-
-    def start(v: str) -> common.Worker:
-        cmd, log = _worker_cmd(v, args, ckpt, sizes, "--serve-train"), os.path.join(tmp, f"train-worker-{v}.log")
-        return common.Worker(f"train ({v})", cmd, _variant_env(v, args.calibrated), REPO, log, args.child_timeout)
-
-    sz = sizes["train"]
-    tokens = sz["batch"] * sz["length"]
-    out = common.pair_each(start, "native", routings, args.paired)
-    for res in out.values():
-        if "error" not in res:
-            res.update(against="native, worker processes", steps_per_sample=sz["iters"])
-            res["native_tokens_per_s"] = tokens / statistics.median(res.pop("native_s"))
-            res["flagos_tokens_per_s"] = tokens / statistics.median(res.pop("flagos_s"))
     return out
 
 
@@ -224,24 +203,12 @@ def main(argv=None) -> int:
                 t = time.perf_counter()
                 res = _run_child("paired", args, ckpt, sizes, routes=v)
                 deadline.took("paired", t)
-                print(paired_brief(res), f"[{res.get('wall_s', '?')} s]", flush=True)
+                print(_brief(res), flush=True)
                 if v == "flagos":
                     paired = res
                 else:
                     paired_routed[v] = res
                 write_json(raw, 0)
-        if not stopped and args.paired > 0 and "train" in args.tasks and pair_with:
-            stopped = not may_start("train_workers", "the training pairs or anything after them")
-            t = time.perf_counter()
-            for v, res in ({} if stopped else _train_worker_pairs(pair_with, args, ckpt, sizes, tmp)).items():
-                if v == "flagos":
-                    paired = home = paired or {"variant": "paired", "tasks": {}}
-                else:
-                    home = paired_routed.setdefault(v, {"variant": "paired", "tasks": {}})
-                home["tasks"]["train_native"] = res
-                print(f"{v} and native in worker processes:", paired_brief({"tasks": {"train": res}}))
-            deadline.took("train_workers", t)
-            write_json(raw, 0)
         for r in range(0 if stopped else args.rounds):
             order = variants[r % len(variants) :] + variants[: r % len(variants)]
             for v in order:
@@ -267,10 +234,14 @@ def _record(raw: list, res: dict, round_index: int, reference: dict) -> None:
     res["round"] = round_index
     compare_logits(res, reference)
     raw.append(res)
-    brief = ", ".join(
-        f"{t} {x['tokens_per_s']:.1f} tok/s" if "tokens_per_s" in x else f"{t} error" for t, x in res["tasks"].items()
-    )
-    print(brief or res.get("error", "no result")[:200], f"[{res.get('wall_s', '?')} s]", flush=True)
+    print(_brief(res), flush=True)
+
+
+def _brief(res: dict) -> str:
+    """A child's errors, if any, and its wall time: its figures are in the report."""
+    errors = [f"{t}: {exception_line(x['error'])}" for t, x in res["tasks"].items() if "error" in x]
+    errors += [exception_line(res["error"])] if "error" in res else []
+    return "; ".join(e[:200] for e in errors) + f" [{res.get('wall_s', '?')} s]"
 
 
 # ----------------------------------------------------------------------------- the report
@@ -383,26 +354,6 @@ def summarise(raw: list[dict], variants: list[str], tasks: list[str]) -> dict:
                 )
                 e["other_kernels"] = other
     return summary
-
-
-def paired_brief(paired: dict) -> str:
-    if "error" in paired:
-        return f"error: {exception_line(paired['error'])[:200]}"
-    parts = []
-    for t, r in paired["tasks"].items():
-        if "error" in r:
-            parts.append(f"{t} error: {exception_line(r['error'])[:200]}")
-            continue
-        match = {True: ", greedy = native", False: ", greedy differs"}.get(r.get("tokens_match_native"), "")
-        if t == "decode_tokens":
-            parts.append(
-                f"decode token by token {r['ratio_median']:.3f}x (median of {r['pairs']} token pairs, "
-                f"{r['ratio_of_sums']:.3f}x summed{match})"
-            )
-        else:
-            against = f", against {r['against']}" if r.get("against") else ""
-            parts.append(f"{t} {r['ratio_median']:.3f}x (median of {r['pairs']} pairs{against}{match})")
-    return "; ".join(parts)
 
 
 def chart(summary: dict, tasks: list[str], path: Path, title: str, paired: dict | None = None) -> str | None:

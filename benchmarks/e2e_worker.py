@@ -1,6 +1,6 @@
 """What one child process of benchmarks/e2e.py runs: `python -m benchmarks.e2e_worker VARIANT ...`, started by
 e2e.py alone. VARIANT native, flagos, flagos_flaggems or flagos_calibrated runs that variant's tasks; `paired`
-alternates native and flagos in one process; --serve-train makes it a training worker (common.serve)."""
+alternates native and flagos in one process."""
 
 from __future__ import annotations
 
@@ -288,24 +288,6 @@ def graph_decode_task(model, sz: dict, seed: int, device, timed, flagos: bool) -
     return res
 
 
-def train_worker(args) -> None:
-    """A training worker (--serve-train): serves timed samples of `iters` steps (common.serve)."""
-    common.models()
-    import workloads
-
-    device = common.device(args.variant)
-    sz = json.loads(args.sizes)["train"]
-    model, opt, ids = _train_setup(args, sz, device)
-
-    def step():
-        workloads.train_step(model, opt, ids)
-
-    for _ in range(sz["warmup"]):
-        step()
-    workloads.synchronize(device)
-    common.serve(step, lambda: workloads.synchronize(device), sz["iters"])
-
-
 def worker(args) -> dict:
     """One variant's tasks, each on a model loaded afresh, timed to the device's synchronisation."""
     info, dtype, routing = _start(args.variant)
@@ -400,12 +382,8 @@ def main(argv=None) -> int:
     p.add_argument("--paired", type=int, default=0)
     p.add_argument("--step-pairs", type=int, default=0)
     p.add_argument("--logits-dir", help="where a decode saves its prompt's logits")
-    p.add_argument("--serve-train", action="store_true", help="a training worker")
     args = p.parse_args(argv)
-    if args.serve_train:
-        train_worker(args)
-    else:
-        common.reply((paired_worker if args.variant == "paired" else worker)(args))
+    common.reply((paired_worker if args.variant == "paired" else worker)(args))
     return 0
 
 

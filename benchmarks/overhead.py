@@ -1,18 +1,12 @@
 """Per-call overhead of the flagos device against native PyTorch, same run.
 
-Small operators measure the cost a call adds on the host (microseconds per call, timed in windows shorter than
-the GPU's launch queue, so GPU throughput does not hide host cost); two rows measure it in context, per routed
-call: a decoder layer's mix of operators, and greedy decode of the tiny Qwen3 (a loop over one operator keeps
-everything in the CPU's caches, a model does not); a large add measures bandwidth and a large bf16 matmul
-TFLOP/s, where flagos must equal native. Native and flagos alternate round by round; the median of the rounds
-is reported, with the ratio. With flag_gems on a GPU it also times a flaggems-routed add/mul on flagos: the
-replay against native CUDA's add/mul, and the Python route (flaggems_python) against the same flag_gems function
-called directly.
-
     python -m benchmarks.overhead                 # full sizes (GPU)
     python -m benchmarks.overhead --quick         # small sizes (smoke; written to the temporary folder)
 
-Writes benchmarks/results/overhead-<machine>.json and, for full sizes, the PNG beside it (with matplotlib).
+Small operators: host microseconds per call, in windows shorter than the GPU's launch queue; in context: a
+decoder layer's operator mix and the tiny Qwen3's greedy decode, per routed call; large add and bf16 matmul:
+GB/s and TFLOP/s. Native and flagos alternate round by round (median of the rounds). With flag_gems on a GPU:
+flaggems-routed add/mul against native CUDA, and flaggems_python against flag_gems called directly.
 """
 
 from __future__ import annotations
@@ -84,9 +78,8 @@ def paired_calls_us(
     pairs: int,
     clock: Callable[[], float] = time.perf_counter,
 ):
-    """Host microseconds of each call of `first` and of `second`, timed call by call in pairs (ABBA order): for
-    calls whose own time swings by more than the difference sought, the median of per-pair differences is far
-    steadier than the difference of two medians. The GPU queue is drained between windows, untimed."""
+    """Host microseconds of each call of `first` and of `second`, timed call by call in ABBA pairs (the median of
+    per-pair differences is far steadier than the difference of two medians); the GPU queue drained untimed."""
     times: dict = {first: [], second: []}
     for i in range(pairs):
         if i % (WINDOW // 2) == 0:
@@ -179,8 +172,7 @@ def routed_calls(fn: Callable[[], object]) -> int:
 
 
 def context_rows(native: torch.device, flagos: torch.device, rounds: int, calls: int) -> list[Row]:
-    """Per-call cost in context, per routed call: a decoder layer's operator mix, and greedy decode of the tiny
-    Qwen3 (needs transformers; without it that row is left out)."""
+    """Per routed call: a decoder layer's operator mix, and the tiny Qwen3's greedy decode (needs transformers)."""
     rows = []
     seqs = {native: layer_sequence(native), flagos: layer_sequence(flagos)}
     n = routed_calls(seqs[flagos])
@@ -223,13 +215,7 @@ def context_rows(native: torch.device, flagos: torch.device, rounds: int, calls:
 
 def _context_row(name: str, samples: dict, native: torch.device, flagos: torch.device) -> Row:
     diffs = [f - n for n, f in zip(samples[native], samples[flagos], strict=True)]
-    row = Row(name, "us/call", statistics.median(samples[native]), statistics.median(samples[flagos]), diffs)
-    print(
-        f"  {name:<44} native {row.native:6.2f} us  flagos {row.flagos:6.2f} us"
-        f"  per round: median {statistics.median(diffs):+.2f} us",
-        flush=True,
-    )
-    return row
+    return Row(name, "us/call", statistics.median(samples[native]), statistics.median(samples[flagos]), diffs)
 
 
 def timed_ms(fn: Callable[[], object], device: torch.device, reps: int) -> float:
@@ -279,7 +265,6 @@ def run(
             per_call_us(ops[dev][name], dev, 50)
         samples = alternating(rounds, {d: (lambda d=d, fn=ops[d][name]: per_call_us(fn, d, calls)) for d in ops})
         rows.append(Row(name, "us/call", statistics.median(samples[native]), statistics.median(samples[flagos])))
-        print(f"  {name:<20} native {rows[-1].native:7.2f} us  flagos {rows[-1].flagos:7.2f} us", flush=True)
     if not large:
         return rows
     big = {native: large_ops(native, quick), flagos: large_ops(flagos, quick)}
@@ -290,36 +275,24 @@ def run(
             rounds, {d: (lambda d=d, fn=big[d][name][2], w=work: w / (timed_ms(fn, d, 5) / 1e3)) for d in big}
         )
         rows.append(Row(name, unit, statistics.median(samples[native]), statistics.median(samples[flagos])))
-        print(f"  {name:<20} native {rows[-1].native:9.1f} {unit}  flagos {rows[-1].flagos:9.1f} {unit}", flush=True)
     return rows
 
 
 def _pair_row(name: str, first, second, first_dev, second_dev, rounds: int, calls: int) -> Row:
-    """`second` against `first`, alternated in rounds and timed call by call in pairs (added_us: the
-    median of the per-pair differences, steadier than the rounds where the host drifts)."""
+    """`second` against `first`, alternated in rounds and timed call by call in pairs (added_us)."""
     per_call_us(first, first_dev, 50)  # warm up (Triton compile, replay's recording)
     per_call_us(second, second_dev, 50)
     sides = {"first": (first, first_dev), "second": (second, second_dev)}
     samples = alternating(rounds, {k: (lambda f=f, d=d: per_call_us(f, d, calls)) for k, (f, d) in sides.items()})
     one_first, one_second = paired_calls_us(first, second, first_dev, rounds * calls)
     diffs = [b - a for a, b in zip(samples["first"], samples["second"], strict=True)]
-    pair_diffs = sorted(b - a for a, b in zip(one_first, one_second, strict=True))
-    added = statistics.median(pair_diffs)
-    q1, q3 = pair_diffs[len(pair_diffs) // 4], pair_diffs[3 * len(pair_diffs) // 4]
-    row = Row(name, "us/call", statistics.median(samples["first"]), statistics.median(samples["second"]), diffs, added)
-    print(
-        f"  {name:<44} {row.native:7.2f} us vs {row.flagos:7.2f} us"
-        f"  per round: median {statistics.median(diffs):+.2f}, {min(diffs):+.2f} to {max(diffs):+.2f} us;"
-        f"  call by call ({len(pair_diffs)} pairs): median {added:+.2f} us, quartiles {q1:+.2f} to {q3:+.2f}",
-        flush=True,
-    )
-    return row
+    added = statistics.median(b - a for a, b in zip(one_first, one_second, strict=True))
+    return Row(name, "us/call", statistics.median(samples["first"]), statistics.median(samples["second"]), diffs, added)
 
 
 def flaggems_rows(rounds: int, calls: int) -> list[Row]:
-    """FlagGems-routed 4x4 calls on flagos: `flaggems` (replayed from C++) against native CUDA's own kernel (what
-    routing to FlagGems costs a model), `flaggems_python` against that function called directly on CUDA tensors
-    (what the routing layer adds to it)."""
+    """FlagGems-routed 4x4 calls on flagos: `flaggems` (replayed) against native CUDA's kernel, `flaggems_python`
+    against that function called directly on CUDA tensors."""
     from torch_fl import backends, routing
     from torch_fl.backends.flaggems import LOADER
 
@@ -407,9 +380,6 @@ def main(argv: list[str] | None = None) -> int:
         "results": [asdict(r) | {"ratio": r.ratio, "added_us": r.added_us} for r in rows],
     }
     out = str(common.write("overhead", report, args.out, smoke=args.quick))
-    print(f"\n{'operator':<28}{'native':>10}{'flagos':>10}{'ratio':>8}  unit")
-    for r in rows:
-        print(f"{r.name:<28}{r.native:>10.2f}{r.flagos:>10.2f}{r.ratio:>8.3f}  {r.unit}")
     print(f"wrote {out}")
     if not args.quick:
         plot(rows, out.replace(".json", ".png"))

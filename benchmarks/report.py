@@ -111,13 +111,12 @@ PAIR_TASKS = {
     "decode_tokens": "decode token by token",
     "graphs": "graph decode pairs",
     "train": "train pairs, against flagos's native routes",
-    "train_native": "train pairs, against native (worker processes)",
 }
 # the in-process pairs that judge a task, steadiest first (token by token: 64 pairs of short calls)
 PAIR_LABELS = {
     "decode": ("decode token by token", "decode, generate() pairs"),
     "prefill": ("prefill pairs",),
-    "train": ("train pairs, against native (worker processes)", "train pairs, against flagos's native routes"),
+    "train": ("train pairs, against flagos's native routes",),
 }
 
 

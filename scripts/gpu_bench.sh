@@ -30,9 +30,8 @@ fi
 if [[ $STEP == compile ]]; then
   # torch.compile on flagos against native (benchmarks/compile_bench.py: compile-h200.json): four cold
   # compiles (prefill and training step, each variant) and the pairs, about five minutes on the H200.
-  # COMPILE_PROFILE=1: profiler tables of compiled prefill per variant in $OUT (compile-prefill-<variant>.txt).
   python3 -m benchmarks.compile_bench ${PAIRS:+--pairs "$PAIRS"} ${TRAIN_PAIRS:+--train-pairs "$TRAIN_PAIRS"} \
-    ${COMPILE_PROFILE:+--profile "$OUT"} --out "$OUT" 2>&1 | tail -12
+    --out "$OUT" 2>&1 | tail -12
 fi
 if [[ $STEP == trainer ]]; then
   # A Hugging Face Trainer fine-tune of Qwen3-0.6B in bf16, flagos against native CUDA (benchmarks/trainer_bench.py:
