@@ -118,13 +118,14 @@ def train_worker(args) -> None:
     common.serve(step, lambda: _sync(device), args.steps, {"compile_s": round(first - steady, 3)})
 
 
-def train_pairs(args, tmp: str) -> dict:
+def train_pairs(args, argv: list[str], tmp: str) -> dict:
     """Both variants' training workers, compiled one after the other, then --train-pairs ABBA pairs."""
     workers: dict = {}
     try:
         for variant in ("native", "flagos"):
             cache = os.path.join(tmp, f"train-{variant}")
-            cmd, env = _child_cmd("train", args, variant), dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
+            cmd = common.child_cmd("compile_bench", *argv, "--child", "train", "--variant", variant)
+            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
             log = cache + "-stderr.log"
             workers[variant] = common.Worker(f"train ({variant})", cmd, env, common.REPO, log, args.timeout)
         res = common.take_turns(workers["native"], workers["flagos"], args.train_pairs)
@@ -140,15 +141,8 @@ def train_pairs(args, tmp: str) -> dict:
     }
 
 
-def _child_cmd(task: str, args, variant: str | None = None) -> list[str]:
-    cmd = common.child_cmd("compile_bench", "--child", task, "--pairs", str(args.pairs))
-    cmd += ["--calls", str(args.calls)]
-    cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup)] + (["--quick"] if args.quick else [])
-    cmd += ["--variant", variant] if variant else []
-    return cmd
-
-
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     p = common.parser(__doc__, "compile")
     p.add_argument("--quick", action="store_true", help="host smoke sizes (tiny Qwen3); writes to the temp folder")
     p.add_argument("--pairs", type=int, default=16, help="prefill pairs (default 16)")
@@ -172,9 +166,10 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="compile-bench-") as tmp:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "prefill"))
-        prefill = common.run_child(_child_cmd("prefill", args), args.timeout, env, label="prefill child")
+        cmd = common.child_cmd("compile_bench", *argv, "--child", "prefill")
+        prefill = common.run_child(cmd, args.timeout, env, label="prefill child")
         print(f"prefill: flagos {common.format_ratio(prefill)} native, compile s {prefill['compile_s']}")
-        train = train_pairs(args, tmp)
+        train = train_pairs(args, argv, tmp)
     print(f"train: flagos {common.format_ratio(train)} native, compile s {train['compile_s']}")
     payload = {
         "sizes": _sizes(args),

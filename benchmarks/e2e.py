@@ -67,11 +67,10 @@ def _variant_env(variant: str, calibrated: str | None = None) -> dict:
 
 def _run_child(variant, args, ckpt, sizes, routes: str | None = None) -> dict:
     """One child process for `variant` (routed as the variant `routes` says, default `variant`); its result."""
+    job = {"ckpt": ckpt, "sizes": sizes, "tasks": args.tasks, "seed": args.seed, "logits_dir": args.logits_dir}
     cmd = common.child_cmd(
-        "e2e_worker", variant, "--ckpt", ckpt, "--sizes", json.dumps(sizes), "--seed", str(args.seed)
+        "e2e_worker", variant, json.dumps({**job, "paired": args.paired, "step_pairs": args.step_pairs})
     )
-    cmd += ["--tasks", ",".join(args.tasks), "--logits-dir", args.logits_dir]
-    cmd += ["--paired", str(args.paired), "--step-pairs", str(args.step_pairs)]
     t = time.perf_counter()
     try:
         out = common.run_child(cmd, args.child_timeout, _variant_env(routes or variant, args.calibrated))
@@ -182,66 +181,58 @@ def main(argv=None) -> int:
         reference: dict = {}  # native's, for compare_logits
         raw = []
         what = f"{args.paired} pairs" + (f", {args.step_pairs} sequences token by token" if args.step_pairs else "")
-        # Each child runs for tens of seconds to minutes: the deadline is judged before each one, and the
-        # report is written after each one, so a run stopped early, or killed, keeps what it measured.
+        # The deadline is judged before each child (each runs for minutes), the report written after each one.
         deadline = common.Deadline(args.deadline, started)
 
-        def may_start(kind: str, step: str) -> bool:
-            if deadline.allows(kind):
-                return True
-            print(f"deadline ({args.deadline:g} s): not starting {step}", flush=True)
-            return False
+        def child(kind: str, step: str, say: str, v: str, routes: str | None = None) -> dict | None:
+            """`v`'s child, or None where the deadline does not let it start (then nothing more starts)."""
+            if not deadline.allows(kind):
+                print(f"deadline ({args.deadline:g} s): not starting {step} or anything after them", flush=True)
+                return None
+            print(say, end=" ", flush=True)
+            t = time.perf_counter()
+            res = _run_child(v, args, ckpt, sizes, routes)
+            deadline.took(kind, t)
+            print(_brief(res), flush=True)
+            return res
 
         stopped = False
         for v in pair_with:
             # a routing variant pairs its training step too (with flagos's native routes)
             pairable = {"decode", "prefill", "graphs"} | ({"train"} if v != "flagos" else set())
             if (args.paired > 0 and pairable & set(args.tasks)) or (args.step_pairs > 0 and "decode" in args.tasks):
-                if stopped := not may_start("paired", f"the pairs of {v} or anything after them"):
+                say = f"paired: native and {v} alternating in one process, {what} ..."
+                if stopped := (res := child("paired", f"the pairs of {v}", say, "paired", v)) is None:
                     break
-                print(f"paired: native and {v} alternating in one process, {what} ...", end=" ", flush=True)
-                t = time.perf_counter()
-                res = _run_child("paired", args, ckpt, sizes, routes=v)
-                deadline.took("paired", t)
-                print(_brief(res), flush=True)
                 if v == "flagos":
                     paired = res
                 else:
                     paired_routed[v] = res
                 write_json(raw, 0)
         for r in range(0 if stopped else args.rounds):
-            order = variants[r % len(variants) :] + variants[: r % len(variants)]
-            for v in order:
-                if stopped := not may_start(v, f"{v} in round {r + 1} or anything after it"):
+            for v in variants[r % len(variants) :] + variants[: r % len(variants)]:
+                res = child(v, f"{v} in round {r + 1}", f"round {r + 1}/{args.rounds}: {v} ...", v)
+                if stopped := res is None:
                     break
-                print(f"round {r + 1}/{args.rounds}: {v} ...", end=" ", flush=True)
-                t = time.perf_counter()
-                _record(raw, _run_child(v, args, ckpt, sizes), r, reference)
-                deadline.took(v, t)
+                res["round"] = r
+                compare_logits(res, reference)
+                raw.append(res)
                 write_json(raw, r + 1)
             if stopped:
                 break
         args.rounds = len({x["round"] for x in raw})  # rounds begun (a deadline may stop them early)
 
     out = write_json(raw, args.rounds)
-    png = chart(out["summary"], args.tasks, json_path.with_suffix(".png"), title(out), paired)
-    print(f"wrote {json_path}" + (f" and {png}" if png else " (no PNG: matplotlib is not installed)"))
+    print(f"wrote {json_path}")
     print(f"total {out['wall_s']} s")
     return 0
-
-
-def _record(raw: list, res: dict, round_index: int, reference: dict) -> None:
-    res["round"] = round_index
-    compare_logits(res, reference)
-    raw.append(res)
-    print(_brief(res), flush=True)
 
 
 def _brief(res: dict) -> str:
     """A child's errors, if any, and its wall time: its figures are in the report."""
     errors = [f"{t}: {exception_line(x['error'])}" for t, x in res["tasks"].items() if "error" in x]
     errors += [exception_line(res["error"])] if "error" in res else []
-    return "; ".join(e[:200] for e in errors) + f" [{res.get('wall_s', '?')} s]"
+    return " ".join([*(e[:200] + ";" for e in errors), f"[{res.get('wall_s', '?')} s]"])
 
 
 # ----------------------------------------------------------------------------- the report
@@ -354,53 +345,6 @@ def summarise(raw: list[dict], variants: list[str], tasks: list[str]) -> dict:
                 )
                 e["other_kernels"] = other
     return summary
-
-
-def chart(summary: dict, tasks: list[str], path: Path, title: str, paired: dict | None = None) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    # Each variant's ratio over the child rounds, and the median per-pair
-    # ratio of the in-process pairs where they ran (the steadier number).
-    series = {
-        v: [summary[v].get(t, {}).get("ratio_to_native", 0.0) for t in tasks]
-        for v in summary
-        if any(summary[v].get(t, {}).get("rounds") for t in tasks)  # none with --rounds 0
-    }
-    pairs = (paired or {}).get("tasks", {})
-    if set(pairs) & set(tasks):
-        series["flagos, in-process pairs"] = [pairs.get(t, {}).get("ratio_median", 0.0) for t in tasks]
-    if "decode_tokens" in pairs:
-        by_token = pairs["decode_tokens"]["ratio_median"]
-        series["flagos, token-by-token pairs"] = [by_token if t == "decode" else 0.0 for t in tasks]
-    fig, ax = plt.subplots(figsize=(8, 4.2))
-    width = 0.8 / max(1, len(series))
-    for i, (v, vals) in enumerate(series.items()):
-        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(tasks))]
-        bars = ax.bar(xs, vals, width, label=v)
-        for b, val, t in zip(bars, vals, tasks, strict=True):
-            label = f"{val:.3f}" if val else ("error" if summary.get(v, {}).get(t, {}).get("errors") else "")
-            ax.annotate(label, (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom", fontsize=8)
-    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-    ax.set_xticks(range(len(tasks)), tasks)
-    ax.set_ylabel("tokens/s relative to native (higher is better)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return str(path)
-
-
-def title(out: dict) -> str:
-    rounds = max((s.get("rounds", 0) for v in out["summary"].values() for s in v.values()), default=0)
-    where = out["meta"]["versions"].get("gpu") or "host CPU"
-    what = f"median of {rounds} rounds" if rounds else "in-process pairs"
-    return f"Qwen3 {out['model']} on {where}, {what} ({out['meta']['date'][:10]})"
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def paired_worker(args) -> dict:
 
     stats, cuda = routing.summary, out["backing"] == "cuda"
     native, flagos = torch.device("cuda", 0) if cuda else torch.device("cpu"), torch.device("flagos", 0)
-    sizes, tasks = json.loads(args.sizes), args.tasks.split(",")
+    sizes, tasks = args.sizes, args.tasks
     models = {d: qwen3.build(args.ckpt, dtype=dtype).to(d) for d in (native, flagos)}
     paired = ("decode", "prefill", "graphs") if cuda else ("decode", "prefill")
     seen: dict = {}  # replay's counts at the end of the tasks so far
@@ -259,33 +259,29 @@ def token_pairs(models: dict, native, flagos, sz: dict, args) -> dict:
     }
 
 
-def graph_decode_task(model, sz: dict, seed: int, device, timed, flagos: bool) -> dict:
-    """Greedy decode replaying the step captured on the first decode (graph_decode.GraphDecoder), and eagerly once."""
+def graph_decode(model, sz: dict, seed: int, device, flagos: bool):
+    """(fn, tokens per call, its result so far, what to add after the timed calls) of greedy decode replaying the
+    step captured on the first decode (graph_decode.GraphDecoder); the eager decode's tokens, to compare with."""
     import graph_decode
 
     ids = _prompt(model, sz, seed, device)
-    max_len = sz["prompt"] + sz["new_tokens"]
+    max_len, new = sz["prompt"] + sz["new_tokens"], sz["new_tokens"]
     dec = graph_decode.GraphDecoder(model, sz["batch"], max_len, device)
     t = time.perf_counter()
-    dec.decode(ids, sz["new_tokens"])  # captures the step, then decodes
-    capture_s = time.perf_counter() - t
-    eager = graph_decode.GraphDecoder(model, sz["batch"], max_len, device, graphs=False).decode(ids, sz["new_tokens"])
-    sec, out = timed(lambda: dec.decode(ids, sz["new_tokens"]), sz["warmup"], sz["iters"])
-    res = {
-        "seconds": sec,
-        "tokens": out[:, sz["prompt"] :].cpu().tolist(),
-        "tokens_per_s": sz["batch"] * sz["new_tokens"] / sec,
-        "tokens_match_eager": bool((out == eager).all()),
-        "first_decode_s": round(capture_s, 3),
-        "captures": dec.captures,
-    }
+    dec.decode(ids, new)  # captures the step, then decodes
+    res = {"first_decode_s": round(time.perf_counter() - t, 3), "captures": dec.captures}
+    res["eager"] = graph_decode.GraphDecoder(model, sz["batch"], max_len, device, graphs=False).decode(ids, new)
     if flagos:  # what the graph captured, counted once at capture
         captured: dict = {}
         for (_, backend), n in dec.graph.captured_calls().items():
             captured[backend] = captured.get(backend, 0) + n
         res["captured_calls"] = captured
-        res["replays"] = dec.graph.replays
-    return res
+    return (
+        (lambda: dec.decode(ids, new)),
+        sz["batch"] * new,
+        res,
+        lambda: {"replays": dec.graph.replays} if flagos else {},
+    )
 
 
 def worker(args) -> dict:
@@ -314,47 +310,38 @@ def worker(args) -> dict:
         workloads.reset_peak_memory(device)
         if task == "train":
             model, opt, ids = _train_setup(args, sz, device)
-            losses = []
-            if routing:
-                routing.reset_stats()
-            sec, _ = timed(lambda: losses.append(workloads.train_step(model, opt, ids)), sz["warmup"], sz["iters"])
-            res["tokens_per_s"] = sz["batch"] * sz["length"] / sec
-            res["losses"] = [float(x) for x in losses]
-            del opt, losses
-        elif task in ("decode", "prefill"):
-            model = qwen3.build(args.ckpt, dtype=dtype).to(device)
-            fn, tokens = inference_call(task, model, sz, args.seed, device)
-            if routing:
-                routing.reset_stats()
-            sec, out = timed(fn, sz["warmup"], sz["iters"])
-            if task == "decode":
-                res["tokens"] = out[:, sz["prompt"] :].cpu().tolist()
-            res["tokens_per_s"] = tokens / sec
-        elif task == "graphs":
-            model = qwen3.build(args.ckpt, dtype=dtype).to(device)
-            res.update(graph_decode_task(model, sz, args.seed, device, timed, stats is not None))
-            sec = res.pop("seconds")
+            losses: list = []
+            fn, tokens = (lambda: losses.append(workloads.train_step(model, opt, ids))), sz["batch"] * sz["length"]
         else:
-            raise ValueError(f"unknown task {task!r}")
-        res["seconds"] = sec
-        res["peak_bytes"] = workloads.peak_memory(device)
+            model = qwen3.build(args.ckpt, dtype=dtype).to(device)
+            if task == "graphs":
+                fn, tokens, res, after = graph_decode(model, sz, args.seed, device, stats is not None)
+            else:
+                fn, tokens = inference_call(task, model, sz, args.seed, device)
+        if routing and task != "graphs":
+            routing.reset_stats()
+        sec, out = timed(fn, sz["warmup"], sz["iters"])
+        if task == "train":
+            res["losses"] = [float(x) for x in losses]
+        if task in ("decode", "graphs"):
+            res["tokens"] = out[:, sz["prompt"] :].cpu().tolist()
+        if task == "graphs":
+            res.update(tokens_match_eager=bool((out == res.pop("eager")).all()), **after())
+        res.update(tokens_per_s=tokens / sec, seconds=sec, peak_bytes=workloads.peak_memory(device))
         if stats:
             rows = stats.stats()
             res["backends"] = stats.backends_used(rows)
             res["fallback_ops"] = [r.op for r in stats.fallbacks(rows)]
-            res["top_ops"] = [[r.op, r.backend, r.calls] for r in rows[:8]]
         if task == "decode" and args.logits_dir:  # after the statistics: this forward is not the benchmark's
-            # the prompt's last-position logits (what the first greedy token is chosen from), in float32 on the
-            # host, for the parent to compare with native's (e2e.compare_logits)
+            # the prompt's last-position logits, for the parent to compare with native's (e2e.compare_logits)
             path = os.path.join(args.logits_dir, f"{os.getpid()}.pt")
             torch.save(workloads.last_logits(model, _prompt(model, sz, args.seed, device)), path)
             res.update(logits_file=path, logits_dtype=str(model.dtype).removeprefix("torch."))
         return res
 
-    sizes = json.loads(args.sizes)
-    for task in args.tasks.split(","):
+    for task in args.tasks:
         try:
-            res = run_task(task, sizes[task])
+            res = run_task(task, args.sizes[task])
         except Exception as e:  # recorded as a result: the peer may simply not run this
             res = _error(e)
         gc.collect()  # what the task left behind, before the next one loads its model
@@ -375,14 +362,9 @@ def worker(args) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("variant", help="native, flagos, flagos_flaggems, flagos_calibrated, or paired")
-    p.add_argument("--ckpt", required=True, help="the model: a checkpoint folder or a built-in name")
-    p.add_argument("--sizes", required=True, help="e2e.SIZES[...] as JSON")
-    p.add_argument("--tasks", default="decode,prefill,train")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--paired", type=int, default=0)
-    p.add_argument("--step-pairs", type=int, default=0)
-    p.add_argument("--logits-dir", help="where a decode saves its prompt's logits")
-    args = p.parse_args(argv)
+    p.add_argument("job", type=json.loads, help="JSON: ckpt, sizes, tasks, seed, paired, step_pairs, logits_dir")
+    parsed = p.parse_args(argv)
+    args = argparse.Namespace(variant=parsed.variant, **parsed.job)
     common.reply((paired_worker if args.variant == "paired" else worker)(args))
     return 0
 

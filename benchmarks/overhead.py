@@ -181,8 +181,8 @@ def context_rows(native: torch.device, flagos: torch.device, rounds: int, calls:
     for dev in (native, flagos):
         per_call_us(seqs[dev], dev, 20, per_window)
     reps = max(1, calls // n)
-    samples = alternating(rounds, {d: (lambda d=d: per_call_us(seqs[d], d, reps, per_window) / n) for d in seqs})
-    rows.append(_context_row(f"decoder-layer mix ({n} calls), per call", samples, native, flagos))
+    sample = {d: (lambda d=d: per_call_us(seqs[d], d, reps, per_window) / n) for d in seqs}
+    rows.append(_row(f"decoder-layer mix ({n} calls), per call", "us/call", rounds, sample, diffs=True))
     try:
         from torch_fl.models import qwen3, workloads
     except ImportError as e:  # transformers is an optional extra
@@ -207,15 +207,17 @@ def context_rows(native: torch.device, flagos: torch.device, rounds: int, calls:
         sync(dev)
         return (time.perf_counter() - start) * 1e6 / n
 
-    samples = alternating(rounds, {d: (lambda d=d: per_call(d)) for d in (native, flagos)})
     name = f"tiny Qwen3 greedy decode ({n // tokens} calls/token), per call"
-    rows.append(_context_row(name, samples, native, flagos))
+    rows.append(_row(name, "us/call", rounds, {d: (lambda d=d: per_call(d)) for d in (native, flagos)}, diffs=True))
     return rows
 
 
-def _context_row(name: str, samples: dict, native: torch.device, flagos: torch.device) -> Row:
-    diffs = [f - n for n, f in zip(samples[native], samples[flagos], strict=True)]
-    return Row(name, "us/call", statistics.median(samples[native]), statistics.median(samples[flagos]), diffs)
+def _row(name: str, unit: str, rounds: int, sample: dict, diffs: bool = False) -> Row:
+    """A row from `rounds` rounds alternating the two sides' `sample()` (native's, then flagos's); `diffs`: keep
+    each round's difference."""
+    native, flagos = alternating(rounds, sample).values()
+    kept = [f - n for n, f in zip(native, flagos, strict=True)] if diffs else None
+    return Row(name, unit, statistics.median(native), statistics.median(flagos), kept)
 
 
 def timed_ms(fn: Callable[[], object], device: torch.device, reps: int) -> float:
@@ -263,18 +265,17 @@ def run(
     for name in ops[native]:
         for dev in (native, flagos):  # warm up (kernel selection, allocator)
             per_call_us(ops[dev][name], dev, 50)
-        samples = alternating(rounds, {d: (lambda d=d, fn=ops[d][name]: per_call_us(fn, d, calls)) for d in ops})
-        rows.append(Row(name, "us/call", statistics.median(samples[native]), statistics.median(samples[flagos])))
+        rows.append(
+            _row(name, "us/call", rounds, {d: (lambda d=d, f=ops[d][name]: per_call_us(f, d, calls)) for d in ops})
+        )
     if not large:
         return rows
     big = {native: large_ops(native, quick), flagos: large_ops(flagos, quick)}
     for name, (unit, work, _) in big[native].items():
         for dev in (native, flagos):
             timed_ms(big[dev][name][2], dev, 3)
-        samples = alternating(
-            rounds, {d: (lambda d=d, fn=big[d][name][2], w=work: w / (timed_ms(fn, d, 5) / 1e3)) for d in big}
-        )
-        rows.append(Row(name, unit, statistics.median(samples[native]), statistics.median(samples[flagos])))
+        sample = {d: (lambda d=d, fn=big[d][name][2], w=work: w / (timed_ms(fn, d, 5) / 1e3)) for d in big}
+        rows.append(_row(name, unit, rounds, sample))
     return rows
 
 
@@ -282,12 +283,11 @@ def _pair_row(name: str, first, second, first_dev, second_dev, rounds: int, call
     """`second` against `first`, alternated in rounds and timed call by call in pairs (added_us)."""
     per_call_us(first, first_dev, 50)  # warm up (Triton compile, replay's recording)
     per_call_us(second, second_dev, 50)
-    sides = {"first": (first, first_dev), "second": (second, second_dev)}
-    samples = alternating(rounds, {k: (lambda f=f, d=d: per_call_us(f, d, calls)) for k, (f, d) in sides.items()})
+    sample = {"a": lambda: per_call_us(first, first_dev, calls), "b": lambda: per_call_us(second, second_dev, calls)}
+    row = _row(name, "us/call", rounds, sample, diffs=True)
     one_first, one_second = paired_calls_us(first, second, first_dev, rounds * calls)
-    diffs = [b - a for a, b in zip(samples["first"], samples["second"], strict=True)]
-    added = statistics.median(b - a for a, b in zip(one_first, one_second, strict=True))
-    return Row(name, "us/call", statistics.median(samples["first"]), statistics.median(samples["second"]), diffs, added)
+    row.paired_added_us = statistics.median(b - a for a, b in zip(one_first, one_second, strict=True))
+    return row
 
 
 def flaggems_rows(rounds: int, calls: int) -> list[Row]:
@@ -332,30 +332,6 @@ def environment() -> dict:
     return {"torch_fl": torch_fl.__version__, "backing": torch_fl.backing(), "device": torch.flagos.get_device_name(0)}
 
 
-def plot(rows: list[Row], path: str) -> None:
-    """Bar chart of the per-call rows (none without matplotlib)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("no chart: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
-        return
-    small = [r for r in rows if r.unit == "us/call"]
-    fig, ax = plt.subplots(figsize=(9, 4))
-    xs = range(len(small))
-    ax.bar([x - 0.2 for x in xs], [r.native for r in small], 0.4, label="native")
-    ax.bar([x + 0.2 for x in xs], [r.flagos for r in small], 0.4, label="flagos")
-    ax.set_xticks(list(xs), [r.name for r in small], rotation=20, ha="right")
-    ax.set_ylabel("microseconds per call")
-    ax.set_title(f"flagos vs native, {environment()['device']}")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print(f"wrote {path}")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = common.parser(__doc__, "overhead")
     parser.add_argument("--rounds", type=int, default=7, help="alternating rounds per variant (median reported)")
@@ -381,8 +357,6 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = str(common.write("overhead", report, args.out, smoke=args.quick))
     print(f"wrote {out}")
-    if not args.quick:
-        plot(rows, out.replace(".json", ".png"))
     return 0
 
 

@@ -329,7 +329,7 @@ def _tables(benchmark: str, d: dict) -> list[str]:
 TABLES = {b: (lambda d, b=b: _tables(b, d)) for b in ("e2e", *SPECS)}
 
 
-def benchmarks_md(results: dict[str, dict], results_dir: Path = RESULTS) -> str:
+def benchmarks_md(results: dict[str, dict]) -> str:
     lines = [
         "# Benchmarks",
         "",
@@ -346,8 +346,6 @@ def benchmarks_md(results: dict[str, dict], results_dir: Path = RESULTS) -> str:
         meta = d["meta"]
         lines += [f"## {stem}: {TITLES.get(meta['benchmark'], meta['benchmark'])}", "", provenance(stem, meta), ""]
         lines += TABLES[meta["benchmark"]](d)
-        if (results_dir / f"{stem}.png").exists():
-            lines += [f"![{stem}](../benchmarks/results/{stem}.png)", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -384,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    wanted = {doc: benchmarks_md(results, Path(args.results)), readme: new_readme}
+    wanted = {doc: benchmarks_md(results), readme: new_readme}
     stale = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
     if args.check:
         for path in stale:

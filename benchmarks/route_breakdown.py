@@ -27,47 +27,36 @@ def per_call_us(fn, device, calls: int, rounds: int = 5) -> float:
     return statistics.median(one_round(fn, device, calls) for _ in range(rounds))
 
 
+def _gems_ops(table: dict, fa, fb) -> list[tuple]:
+    """(op, its flag_gems function, the routed call on flagos tensors, the keywords the dispatcher passes)."""
+    ops = (("add", lambda: fa + fb, {"alpha": 1}), ("mul", lambda: fa * fb, {}))
+    return [(op, table[f"{op}.Tensor"], routed, kw) for op, routed, kw in ops if table.get(f"{op}.Tensor")]
+
+
 def flaggems_gaps(table: dict, a, b, fa, fb, native, pairs: int) -> dict[str, float]:
     """What a flaggems-routed add or mul adds over the direct call, step by step, each timed in ABBA pairs."""
     from benchmarks.overhead import paired_calls_us
 
-    def gap(name: str, first, second) -> tuple[str, float]:
-        one, two = paired_calls_us(first, second, native, pairs)
-        return name, statistics.median(t - o for o, t in zip(one, two, strict=True))
-
     out = {}
-    for op, direct, routed, kwargs in (
-        ("add", table.get("add.Tensor"), lambda: fa + fb, {"alpha": 1}),
-        ("mul", table.get("mul.Tensor"), lambda: fa * fb, {}),
-    ):
-        if direct is None:
-            continue
+    for op, direct, routed, kwargs in _gems_ops(table, fa, fb):
+        fresh = lambda d=direct, k=kwargs: d(torch_fl.as_native(fa), torch_fl.as_native(fb), **k)  # noqa: E731
         steps = [
             (
                 f"flag_gems {op}: fresh alias tensors instead of persistent ones",
                 lambda d=direct, k=kwargs: d(a, b, **k),
-                lambda d=direct, k=kwargs: d(torch_fl.as_native(fa), torch_fl.as_native(fb), **k),
+                fresh,
             ),
-            (
-                f"flag_gems {op}: routed from flagos instead of direct on fresh aliases",
-                lambda d=direct, k=kwargs: d(torch_fl.as_native(fa), torch_fl.as_native(fb), **k),
-                routed,
-            ),
+            (f"flag_gems {op}: routed from flagos instead of direct on fresh aliases", fresh, routed),
         ]
         if kwargs:
-            steps.append(
-                (
-                    f"flag_gems {op}: alpha=1 passed instead of left out",
-                    lambda d=direct: d(a, b),
-                    lambda d=direct, k=kwargs: d(a, b, **k),
-                )
-            )
+            name = f"flag_gems {op}: alpha=1 passed instead of left out"
+            steps.append((name, lambda d=direct: d(a, b), lambda d=direct, k=kwargs: d(a, b, **k)))
         with torch_fl.routing.route({f"{op}.Tensor": "flaggems_python"}):
             for _ in range(200):
                 routed()
             for name, first, second in steps:
-                key, us = gap(name, first, second)
-                out[key] = us
+                one, two = paired_calls_us(first, second, native, pairs)
+                out[name] = statistics.median(t - o for o, t in zip(one, two, strict=True))
     return out
 
 
@@ -76,12 +65,7 @@ def inside_and_outside(table: dict, a, b, fa, fb, native, pairs: int) -> dict[st
     PyRoute) or around it, routed and direct calls alternating (ABBA); medians of per-pair differences."""
     out = {}
     clock = time.perf_counter
-    for op, call, routed, kwargs in (
-        ("add", table.get("add.Tensor"), lambda: fa + fb, {"alpha": 1}),
-        ("mul", table.get("mul.Tensor"), lambda: fa * fb, {}),
-    ):
-        if call is None:
-            continue
+    for op, call, routed, kwargs in _gems_ops(table, fa, fb):
         inner: list[float] = []
 
         def timed(x, y, *, _call=call, _inner=inner, **kw):

@@ -120,35 +120,31 @@ def agreement(native: list[float], flagos: list[float], rtol: float) -> dict:
     }
 
 
-def finish(w: common.Worker) -> dict:
-    """Closes the worker's stdin (it trains on to --steps unpaused) and returns its final answer."""
-    w.proc.stdin.close()
-    return w.read()
-
-
 def run(args, argv: list[str]) -> dict:
     cmd = common.child_cmd("trainer_bench", *argv, "--child")
     workers, finals, errors, speed = {}, {}, {}, None
+
+    def attempt(what: str, fn, *a):
+        """fn(*a), or None with its error kept under `what`."""
+        try:
+            return fn(*a)
+        except RuntimeError as e:
+            errors[what] = str(e)[-3000:]
+
     with tempfile.TemporaryDirectory(prefix="trainer-bench-") as tmp:
         try:
             for v in ("native", "flagos"):
-                try:
-                    log = os.path.join(tmp, f"{v}-stderr.log")
-                    workers[v] = common.Worker(
-                        v, [*cmd, "--variant", v], dict(os.environ), common.REPO, log, args.timeout
-                    )
-                except RuntimeError as e:
-                    errors[v] = str(e)[-3000:]
+                log = os.path.join(tmp, f"{v}-stderr.log")
+                if w := attempt(
+                    v, common.Worker, v, [*cmd, "--variant", v], dict(os.environ), common.REPO, log, args.timeout
+                ):
+                    workers[v] = w
             if len(workers) == 2:
-                try:
-                    speed = common.take_turns(workers["native"], workers["flagos"], args.pairs)
-                except RuntimeError as e:
-                    errors["pairs"] = str(e)[-3000:]
+                speed = attempt("pairs", common.take_turns, workers["native"], workers["flagos"], args.pairs)
             for v, w in workers.items():
-                try:
-                    finals[v] = finish(w)
-                except RuntimeError as e:
-                    errors[v] = str(e)[-3000:]
+                w.proc.stdin.close()  # it trains on to --steps unpaused, then answers its losses
+                if final := attempt(v, w.read):
+                    finals[v] = final
         finally:
             for w in workers.values():
                 w.close()

@@ -11,7 +11,7 @@
 # sequences decoded token by token in pairs, default 4), or the demo (native
 # routes, then the FlagGems profile). Each benchmark writes its canonical file
 # into $OUT (overhead-h200.json, route-breakdown-h200.json, alias-pool-h200.json,
-# e2e-h200.json, with their PNGs); copy them to benchmarks/results/ and run
+# e2e-h200.json); copy them to benchmarks/results/ and run
 # `python -m benchmarks.report` to regenerate docs/benchmarks.md and the README table. The copy's git
 # state may be stale: name the commit sent with TORCH_FL_COMMIT=<hash> TORCH_FL_DIRTY=0|1 (the meta block).
 # Correctness checks: scripts/gpu_check.sh.

@@ -62,24 +62,15 @@ def test_e2e_benchmark_quick(tmp_path):
         assert entry["native_tokens_per_s"] > 0 and entry["flagos_tokens_per_s"] > 0
     assert paired["tasks"]["decode"]["tokens_match_native"] is True
     assert "train" not in paired["tasks"]  # native CUDA backward cannot share a process with torch_fl
-    # the chart beside it, where matplotlib is installed
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        assert not json_path.with_suffix(".png").exists()
-    else:
-        assert json_path.with_suffix(".png").stat().st_size > 0
 
 
 @pytest.mark.anyplatform
 def test_pairs_only_report_has_no_empty_rounds():
-    """--rounds 0 (in-process pairs alone): the tables and title say so instead of listing errors."""
+    """--rounds 0 (in-process pairs alone): the tables say so instead of listing errors."""
     e2e = e2e_bench
     summary = e2e.summarise([], ["native", "flagos"], ["prefill"])
     assert summary["flagos"]["prefill"]["rounds"] == 0
     assert report_page.e2e_tables({"summary": summary, "rounds": 0}) == []  # no table of child rounds
-    report = {"summary": summary, "meta": {"versions": {"gpu": "GPU"}, "date": "2026-12-01T15:00:00Z"}, "model": "0.6b"}
-    assert e2e.title(report) == "Qwen3 0.6b on GPU, in-process pairs (2026-12-01)"
     # a round that ran still shows, errors included
     raw = [
         {"variant": "native", "tasks": {"prefill": {"tokens_per_s": 10.0}}},
@@ -180,7 +171,7 @@ def test_a_paired_task_that_failed_is_reported_and_left_out_of_the_targets():
         }
     }
     assert [label for label, _ in report.e2e_pairs({"paired": paired})] == ["prefill pairs"]
-    assert "graphs: RuntimeError: capture failed [1 s]" in e2e._brief({**paired, "wall_s": 1})
+    assert "graphs: RuntimeError: capture failed; [1 s]" in e2e._brief({**paired, "wall_s": 1})
 
 
 @pytest.mark.anyplatform
