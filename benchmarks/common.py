@@ -237,17 +237,22 @@ def run_child(cmd: list[str], timeout: float, env: dict | None = None, label: st
     raise RuntimeError(f"{label} exited {proc.returncode} without a result: {exception_line(text)}\n{text[-1500:]}")
 
 
+def timed_calls(fn: Callable[[], object], sync: Callable[[], None], calls: int) -> tuple[list[float], object]:
+    """The seconds of each of `calls` calls of fn, each to sync(), and the last call's result."""
+    times, out = [], None
+    for _ in range(calls):
+        t = time.perf_counter()
+        out = fn()
+        sync()
+        times.append(time.perf_counter() - t)
+    return times, out
+
+
 def serve(step: Callable[[], object], sync: Callable[[], None], steps: int, ready: dict | None = None) -> None:
     """The worker's side, once warm: say so, then time `steps` steps (each to `sync()`) per line on stdin."""
     reply(ready or {})
     for _ in sys.stdin:
-        times = []
-        for _ in range(steps):
-            t = time.perf_counter()
-            step()
-            sync()
-            times.append(time.perf_counter() - t)
-        reply({"step_s": times})
+        reply({"step_s": timed_calls(step, sync, steps)[0]})
 
 
 class Worker:

@@ -43,18 +43,6 @@ def _sync(device) -> None:
     workloads.synchronize(device)
 
 
-def _first_and_steady(fn, device: str) -> tuple[float, float]:
-    """Seconds of the first call (compiles) and of the call after it."""
-    t = time.perf_counter()
-    fn()
-    _sync(device)
-    first = time.perf_counter() - t
-    t = time.perf_counter()
-    fn()
-    _sync(device)
-    return first, time.perf_counter() - t
-
-
 def prefill_child(args) -> dict:
     """Both variants in this process: compile each, then time prefill pairs in alternation."""
     import torch
@@ -73,7 +61,7 @@ def prefill_child(args) -> dict:
             with torch.no_grad():
                 compiled(input_ids=ids, use_cache=False)
 
-        first, steady = _first_and_steady(run, device)
+        first, steady = common.timed_calls(run, lambda d=device: _sync(d), 2)[0]  # the first compiles
         compile_s[variant] = round(first - steady, 3)
         for _ in range(args.warmup):
             run()
@@ -111,7 +99,7 @@ def train_worker(args) -> None:
         compiled(input_ids=ids, labels=ids).loss.backward()
         opt.step()
 
-    first, steady = _first_and_steady(step, device)
+    first, steady = common.timed_calls(step, lambda: _sync(device), 2)[0]  # the first compiles
     for _ in range(args.warmup):
         step()
     _sync(device)

@@ -48,18 +48,16 @@ SIZES = {
     },
 }
 
-# ----------------------------------------------------------------------------- the parent
-
 
 def _variant_env(variant: str, calibrated: str | None = None) -> dict:
     """The child's environment: each flagos variant routes as its name says, whatever this shell sets."""
-    env = dict(os.environ)
-    env.pop("FLAGOS_USE_FLAGGEMS", None)
-    env.pop("FLAGOS_BACKEND_CONFIG", None)
-    if variant == "flagos_flaggems":
-        env["FLAGOS_USE_FLAGGEMS"] = "1"
-    if variant == "flagos_calibrated":
-        env["FLAGOS_BACKEND_CONFIG"] = calibrated
+    env = {k: v for k, v in os.environ.items() if k not in ("FLAGOS_USE_FLAGGEMS", "FLAGOS_BACKEND_CONFIG")}
+    env.update(
+        {
+            "flagos_flaggems": {"FLAGOS_USE_FLAGGEMS": "1"},
+            "flagos_calibrated": {"FLAGOS_BACKEND_CONFIG": calibrated},
+        }.get(variant, {})
+    )
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("TRANSFORMERS_VERBOSITY", "error")
     return env
@@ -235,9 +233,6 @@ def _brief(res: dict) -> str:
     return " ".join([*(e[:200] + ";" for e in errors), f"[{res.get('wall_s', '?')} s]"])
 
 
-# ----------------------------------------------------------------------------- the report
-
-
 def compare_logits(res: dict, reference: dict) -> None:
     """A child's decode logits against native's first round's (`reference` keeps them), in place: the file gives
     way to logits_max_diff and logits_within_tolerance (workloads.LOGITS_TOLERANCE, the tests' tolerance)."""
@@ -333,9 +328,8 @@ def summarise(raw: list[dict], variants: list[str], tasks: list[str]) -> dict:
                 e["ratio_to_native_eager_decode"] = e["tokens_per_s"] / eager["tokens_per_s"]
             if e.get("peak_bytes") and base.get("peak_bytes"):
                 e["peak_memory_ratio"] = e["peak_bytes"] / base["peak_bytes"]
-        # Tokens that leave native's are explained where operators ran on other kernels than native (which round
-        # differently: greedy decoding turns a last-bit difference between near-tied logits into another token)
-        # while the logits agree within tolerance.
+        # Tokens that leave native's are explained where operators ran on other kernels (greedy decoding turns a
+        # last-bit difference between near-tied logits into another token) while the logits agree within tolerance.
         for t in ("decode", "graphs"):
             e = per_task.get(t, {})
             if e.get("tokens_match_native") is False:

@@ -158,13 +158,12 @@ def train_route_pairs(args, sz: dict, flagos, native_routes: str) -> dict:
 
     sides = {side: _train_setup(args, sz, flagos) for side in ("native_routes", "routed")}
 
+    def sync():
+        workloads.synchronize(flagos)
+
     def step(side: str) -> float:
-        model, opt, ids = sides[side]
-        workloads.synchronize(flagos)
-        t = time.perf_counter()
-        workloads.train_step(model, opt, ids)
-        workloads.synchronize(flagos)
-        return time.perf_counter() - t
+        sync()
+        return common.timed_calls(lambda: workloads.train_step(*sides[side]), sync, 1)[0][0]
 
     def routes(side: str):
         return routing.using_config(native_routes, "default file") if side == "native_routes" else nullcontext()
@@ -297,12 +296,7 @@ def worker(args) -> dict:
         for _ in range(warmup):
             fn()
         workloads.synchronize(device)
-        times = []
-        for _ in range(iters):
-            t = time.perf_counter()
-            out = fn()
-            workloads.synchronize(device)
-            times.append(time.perf_counter() - t)
+        times, out = common.timed_calls(fn, lambda: workloads.synchronize(device), iters)
         return statistics.median(times), out
 
     def run_task(task: str, sz: dict) -> dict:

@@ -202,10 +202,7 @@ def context_rows(native: torch.device, flagos: torch.device, rounds: int, calls:
 
     def per_call(dev) -> float:
         sync(dev)
-        start = time.perf_counter()
-        steps[dev]()
-        sync(dev)
-        return (time.perf_counter() - start) * 1e6 / n
+        return common.timed_calls(steps[dev], lambda: sync(dev), 1)[0][0] * 1e6 / n
 
     name = f"tiny Qwen3 greedy decode ({n // tokens} calls/token), per call"
     rows.append(_row(name, "us/call", rounds, {d: (lambda d=d: per_call(d)) for d in (native, flagos)}, diffs=True))

@@ -3,11 +3,8 @@
     python -m benchmarks.report            # rewrite both from the canonical result files
     python -m benchmarks.report --check    # exit 1 if either differs from what the files give
 
-Every table names the file, command, date, commit and machine it comes from. A ratio is flagos
-relative to native (throughput: above 1 is faster; time per call: above 1 is slower) with its noise
-where the run kept per-pair or per-round samples: half the interquartile range (torch_fl/calibration/stats.py).
-README.md's table goes between the markers `<!-- benchmarks:start -->` and `<!-- benchmarks:end -->`;
-without them the script says so, leaves README.md alone and exits 1.
+Every table names the file, command, date, commit and machine it comes from; README.md's table (targets.py)
+goes between the markers `<!-- benchmarks:start -->` and `<!-- benchmarks:end -->`.
 """
 
 from __future__ import annotations
@@ -49,12 +46,12 @@ def _ratio(r: float, noise: float | None) -> str:
     return f"{r:.3f}x" + (f" ± {noise:.3f}" if noise is not None else "")
 
 
-def _paired(e: dict) -> str:
+def paired_ratio(e: dict) -> str:
     """A paired or per-round entry's median ratio ± its noise."""
     return _ratio(e["ratio_median"], pair_noise(e))
 
 
-def _ratio_interval(e: dict) -> str:
+def ratio_interval(e: dict) -> str:
     """A paired entry's median ratio ± noise, with the median's 95% interval where the result has one."""
     return format_ratio({**e, "noise": pair_noise(e)})
 
@@ -63,7 +60,7 @@ def _yes(ok, none: str = "") -> str:
     return none if ok is None else ("yes" if ok else "NO")
 
 
-def _rounds(n, kind: str = "") -> str:
+def n_rounds(n, kind: str = "") -> str:
     return f"{n} {kind}round" if n == 1 else f"{n} {kind}rounds"
 
 
@@ -101,8 +98,6 @@ def provenance(stem: str, meta: dict) -> str:
         f"machine `{meta.get('machine')}`" + (f" ({versions})" if versions else "") + "."
     )
 
-
-# ----------------------------------------------------------------------------- per benchmark
 
 # e2e's in-process pair tasks by the label the tables and targets give them
 PAIR_TASKS = {
@@ -148,8 +143,8 @@ def e2e_tables(d: dict) -> list[str]:
     if pairs:
         out += [
             "Native and a flagos variant in one process, alternating (the steadier figure on a shared host; "
-            "training against native: a native and a flagos worker process taking turns, since native CUDA "
-            "backward cannot share a process with torch_fl): the median of per-pair tokens/s ratios flagos / "
+            "training: a routing variant against flagos's native routes, since native CUDA backward cannot share "
+            "a process with torch_fl): the median of per-pair tokens/s ratios flagos / "
             "native, ± half their interquartile range; routed: the flagos calls by backend.",
             "",
         ]
@@ -158,7 +153,7 @@ def e2e_tables(d: dict) -> list[str]:
         out += md(
             head,
             [
-                [v, label, str(e["pairs"]), _paired(e), f"{e['native_tokens_per_s']:,.1f}"]
+                [v, label, str(e["pairs"]), paired_ratio(e), f"{e['native_tokens_per_s']:,.1f}"]
                 + [f"{e['flagos_tokens_per_s']:,.1f}", _yes(e.get("tokens_match_native"))]
                 + [", ".join(f"{b} {n:,}" for b, n in (e.get("backends") or {}).items())]
                 for v, label, e in pairs
@@ -244,7 +239,7 @@ def _trainer_row(d: dict) -> list[str]:
     speed, mem, agree = d.get("speed"), d.get("peak_memory"), d.get("loss_agreement")
     cells = ["n/a", "", ""]
     if speed:
-        cells = [_ratio_interval(speed), f"{speed['native_steps_per_s']:.2f}", f"{speed['flagos_steps_per_s']:.2f}"]
+        cells = [ratio_interval(speed), f"{speed['native_steps_per_s']:.2f}", f"{speed['flagos_steps_per_s']:.2f}"]
     cells.append(f"{mem['ratio']:.3f}x" if mem else "n/a")
     if agree:
         first, every = _yes(agree["within_first_20"], "n/a"), _yes(agree["within_all"], "n/a")
@@ -294,7 +289,7 @@ SPECS = {
         _compile_intro,
         "task|flagos / native:|native compile s:|flagos compile s:",
         lambda d: [
-            [f"{label} ({e['pairs']} pairs)", _ratio_interval(e), str(e["compile_s"]["native"])]
+            [f"{label} ({e['pairs']} pairs)", ratio_interval(e), str(e["compile_s"]["native"])]
             + [str(e["compile_s"]["flagos"])]
             for label, e in (("prefill", d["prefill"]), ("training step", d["train"]))
         ],

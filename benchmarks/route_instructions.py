@@ -45,10 +45,8 @@ for _ in range({calls}):
 """
 
 
-# A model workload of the tiny Qwen3, counted from inside libc's qsort:
-# callgrind collects only while a named function runs, and qsort calling back
-# into Python is a function that runs exactly the workload (the first
-# comparison). `{setup}` warms up; `{work}` is what is counted.
+# A model workload of the tiny Qwen3, counted from inside libc's qsort (callgrind collects only while a named
+# function runs; qsort's first comparison runs exactly the workload). `{setup}` warms up; `{work}` is counted.
 MODEL = """
 import ctypes, gc, sys, torch, torch_fl
 from torch_fl import routing

@@ -3,16 +3,8 @@ they measured and whether it is met (rendered by `python -m benchmarks.report`).
 
 from __future__ import annotations
 
+from benchmarks import report
 from benchmarks.common import exception_line
-from benchmarks.report import (
-    PAIR_LABELS,
-    _paired,
-    _ratio_interval,
-    _rounds,
-    calibrated_file_changed,
-    e2e_pairs,
-    md,
-)
 
 START, END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
 
@@ -45,15 +37,15 @@ def overhead_targets(res: list[dict]) -> list[tuple]:
 
 def e2e_targets(e2e: dict) -> list[tuple]:
     rows = []
-    pairs = dict(e2e_pairs(e2e))
+    pairs = dict(report.e2e_pairs(e2e))
     flagos = e2e.get("summary", {}).get("flagos", {})
     for task in ("decode", "prefill"):
-        if got := [(lab, pairs[lab]) for lab in PAIR_LABELS[task] if lab in pairs]:
-            text = ", ".join(f"{_paired(e)} ({lab}, {e['pairs']} pairs)" for lab, e in got)
+        if got := [(lab, pairs[lab]) for lab in report.PAIR_LABELS[task] if lab in pairs]:
+            text = ", ".join(f"{report.paired_ratio(e)} ({lab}, {e['pairs']} pairs)" for lab, e in got)
             rows.append((f"Qwen3-0.6B {task} >= 0.97x native", text, got[0][1]["ratio_median"] >= 0.97))
     train = flagos.get("train", {})
     if "ratio_to_native" in train:
-        text = f"{train['ratio_to_native']:.3f}x ({_rounds(train['rounds_ok'], 'child ')})"
+        text = f"{train['ratio_to_native']:.3f}x ({report.n_rounds(train['rounds_ok'], 'child ')})"
         rows.append(("Qwen3-0.6B training >= 0.97x native", text, train["ratio_to_native"] >= 0.97))
     rows = [(*r, "e2e-h200") for r in rows]
     rows += graph_targets(e2e.get("summary", {}), pairs.get("graph decode pairs"))
@@ -78,7 +70,7 @@ def targets(results: dict[str, dict]) -> list[tuple[str, str, bool, str]]:
             e = comp[task]
             target = f"compiled Qwen3-0.6B {label} >= 0.97x compiled native"
             rows.append(
-                (target, f"{_ratio_interval(e)} ({e['pairs']} pairs)", e["ratio_median"] >= 0.97, "compile-h200")
+                (target, f"{report.ratio_interval(e)} ({e['pairs']} pairs)", e["ratio_median"] >= 0.97, "compile-h200")
             )
     return rows + trainer_targets(results)
 
@@ -88,10 +80,10 @@ def graph_targets(summary: dict, pair: dict | None = None) -> list[tuple]:
     rows = []
     graphs = summary.get("flagos", {}).get("graphs", {})
     gems = summary.get("flagos_flaggems", {}).get("graphs", {})
-    got = [(pair["ratio_median"], f"{_paired(pair)} ({pair['pairs']} pairs)")] if pair else []
+    got = [(pair["ratio_median"], f"{report.paired_ratio(pair)} ({pair['pairs']} pairs)")] if pair else []
     if "ratio_to_native" in graphs:
         r = graphs["ratio_to_native"]
-        got.append((r, f"{r:.3f}x ({_rounds(graphs.get('rounds_ok', '?'), 'child ')})"))
+        got.append((r, f"{r:.3f}x ({report.n_rounds(graphs.get('rounds_ok', '?'), 'child ')})"))
     if got:
         text = ", ".join(t for _, t in got)
         rows.append(("Qwen3-0.6B graph decode >= 0.99x native graph decode", text, got[0][0] >= 0.99))
@@ -107,15 +99,17 @@ def graph_targets(summary: dict, pair: dict | None = None) -> list[tuple]:
 def variant_targets(e2e: dict, variant: str, target: str, floors: dict[str, float]) -> list[tuple]:
     """A routing variant of e2e.py against native eager: met when every task in `floors` that ran reaches its
     floor, judged by its in-process pairs where there are (the steadier figure), else by the child rounds."""
-    runs, pairs = e2e.get("summary", {}).get(variant, {}), dict(e2e_pairs(e2e, variant))
+    runs, pairs = e2e.get("summary", {}).get(variant, {}), dict(report.e2e_pairs(e2e, variant))
     got = []
     for t in floors:
-        if paired := [pairs[lab] for lab in PAIR_LABELS.get(t, ()) if lab in pairs]:
+        if paired := [pairs[lab] for lab in report.PAIR_LABELS.get(t, ()) if lab in pairs]:
             e = paired[0]
-            got.append((t, e["ratio_median"], f"{_paired(e)} ({e['pairs']} pairs)"))
+            got.append((t, e["ratio_median"], f"{report.paired_ratio(e)} ({e['pairs']} pairs)"))
         elif "ratio_to_native" in runs.get(t, {}):
             e = runs[t]
-            got.append((t, e["ratio_to_native"], f"{e['ratio_to_native']:.3f}x ({_rounds(e.get('rounds_ok', '?'))})"))
+            got.append(
+                (t, e["ratio_to_native"], f"{e['ratio_to_native']:.3f}x ({report.n_rounds(e.get('rounds_ok', '?'))})")
+            )
     failed = [runs[t]["errors"][0] for t in floors if runs.get(t, {}).get("errors") and not runs[t].get("rounds_ok")]
     if not got and failed:  # it ran and failed: the target is missed, with the error
         return [(target, f"failed: {exception_line(failed[0])[:160]}", False, "e2e-h200")]
@@ -164,7 +158,7 @@ def calibrated_targets(e2e: dict) -> list[tuple]:
     rows = variant_targets(e2e, "flagos_calibrated", target, floors) + agreement_targets(
         e2e.get("summary", {}), "flagos_calibrated", agree
     )
-    if rows and (note := calibrated_file_changed(e2e)):
+    if rows and (note := report.calibrated_file_changed(e2e)):
         rows[0] = (rows[0][0], f"{rows[0][1]}; {note}", *rows[0][2:])
     return rows
 
@@ -180,7 +174,7 @@ def trainer_targets(results: dict[str, dict]) -> list[tuple]:
         text = f"max relative difference {agree['max_rel_diff']:.3g} over {agree['steps']} steps (rtol {agree['rtol']})"
         rows.append((f"{name}: losses within bf16 tolerance of native", text, agree["within_all"]))
     if speed:
-        text = f"{_ratio_interval(speed)} ({speed['pairs']} pairs)"
+        text = f"{report.ratio_interval(speed)} ({speed['pairs']} pairs)"
         rows.append((f"{name} >= 0.97x native steps/s", text, speed["ratio_median"] >= 0.97))
     if mem:
         rows.append((f"{name} peak memory <= 1.02x native", f"{mem['ratio']:.3f}x", mem["ratio"] <= 1.02))
@@ -197,7 +191,7 @@ def readme_table(results: dict[str, dict]) -> str:
     dates = (
         f"`benchmarks/results/{s}.json` ({results[s]['meta'].get('date') or 'date not recorded'})" for s in sources
     )
-    table = md("target|measured|met", [[t, m, "yes" if ok else "NO"] for t, m, ok, _ in rows])
+    table = report.md("target|measured|met", [[t, m, "yes" if ok else "NO"] for t, m, ok, _ in rows])
     line = f"Generated by `python -m benchmarks.report` from {', '.join(dates)}; ± is the noise (half the "
     return "\n".join([*table, line + "interquartile range of the pairs)."])
 

@@ -177,11 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = common.parser(__doc__, "trainer")
     p.add_argument("--tiny", action="store_true", help="host smoke: tiny Qwen3 in fp32, few steps (to /tmp)")
-    for name in ("pairs", "batch", "length", "steps", "warmup", "per-sample", "distinct"):
-        key = name.replace("-", "_")
-        p.add_argument(f"--{name}", type=int, help=f"default {SIZES[False][key]}; --tiny: {SIZES[True][key]}")
-    p.add_argument("--lr", type=float, help="learning rate (default 1e-4; --tiny: 1e-3)")
-    p.add_argument("--rtol", type=float, help="loss tolerance relative to native's (default 2e-2; --tiny: 1e-4)")
+    for name in ("pairs", "batch", "length", "steps", "warmup", "per-sample", "distinct", "lr", "rtol"):
+        full, tiny = SIZES[False][name.replace("-", "_")], SIZES[True][name.replace("-", "_")]
+        p.add_argument(f"--{name}", type=type(full), help=f"default {full}; --tiny: {tiny}")
     p.add_argument("--seed", type=int, default=0, help="model, data and Trainer seed (default 0)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per worker process (default 1800)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
