@@ -1,15 +1,8 @@
 """How often a routed call's borrow misses the alias pool, in a model's steady state.
 
-Every flagos argument of a routed call is lent to the backing kernel as a
-recycled alias from the core's alias pool (under torch_fl/csrc/). A borrow that
-finds an alias of its own geometry only points it at the argument's bytes; a
-miss makes a new alias or reshapes another one (setting sizes and strides
-recomputes TensorImpl's contiguity flags: the costliest part of a borrow).
-This counts, with the pool's own counters, the borrows and the misses of a
-forward of the Qwen3-0.6B architecture (its layer shapes, fewer layers, a
-small vocabulary: the pool sees the same geometries in every layer) and of
-its greedy decode, after a warm-up and after another batch shape filled the
-pool first. Counts, not timings: the same on any machine and backing.
+Counts, with the core's alias pool counters, the borrows of a routed call's flagos arguments and the misses (a
+new alias made, or another reshaped) of a forward and a greedy decode of the Qwen3-0.6B architecture (fewer
+layers, a small vocabulary), after a warm-up and after another batch shape. Counts, not timings.
 
     python -m benchmarks.alias_pool [--layers 4] [--batch 8] [--length 512] [--out PATH]
 """
@@ -64,10 +57,6 @@ def main(argv=None) -> int:
     prefill(other)  # another shape fills the pool, then the first again
     rows["prefill after another shape"] = measure(prefill, warmups=1)
     rows["decode"] = measure(lambda: workloads.greedy(model, prompt, args.decode_tokens), warmups=1)
-    print(f"Qwen3-0.6B architecture, {args.layers} layers, {torch_fl.backing()} backing, {dtype}")
-    print(f"{'workload':<30} {'borrows':>8} {'made':>6} {'reshaped':>9} {'missed':>7}")
-    for name, r in rows.items():
-        print(f"{name:<30} {r['borrows']:>8} {r['made']:>6} {r['reshaped']:>9} {r['missed']:>7.1%}")
     report = {"backing": torch_fl.backing(), "args": {k: v for k, v in vars(args).items() if k != "out"}}
     print(f"wrote {common.write('alias-pool', {**report, 'rows': rows}, args.out)}")
     return 0

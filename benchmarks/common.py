@@ -1,17 +1,10 @@
 """What the benchmarks share: their result files, deadlines, child and worker processes and (from
 torch_fl/calibration/stats.py) alternating timing and its statistics.
 
-Each benchmark writes one canonical file per machine, benchmarks/results/<benchmark>-<machine>.json (the machine:
-`h200` on an NVIDIA H200, `host` without a GPU, else the GPU's name in lower case), overwritten by every run
-(``--out`` redirects it), whose "meta" block names the run: benchmark, machine, command, date, commit, dirty and
-versions (python, torch, cuda, triton, flag_gems, transformers, gpu). benchmarks/report.py renders them.
-
-Timed workers: native CUDA backward cannot run in a process that imported torch_fl (PyTorch issue 161129), so
-training on flagos and on native alternate in two long-lived workers: each builds (and compiles) its model once,
-then the parent asks each in turn (ABBA) for a sample, a pair's two samples seconds apart under the same load.
-Protocol: the worker reply()s once ready ({"compile_s": ...} or {}), then for each line on its stdin times `steps`
-calls of its step and replies {"step_s": [seconds, ...]}; it exits when stdin closes. Other output is ignored;
-stderr goes to a log file whose tail an error quotes.
+Each benchmark writes benchmarks/results/<benchmark>-<machine>.json (`h200`, `host` without a GPU, else the GPU's
+name), with a "meta" block naming the run; benchmarks/report.py renders them. A timed worker (Worker, serve)
+reply()s once ready, then for each line on its stdin times `steps` calls of its step and replies
+{"step_s": [...]}, so two workers can take turns in ABBA pairs; it exits when stdin closes.
 """
 
 from __future__ import annotations
@@ -41,8 +34,8 @@ MODELS_DIR = REPO / "torch_fl" / "models"
 
 
 def _load_stats():
-    """torch_fl/calibration/stats.py loaded by path: importing it as torch_fl.calibration.stats would import
-    torch_fl, which registers the flagos device, after which native CUDA backward fails (PyTorch issue 161129)."""
+    """torch_fl/calibration/stats.py loaded by path: importing torch_fl would break native CUDA backward
+    (PyTorch issue 161129)."""
     spec = importlib.util.spec_from_file_location("_torch_fl_stats", REPO / "torch_fl" / "calibration" / "stats.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -57,8 +50,7 @@ ratio_stats, format_ratio = stats.ratio_stats, stats.format_ratio
 
 
 def child_cmd(script: str, *args: str) -> list[str]:
-    """The command that runs benchmarks/<script>.py as a module; the child's cwd must be REPO (sys.path[0]:
-    this checkout's benchmarks and torch_fl, even where another torch_fl is installed)."""
+    """The command that runs benchmarks/<script>.py as a module, from cwd REPO (this checkout's torch_fl)."""
     return [sys.executable, "-m", f"benchmarks.{script}", *args]
 
 
@@ -70,8 +62,7 @@ def parser(doc: str, benchmark: str) -> argparse.ArgumentParser:
 
 
 def device(side: str):
-    """Where a side runs: flagos:0 for a flagos side (importing torch_fl), else cuda:0, or the CPU without a GPU
-    (a native side never imports torch_fl)."""
+    """flagos:0 for a flagos side (importing torch_fl), else cuda:0, or the CPU without a GPU."""
     import torch
 
     if side.startswith("flagos"):
@@ -82,8 +73,7 @@ def device(side: str):
 
 
 def models() -> None:
-    """torch_fl/models/'s qwen3, workloads and graph_decode importable by those names without importing
-    torch_fl (they import nothing of it): a native run must not import torch_fl."""
+    """torch_fl/models/'s qwen3, workloads and graph_decode importable by those names without importing torch_fl."""
     if str(MODELS_DIR) not in sys.path:
         sys.path.insert(0, str(MODELS_DIR))
 
@@ -98,7 +88,7 @@ def _version(*names: str) -> str | None:
 
 
 def gpu_name() -> str | None:
-    """The first CUDA GPU's name, or None without one (torch is imported only if it already is or exists)."""
+    """The first CUDA GPU's name, or None without one."""
     try:
         import torch
     except ImportError:
@@ -126,9 +116,8 @@ MEASURED = ("torch_fl", "benchmarks/*.py", "setup.py", "pyproject.toml")
 
 
 def git_commit() -> tuple[str | None, bool | None]:
-    """(short commit of this checkout, whether the code it measures differs from it). $TORCH_FL_COMMIT, when set,
-    names the commit instead: a copy of the tree on a GPU machine may carry a stale git state, so its sender
-    names the commit it sent (whether it differs is then unknown, None, unless $TORCH_FL_DIRTY is 0 or 1)."""
+    """(short commit, whether the measured code differs from it); $TORCH_FL_COMMIT and $TORCH_FL_DIRTY (0 or 1)
+    name them instead, for a copy of the tree whose git state may be stale."""
     named = os.environ.get("TORCH_FL_COMMIT")
     if named:
         dirty = os.environ.get("TORCH_FL_DIRTY")
@@ -192,9 +181,8 @@ def write(
 
 
 def out_path(benchmark: str, out: str | Path | None, smoke: bool = False) -> Path:
-    """Where a run writes: `out` if a file path, the canonical file's name inside `out` if a folder
-    (an existing one, or a path ending in /), the canonical file itself without `out`; a smoke run
-    (--quick sizes) without `out` goes to the temporary folder, never over the canonical file."""
+    """`out` if a file path, the canonical name inside `out` if a folder (existing, or ending in /), else the
+    canonical file; a smoke run without `out` goes to the temporary folder."""
     name = canonical_path(benchmark).name
     if not out:
         return Path(tempfile.gettempdir()) / name if smoke else RESULTS / name
@@ -203,8 +191,7 @@ def out_path(benchmark: str, out: str | Path | None, smoke: bool = False) -> Pat
 
 
 def exception_line(text: str) -> str:
-    """The line naming the exception that ended a child (`RuntimeError: ...`), else its last line: what an
-    error row shows first (a child's stderr starts with warnings and ends with hints)."""
+    """The line naming the exception that ended a child (`RuntimeError: ...`), else its last line."""
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     for ln in reversed(lines):
         if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b:?", ln):
@@ -218,10 +205,8 @@ def errors_brief(errors: list[str]) -> str:
 
 
 class Deadline:
-    """Whether the next step of a benchmark (a child process, a pairing) may start: not if, as long as the
-    last step of its kind, it would end more than `seconds` after `started`. A kind not yet timed starts
-    while the deadline has not passed; no deadline: every step. e2e.py applies it to each child process (they
-    run for minutes), writing its report after each."""
+    """Whether the next step of a kind may start: not if, lasting as long as the last step of its kind, it would
+    end more than `seconds` after `started` (no deadline: always)."""
 
     def __init__(self, seconds: float | None, started: float):
         self.stop_at = started + seconds if seconds is not None else float("inf")
@@ -243,8 +228,7 @@ def reply(payload: dict) -> None:
 
 
 def run_child(cmd: list[str], timeout: float, env: dict | None = None, label: str = "child") -> dict:
-    """Runs a child (cwd REPO) that reply()s once: its answer, or a RuntimeError naming the exception that ended
-    it, with its output's tail (subprocess.TimeoutExpired passes through)."""
+    """A child's (cwd REPO) one reply(), or a RuntimeError with its output's tail (timeouts pass through)."""
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
     lines = [ln[len(RESULT_TAG) :] for ln in proc.stdout.splitlines() if ln.startswith(RESULT_TAG)]
     if lines:
@@ -253,22 +237,26 @@ def run_child(cmd: list[str], timeout: float, env: dict | None = None, label: st
     raise RuntimeError(f"{label} exited {proc.returncode} without a result: {exception_line(text)}\n{text[-1500:]}")
 
 
+def timed_calls(fn: Callable[[], object], sync: Callable[[], None], calls: int) -> tuple[list[float], object]:
+    """The seconds of each of `calls` calls of fn, each to sync(), and the last call's result."""
+    times, out = [], None
+    for _ in range(calls):
+        t = time.perf_counter()
+        out = fn()
+        sync()
+        times.append(time.perf_counter() - t)
+    return times, out
+
+
 def serve(step: Callable[[], object], sync: Callable[[], None], steps: int, ready: dict | None = None) -> None:
     """The worker's side, once warm: say so, then time `steps` steps (each to `sync()`) per line on stdin."""
     reply(ready or {})
     for _ in sys.stdin:
-        times = []
-        for _ in range(steps):
-            t = time.perf_counter()
-            step()
-            sync()
-            times.append(time.perf_counter() - t)
-        reply({"step_s": times})
+        reply({"step_s": timed_calls(step, sync, steps)[0]})
 
 
 class Worker:
-    """The parent's end: the constructor starts the worker and returns once it is ready (its first reply,
-    in `ready`); sample() asks for one timed sample. Killed after `timeout` seconds of life."""
+    """The parent's end: started and ready (its first reply in `ready`) on return; killed after `timeout` s."""
 
     def __init__(self, label: str, cmd: list[str], env: dict, cwd, log_path: str, timeout: float):
         self.label = label
@@ -311,40 +299,9 @@ class Worker:
 
 
 def take_turns(native: Worker, flagos: Worker, pairs: int) -> dict:
-    """`pairs` ABBA pairs of one sample from each worker: each side's median step seconds per sample, and
-    the statistics of the per-pair ratios native / flagos (above 1: flagos faster)."""
+    """`pairs` ABBA pairs of one sample from each worker: their seconds and the ratios native / flagos."""
     secs = alternating(pairs, {"native": native.sample, "flagos": flagos.sample})
     ratios = [n / f for n, f in zip(secs["native"], secs["flagos"], strict=True)]
     return {"native_s": secs["native"], "flagos_s": secs["flagos"], "ratios": [round(r, 4) for r in ratios]} | (
         ratio_stats(ratios)
     )
-
-
-def pair_each(start: Callable[[str], Worker], reference: str, others: list[str], pairs: int) -> dict:
-    """{other: take_turns(reference's worker, other's worker)} for each of `others` in turn, the reference's
-    worker started once (`start(name)` starts a ready worker). A worker that fails (to start, or while it
-    samples) gives {"error": ...} for the pairs it was in; the others still run."""
-    try:
-        ref = start(reference)
-    except RuntimeError as e:
-        return {name: {"error": str(e)[-1500:]} for name in others}
-    out: dict = {}
-    try:
-        for name in others:
-            try:
-                other = start(name)
-            except RuntimeError as e:
-                out[name] = {"error": str(e)[-1500:]}
-                continue
-            try:
-                out[name] = take_turns(ref, other, pairs)
-            except RuntimeError as e:
-                out[name] = {"error": str(e)[-1500:]}
-                if ref.proc.poll() is not None:  # the reference died: nothing left to pair with
-                    out.update({n: {"error": str(e)[-1500:]} for n in others if n not in out})
-                    break
-            finally:
-                other.close()
-    finally:
-        ref.close()
-    return out

@@ -3,18 +3,10 @@
     python -m benchmarks.compile_bench                 # GPU: Qwen3-0.6B bf16, prefill 8 x 512, train 4 x 512
     python -m benchmarks.compile_bench --quick         # host smoke: tiny Qwen3, 1 layer, small sizes (to /tmp)
 
-Prefill: native and flagos models compiled in one process (native CUDA inference works next to torch_fl), timed
-in ABBA pairs (benchmarks/common.py), each sample --calls calls (a compiled prefill is host-bound); the figure is
-the median of per-pair ratios native time / flagos time (above 1: flagos faster). Training step (forward,
-backward, AdamW step of the compiled model): native CUDA backward cannot run in a process that imported torch_fl
-(PyTorch issue 161129), so each variant trains in a worker process of its own that compiles, warms up and waits;
-the workers take turns in ABBA pairs, each sample the median of --steps steps timed inside the worker, a pair's
-two samples seconds apart under the same load. The compiled step is host-bound on the H200 and the host's speed
-swings within a second, so samples are short and pairs many; the result gives the median's 95% interval.
-Compile time: the first call minus a steady call, per variant and task, with inductor's on-disk cache empty
-(TORCHINDUCTOR_CACHE_DIR in a fresh folder each); prefill's native model compiles first in its process, so
-flagos's prefill compile finds Dynamo, inductor and Triton loaded; each training worker compiles in a fresh
-process, one after the other. Writes benchmarks/results/compile-<machine>.json (--out redirects it).
+Prefill: both variants compiled in one process, timed in ABBA pairs of --calls calls. Training step: a worker
+process per variant (native CUDA backward cannot share a process with torch_fl, PyTorch issue 161129), taking
+turns in ABBA pairs of --steps steps. Ratio: native time / flagos time per pair. Compile time: the first call
+minus a steady call, from an empty inductor cache.
 """
 
 from __future__ import annotations
@@ -24,7 +16,6 @@ import os
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 from benchmarks import common
 
@@ -52,18 +43,6 @@ def _sync(device) -> None:
     workloads.synchronize(device)
 
 
-def _first_and_steady(fn, device: str) -> tuple[float, float]:
-    """Seconds of the first call (compiles) and of the call after it."""
-    t = time.perf_counter()
-    fn()
-    _sync(device)
-    first = time.perf_counter() - t
-    t = time.perf_counter()
-    fn()
-    _sync(device)
-    return first, time.perf_counter() - t
-
-
 def prefill_child(args) -> dict:
     """Both variants in this process: compile each, then time prefill pairs in alternation."""
     import torch
@@ -82,7 +61,7 @@ def prefill_child(args) -> dict:
             with torch.no_grad():
                 compiled(input_ids=ids, use_cache=False)
 
-        first, steady = _first_and_steady(run, device)
+        first, steady = common.timed_calls(run, lambda d=device: _sync(d), 2)[0]  # the first compiles
         compile_s[variant] = round(first - steady, 3)
         for _ in range(args.warmup):
             run()
@@ -95,11 +74,7 @@ def prefill_child(args) -> dict:
     secs = common.paired_seconds({k: sample(run) for k, run in runs.items()}, args.pairs, lambda k: _sync(devices[k]))
     secs = {k: [t / args.calls for t in ts] for k, ts in secs.items()}
     ratios = [n / f for n, f in zip(secs["native"], secs["flagos"], strict=True)]
-    profiled = {}
-    if args.profile:
-        profiled = {v: _profile(runs[v], devices[v], Path(args.profile) / f"compile-prefill-{v}.txt") for v in runs}
     return {
-        **({"profile_ms_per_call": profiled} if profiled else {}),
         "compile_s": compile_s,
         "native_ms": [round(s * 1e3, 3) for s in secs["native"]],
         "flagos_ms": [round(s * 1e3, 3) for s in secs["flagos"]],
@@ -107,35 +82,8 @@ def prefill_child(args) -> dict:
     }
 
 
-def _profile(run, device: str, path: Path, calls: int = 3) -> dict:
-    """torch.profiler over `calls` calls of `run` (--profile): its tables (operators by device time, by host
-    time) written to `path`; host and device milliseconds per call."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    on_cuda = device.startswith("cuda") or (device.startswith("flagos") and torch.cuda.is_available())
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
-    _sync(device)
-    with profile(activities=activities) as prof:
-        for _ in range(calls):
-            run()
-        _sync(device)
-    events = prof.key_averages()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        events.table(sort_by="self_device_time_total", row_limit=40, max_name_column_width=80)
-        + "\n"
-        + events.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=80)
-    )
-    return {
-        "device": round(sum(e.self_device_time_total for e in events) / calls / 1e3, 3),
-        "host": round(sum(e.self_cpu_time_total for e in events) / calls / 1e3, 3),
-    }
-
-
 def train_worker(args) -> None:
-    """A training worker (--child train): compiles and warms up one variant's step, replies with its compile
-    time, then for each line on stdin times --steps steps and replies with their seconds, until stdin closes."""
+    """A training worker (--child train): compiles and warms up one variant's step, then serves samples."""
     import torch
 
     device = common.device(args.variant).type
@@ -151,21 +99,21 @@ def train_worker(args) -> None:
         compiled(input_ids=ids, labels=ids).loss.backward()
         opt.step()
 
-    first, steady = _first_and_steady(step, device)
+    first, steady = common.timed_calls(step, lambda: _sync(device), 2)[0]  # the first compiles
     for _ in range(args.warmup):
         step()
     _sync(device)
     common.serve(step, lambda: _sync(device), args.steps, {"compile_s": round(first - steady, 3)})
 
 
-def train_pairs(args, tmp: str) -> dict:
-    """Both variants' training workers, compiled one after the other, then --train-pairs samples each in ABBA
-    order; the ratio of each pair's median step times (native / flagos)."""
+def train_pairs(args, argv: list[str], tmp: str) -> dict:
+    """Both variants' training workers, compiled one after the other, then --train-pairs ABBA pairs."""
     workers: dict = {}
     try:
         for variant in ("native", "flagos"):
             cache = os.path.join(tmp, f"train-{variant}")
-            cmd, env = _child_cmd("train", args, variant), dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
+            cmd = common.child_cmd("compile_bench", *argv, "--child", "train", "--variant", variant)
+            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
             log = cache + "-stderr.log"
             workers[variant] = common.Worker(f"train ({variant})", cmd, env, common.REPO, log, args.timeout)
         res = common.take_turns(workers["native"], workers["flagos"], args.train_pairs)
@@ -181,16 +129,8 @@ def train_pairs(args, tmp: str) -> dict:
     }
 
 
-def _child_cmd(task: str, args, variant: str | None = None) -> list[str]:
-    cmd = common.child_cmd("compile_bench", "--child", task, "--pairs", str(args.pairs))
-    cmd += ["--calls", str(args.calls)]
-    cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup)] + (["--quick"] if args.quick else [])
-    cmd += ["--variant", variant] if variant else []
-    cmd += ["--profile", str(Path(args.profile).resolve())] if args.profile else []
-    return cmd
-
-
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     p = common.parser(__doc__, "compile")
     p.add_argument("--quick", action="store_true", help="host smoke sizes (tiny Qwen3); writes to the temp folder")
     p.add_argument("--pairs", type=int, default=16, help="prefill pairs (default 16)")
@@ -199,13 +139,6 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=5, help="timed training steps per sample (default 5)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls after compiling (default 3)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per child process (default 1800)")
-    p.add_argument(
-        "--profile",
-        metavar="DIR",
-        default="",
-        help="also profile 3 compiled prefill calls per variant after the pairs: tables of operators by device and "
-        "host time in DIR/compile-prefill-<variant>.txt, milliseconds per call in the result",
-    )
     p.add_argument("--child", choices=("prefill", "train"), help=argparse.SUPPRESS)
     p.add_argument("--variant", choices=("native", "flagos"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -221,16 +154,11 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="compile-bench-") as tmp:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "prefill"))
-        prefill = common.run_child(_child_cmd("prefill", args), args.timeout, env, label="prefill child")
-        print(
-            f"prefill: flagos {common.format_ratio(prefill)} native ({args.pairs} pairs); "
-            f"compile s: native {prefill['compile_s']['native']}, flagos {prefill['compile_s']['flagos']}"
-        )
-        train = train_pairs(args, tmp)
-    print(
-        f"train: flagos {common.format_ratio(train)} native ({train['pairs']} pairs of {args.steps} steps); "
-        f"compile s: native {train['compile_s']['native']}, flagos {train['compile_s']['flagos']}"
-    )
+        cmd = common.child_cmd("compile_bench", *argv, "--child", "prefill")
+        prefill = common.run_child(cmd, args.timeout, env, label="prefill child")
+        print(f"prefill: flagos {common.format_ratio(prefill)} native, compile s {prefill['compile_s']}")
+        train = train_pairs(args, argv, tmp)
+    print(f"train: flagos {common.format_ratio(train)} native, compile s {train['compile_s']}")
     payload = {
         "sizes": _sizes(args),
         "args": {k: v for k, v in vars(args).items() if k not in ("out", "child", "variant")},

@@ -1,12 +1,8 @@
 """One DDP training step on flagos against native DDP, at world size 1, alternated in one run.
 
-Each round starts a child process per side, in ABBA order (benchmarks/common.py): `native` runs DDP on cuda
-(NCCL), or on the CPU (gloo) without a GPU, and never imports torch_fl (native CUDA backward fails in a process
-that did: README, "Known behaviour"); `flagos` runs the same model with DDP on flagos (the flagos backend: NCCL
-on a CUDA backing, gloo on host memory). A child builds the same seeded MLP, warms up, and times `--steps`
-steps (zero_grad, forward, cross-entropy, backward with DDP's bucketed all-reduce, SGD step), each to a device
-synchronisation; a round's figure is its median step. The ratio is native time / flagos time per round
-(throughput: above 1 is faster), reported as the median over rounds with its noise.
+Each round starts a child process per side, ABBA order: native DDP on cuda (NCCL) or the CPU (gloo), never
+importing torch_fl; flagos DDP through the flagos backend. Each times --steps steps of the same seeded MLP; the
+ratio is native / flagos median step time per round (above 1: flagos faster), the median over rounds.
 
     python -m benchmarks.ddp_step                  # the GPU run: writes results/ddp-step-<machine>.json
     python -m benchmarks.ddp_step --smoke          # tiny sizes on any backing, to a temporary file
@@ -20,11 +16,8 @@ import os
 import socket
 import statistics
 import sys
-import time
 
 from benchmarks import common
-
-SIZES = ("layers", "hidden", "batch", "steps", "warmup")
 
 
 def child(side: str, args) -> dict:
@@ -73,16 +66,12 @@ def _train(args, device) -> tuple[list[float], float]:
     for _ in range(args.warmup):
         step()
     workloads.synchronize(device)
-    seconds = []
-    for _ in range(args.steps):
-        t = time.perf_counter()
-        step()
-        workloads.synchronize(device)
-        seconds.append(time.perf_counter() - t)
+    seconds, _ = common.timed_calls(step, lambda: workloads.synchronize(device), args.steps)
     return seconds, torch.nn.functional.cross_entropy(ddp(x), y).item()
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     p = common.parser(__doc__, "ddp-step")
     p.add_argument("--rounds", type=int, default=8, help="child rounds per side, ABBA order (default 8)")
     p.add_argument("--layers", type=int, default=8, help="hidden layers of the MLP (default 8)")
@@ -93,15 +82,14 @@ def main(argv=None) -> int:
     p.add_argument("--smoke", action="store_true", help="tiny sizes, 2 rounds, to a temporary file")
     p.add_argument("--child", choices=["native", "flagos"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.smoke:
+        args.rounds, args.layers, args.hidden, args.batch, args.steps, args.warmup = 2, 2, 64, 8, 3, 1
     if args.child:
         common.reply(child(args.child, args))
         return 0
-    if args.smoke:
-        args.rounds, args.layers, args.hidden, args.batch, args.steps, args.warmup = 2, 2, 64, 8, 3, 1
-    sizes = [a for name in SIZES for a in (f"--{name}", str(getattr(args, name)))]
 
     def run(side: str) -> dict:
-        return common.run_child(common.child_cmd("ddp_step", "--child", side, *sizes), 600, label=f"the {side} child")
+        return common.run_child(common.child_cmd("ddp_step", *argv, "--child", side), 600, label=f"the {side} child")
 
     samples = common.alternating(args.rounds, {side: lambda s=side: run(s) for side in ("native", "flagos")})
     sides = {}
@@ -115,8 +103,6 @@ def main(argv=None) -> int:
         }
     n, f = sides["native"], sides["flagos"]
     ratio = common.ratio_stats([a / b for a, b in zip(n["round_medians_ms"], f["round_medians_ms"], strict=True)])
-    print(f"DDP step, world size 1: native ({n['backing']}) {n['step_ms_median']:.3f} ms, ", end="")
-    print(f"flagos ({f['backing']}) {f['step_ms_median']:.3f} ms")
     print(f"flagos throughput / native: {common.format_ratio(ratio)} ({ratio['pairs']} rounds)")
     report = {
         "args": {k: v for k, v in vars(args).items() if k not in ("out", "child")},

@@ -4,30 +4,16 @@
     python -m benchmarks.e2e --model tiny --quick     # host smoke run (written to the temporary folder)
     python -m benchmarks.e2e --variants native,flagos --paired 6 --step-pairs 4   # + in-process pairs
 
-Tasks (full sizes): decode (batch 1, 32-token prompt, 64 new tokens, greedy), prefill (8 x 512 tokens, logits of
-the last position), train (4 x 512, AdamW, bf16 autocast, fp32 weights), graphs (decode with CUDA graphs,
-torch_fl/models/graph_decode.py; needs a GPU; compared with native graph decode and native's eager decode).
-Decode and prefill run in bf16 on a GPU (fp32 on host memory). Variants: native (never imports torch_fl), flagos
-(default routes), flagos_flaggems (FLAGOS_USE_FLAGGEMS=1), flagos_calibrated (routed by --calibrated FILE, from
-`python -m torch_fl calibrate`), cuda_flaggems (native cuda under flag_gems.enable()).
-
-The parent never touches a device: every (round, variant) runs in a child process of its own (`--worker VARIANT`),
-so variants that cannot share a process (native CUDA autograd after torch_fl is imported, PyTorch issue 161129;
-flag_gems.enable()) are measured alike; rounds rotate the variants' order; errors are recorded as results.
-Built-in models get random weights from --seed, saved once to a checkpoint every child loads. Each decode child
-saves its prompt's last-position logits; the parent compares them with native's under the tests' tolerance:
-tokens that leave native's are explained when operators ran on other kernels and the logits agree.
-
-Pairs are the steadier numbers on a shared machine: --paired N runs decode, prefill (and graphs) on native and
-flagos in one process, alternating call by call; a native and a flagos training worker take turns (N ABBA
-samples). --paired-variants pairs each flagos routing listed the same way, and its training step in one process
-against flagos's native routes. --step-pairs N alternates two models token by token, and decodes each sequence
-with each model alone too. Writes benchmarks/results/e2e-<machine>.json and the .png beside it (matplotlib).
+Tasks: decode, prefill, train, graphs (decode with CUDA graphs; needs a GPU); sizes in SIZES. Variants: native
+(never imports torch_fl), flagos (default routes), flagos_flaggems (FLAGOS_USE_FLAGGEMS=1), flagos_calibrated
+(routed by --calibrated FILE). Every (round, variant) runs in a child process of its own (e2e_worker.py); the
+parent never touches a device, compares each decode's prompt logits with native's, and writes the report after
+every child. --paired N: native and each of --paired-variants alternating in one process (training: worker
+processes taking turns); --step-pairs N: decode token by token. docs/benchmarks.md explains the figures.
 """
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import os
@@ -37,15 +23,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from argparse import SUPPRESS
-from contextlib import nullcontext
 from pathlib import Path
 
-from benchmarks import common, report
-from benchmarks.common import abba, abba_blocks, exception_line, paired_seconds, ratio_stats
+from benchmarks import common
+from benchmarks.common import exception_line
 
 REPO = common.REPO
-VARIANTS = ("native", "flagos", "flagos_flaggems", "flagos_calibrated", "cuda_flaggems")
+VARIANTS = ("native", "flagos", "flagos_flaggems", "flagos_calibrated")
 PAIRABLE = ("flagos", "flagos_flaggems", "flagos_calibrated")  # flagos routings that share a process with native
 TASKS = ("decode", "prefill", "train", "graphs")
 HOST_TASKS = ("decode", "prefill", "train")  # graphs needs CUDA
@@ -64,18 +48,16 @@ SIZES = {
     },
 }
 
-# ----------------------------------------------------------------------------- the parent
-
 
 def _variant_env(variant: str, calibrated: str | None = None) -> dict:
     """The child's environment: each flagos variant routes as its name says, whatever this shell sets."""
-    env = dict(os.environ)
-    env.pop("FLAGOS_USE_FLAGGEMS", None)
-    env.pop("FLAGOS_BACKEND_CONFIG", None)
-    if variant == "flagos_flaggems":
-        env["FLAGOS_USE_FLAGGEMS"] = "1"
-    if variant == "flagos_calibrated":
-        env["FLAGOS_BACKEND_CONFIG"] = calibrated
+    env = {k: v for k, v in os.environ.items() if k not in ("FLAGOS_USE_FLAGGEMS", "FLAGOS_BACKEND_CONFIG")}
+    env.update(
+        {
+            "flagos_flaggems": {"FLAGOS_USE_FLAGGEMS": "1"},
+            "flagos_calibrated": {"FLAGOS_BACKEND_CONFIG": calibrated},
+        }.get(variant, {})
+    )
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("TRANSFORMERS_VERBOSITY", "error")
     return env
@@ -83,10 +65,10 @@ def _variant_env(variant: str, calibrated: str | None = None) -> dict:
 
 def _run_child(variant, args, ckpt, sizes, routes: str | None = None) -> dict:
     """One child process for `variant` (routed as the variant `routes` says, default `variant`); its result."""
-    cmd = common.child_cmd("e2e", "--worker", variant, "--ckpt", ckpt, "--tasks", ",".join(args.tasks))
-    cmd += ["--sizes", json.dumps(sizes), "--seed", str(args.seed)]
-    cmd += ["--paired", str(args.paired), "--step-pairs", str(args.step_pairs)]
-    cmd += ["--logits-dir", args.logits_dir] if args.logits_dir else []
+    job = {"ckpt": ckpt, "sizes": sizes, "tasks": args.tasks, "seed": args.seed, "logits_dir": args.logits_dir}
+    cmd = common.child_cmd(
+        "e2e_worker", variant, json.dumps({**job, "paired": args.paired, "step_pairs": args.step_pairs})
+    )
     t = time.perf_counter()
     try:
         out = common.run_child(cmd, args.child_timeout, _variant_env(routes or variant, args.calibrated))
@@ -95,26 +77,6 @@ def _run_child(variant, args, ckpt, sizes, routes: str | None = None) -> dict:
     except RuntimeError as e:
         out = {"variant": variant, "error": str(e), "tasks": {}}
     out["wall_s"] = round(time.perf_counter() - t, 2)
-    return out
-
-
-def _train_worker_pairs(routings: list[str], args, ckpt, sizes, tmp: str) -> dict:
-    """{routing: pairs} of the training step: a native worker process against one per flagos routing in turn."""
-    cmd = common.child_cmd("e2e", "--ckpt", ckpt, "--sizes", json.dumps(sizes))
-    cmd += ["--seed", str(args.seed), "--serve-train", "--worker"]
-
-    def start(v: str) -> common.Worker:
-        log = os.path.join(tmp, f"train-worker-{v}.log")
-        return common.Worker(f"train ({v})", [*cmd, v], _variant_env(v, args.calibrated), REPO, log, args.child_timeout)
-
-    sz = sizes["train"]
-    tokens = sz["batch"] * sz["length"]
-    out = common.pair_each(start, "native", routings, args.paired)
-    for res in out.values():
-        if "error" not in res:
-            res.update(against="native, worker processes", steps_per_sample=sz["iters"])
-            res["native_tokens_per_s"] = tokens / statistics.median(res.pop("native_s"))
-            res["flagos_tokens_per_s"] = tokens / statistics.median(res.pop("flagos_s"))
     return out
 
 
@@ -132,9 +94,6 @@ def _parse(argv=None):
     p.add_argument("--paired-variants", default="flagos", help=f"paired with native: comma list of {PAIRABLE}")
     p.add_argument("--step-pairs", type=int, default=0, metavar="N", help="N sequences paired token by token")
     p.add_argument("--calibrated", metavar="FILE", help="also run flagos_calibrated: flagos routed by this file")
-    for hidden in ("--worker", "--ckpt", "--sizes", "--logits-dir"):
-        p.add_argument(hidden, help=SUPPRESS)
-    p.add_argument("--serve-train", action="store_true", help=SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -147,8 +106,7 @@ def _plan(args, on_gpu: bool) -> tuple[list[str], dict, list[str]] | str:
         if not Path(args.calibrated).is_file():
             return f"--calibrated {args.calibrated}: no such file (write one with python -m torch_fl calibrate)"
         args.calibrated = str(Path(args.calibrated).resolve())
-    gpu_only = "needs a CUDA GPU (FlagGems runs Triton kernels)"
-    unavailable = {} if on_gpu else dict.fromkeys(("flagos_flaggems", "cuda_flaggems"), gpu_only)
+    unavailable = {} if on_gpu else {"flagos_flaggems": "needs a CUDA GPU (FlagGems runs Triton kernels)"}
     if args.calibrated is None:
         unavailable["flagos_calibrated"] = "needs --calibrated FILE (a routing file from python -m torch_fl calibrate)"
     wanted = args.variants.split(",") if args.variants else list(VARIANTS)
@@ -171,13 +129,6 @@ def _plan(args, on_gpu: bool) -> tuple[list[str], dict, list[str]] | str:
 
 def main(argv=None) -> int:
     args = _parse(argv)
-    if args.worker and args.serve_train:
-        train_worker(args)
-        return 0
-    if args.worker:
-        common.reply((paired_worker if args.worker == "paired" else worker)(args))
-        return 0
-
     common.models()
     import qwen3
     import torch
@@ -228,78 +179,58 @@ def main(argv=None) -> int:
         reference: dict = {}  # native's, for compare_logits
         raw = []
         what = f"{args.paired} pairs" + (f", {args.step_pairs} sequences token by token" if args.step_pairs else "")
-        # Each child runs for tens of seconds to minutes: the deadline is judged before each one, and the
-        # report is written after each one, so a run stopped early, or killed, keeps what it measured.
+        # The deadline is judged before each child (each runs for minutes), the report written after each one.
         deadline = common.Deadline(args.deadline, started)
 
-        def may_start(kind: str, step: str) -> bool:
-            if deadline.allows(kind):
-                return True
-            print(f"deadline ({args.deadline:g} s): not starting {step}", flush=True)
-            return False
+        def child(kind: str, step: str, say: str, v: str, routes: str | None = None) -> dict | None:
+            """`v`'s child, or None where the deadline does not let it start (then nothing more starts)."""
+            if not deadline.allows(kind):
+                print(f"deadline ({args.deadline:g} s): not starting {step} or anything after them", flush=True)
+                return None
+            print(say, end=" ", flush=True)
+            t = time.perf_counter()
+            res = _run_child(v, args, ckpt, sizes, routes)
+            deadline.took(kind, t)
+            print(_brief(res), flush=True)
+            return res
 
         stopped = False
         for v in pair_with:
             # a routing variant pairs its training step too (with flagos's native routes)
             pairable = {"decode", "prefill", "graphs"} | ({"train"} if v != "flagos" else set())
             if (args.paired > 0 and pairable & set(args.tasks)) or (args.step_pairs > 0 and "decode" in args.tasks):
-                if stopped := not may_start("paired", f"the pairs of {v} or anything after them"):
+                say = f"paired: native and {v} alternating in one process, {what} ..."
+                if stopped := (res := child("paired", f"the pairs of {v}", say, "paired", v)) is None:
                     break
-                print(f"paired: native and {v} alternating in one process, {what} ...", end=" ", flush=True)
-                t = time.perf_counter()
-                res = _run_child("paired", args, ckpt, sizes, routes=v)
-                deadline.took("paired", t)
-                print(paired_brief(res), f"[{res.get('wall_s', '?')} s]", flush=True)
                 if v == "flagos":
                     paired = res
                 else:
                     paired_routed[v] = res
                 write_json(raw, 0)
-        if not stopped and args.paired > 0 and "train" in args.tasks and pair_with:
-            stopped = not may_start("train_workers", "the training pairs or anything after them")
-            t = time.perf_counter()
-            for v, res in ({} if stopped else _train_worker_pairs(pair_with, args, ckpt, sizes, tmp)).items():
-                if v == "flagos":
-                    paired = home = paired or {"variant": "paired", "tasks": {}}
-                else:
-                    home = paired_routed.setdefault(v, {"variant": "paired", "tasks": {}})
-                home["tasks"]["train_native"] = res
-                print(f"{v} and native in worker processes:", paired_brief({"tasks": {"train": res}}))
-            deadline.took("train_workers", t)
-            write_json(raw, 0)
         for r in range(0 if stopped else args.rounds):
-            order = variants[r % len(variants) :] + variants[: r % len(variants)]
-            for v in order:
-                if stopped := not may_start(v, f"{v} in round {r + 1} or anything after it"):
+            for v in variants[r % len(variants) :] + variants[: r % len(variants)]:
+                res = child(v, f"{v} in round {r + 1}", f"round {r + 1}/{args.rounds}: {v} ...", v)
+                if stopped := res is None:
                     break
-                print(f"round {r + 1}/{args.rounds}: {v} ...", end=" ", flush=True)
-                t = time.perf_counter()
-                _record(raw, _run_child(v, args, ckpt, sizes), r, reference)
-                deadline.took(v, t)
+                res["round"] = r
+                compare_logits(res, reference)
+                raw.append(res)
                 write_json(raw, r + 1)
             if stopped:
                 break
         args.rounds = len({x["round"] for x in raw})  # rounds begun (a deadline may stop them early)
 
     out = write_json(raw, args.rounds)
-    png = chart(out["summary"], args.tasks, json_path.with_suffix(".png"), title(out), paired)
-    print("\n" + "\n".join(report.e2e_tables(out)))
-    print(f"wrote {json_path}" + (f" and {png}" if png else " (no PNG: matplotlib is not installed)"))
+    print(f"wrote {json_path}")
     print(f"total {out['wall_s']} s")
     return 0
 
 
-def _record(raw: list, res: dict, round_index: int, reference: dict) -> None:
-    res["round"] = round_index
-    compare_logits(res, reference)
-    raw.append(res)
-    brief = ", ".join(
-        f"{t} {x['tokens_per_s']:.1f} tok/s" if "tokens_per_s" in x else f"{t} error" for t, x in res["tasks"].items()
-    )
-    print(brief or res.get("error", "no result")[:200], f"[{res.get('wall_s', '?')} s]", flush=True)
-
-
-# ----------------------------------------------------------------------------- the report
+def _brief(res: dict) -> str:
+    """A child's errors, if any, and its wall time: its figures are in the report."""
+    errors = [f"{t}: {exception_line(x['error'])}" for t, x in res["tasks"].items() if "error" in x]
+    errors += [exception_line(res["error"])] if "error" in res else []
+    return " ".join([*(e[:200] + ";" for e in errors), f"[{res.get('wall_s', '?')} s]"])
 
 
 def compare_logits(res: dict, reference: dict) -> None:
@@ -397,9 +328,8 @@ def summarise(raw: list[dict], variants: list[str], tasks: list[str]) -> dict:
                 e["ratio_to_native_eager_decode"] = e["tokens_per_s"] / eager["tokens_per_s"]
             if e.get("peak_bytes") and base.get("peak_bytes"):
                 e["peak_memory_ratio"] = e["peak_bytes"] / base["peak_bytes"]
-        # Tokens that leave native's are explained where operators ran on other kernels than native (which round
-        # differently: greedy decoding turns a last-bit difference between near-tied logits into another token)
-        # while the logits agree within tolerance.
+        # Tokens that leave native's are explained where operators ran on other kernels (greedy decoding turns a
+        # last-bit difference between near-tied logits into another token) while the logits agree within tolerance.
         for t in ("decode", "graphs"):
             e = per_task.get(t, {})
             if e.get("tokens_match_native") is False:
@@ -409,465 +339,6 @@ def summarise(raw: list[dict], variants: list[str], tasks: list[str]) -> dict:
                 )
                 e["other_kernels"] = other
     return summary
-
-
-def paired_brief(paired: dict) -> str:
-    if "error" in paired:
-        return f"error: {exception_line(paired['error'])[:200]}"
-    parts = []
-    for t, r in paired["tasks"].items():
-        if "error" in r:
-            parts.append(f"{t} error: {exception_line(r['error'])[:200]}")
-            continue
-        match = {True: ", greedy = native", False: ", greedy differs"}.get(r.get("tokens_match_native"), "")
-        if t == "decode_tokens":
-            parts.append(
-                f"decode token by token {r['ratio_median']:.3f}x (median of {r['pairs']} token pairs, "
-                f"{r['ratio_of_sums']:.3f}x summed{match}; alone {r['alone_ratio_median']:.3f}x)"
-            )
-        else:
-            against = f", against {r['against']}" if r.get("against") else ""
-            parts.append(f"{t} {r['ratio_median']:.3f}x (median of {r['pairs']} pairs{against}{match})")
-    return "; ".join(parts)
-
-
-def chart(summary: dict, tasks: list[str], path: Path, title: str, paired: dict | None = None) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    # Each variant's ratio over the child rounds, and the median per-pair
-    # ratio of the in-process pairs where they ran (the steadier number).
-    series = {
-        v: [summary[v].get(t, {}).get("ratio_to_native", 0.0) for t in tasks]
-        for v in summary
-        if any(summary[v].get(t, {}).get("rounds") for t in tasks)  # none with --rounds 0
-    }
-    pairs = (paired or {}).get("tasks", {})
-    if set(pairs) & set(tasks):
-        series["flagos, in-process pairs"] = [pairs.get(t, {}).get("ratio_median", 0.0) for t in tasks]
-    if "decode_tokens" in pairs:
-        by_token = pairs["decode_tokens"]["ratio_median"]
-        series["flagos, token-by-token pairs"] = [by_token if t == "decode" else 0.0 for t in tasks]
-    fig, ax = plt.subplots(figsize=(8, 4.2))
-    width = 0.8 / max(1, len(series))
-    for i, (v, vals) in enumerate(series.items()):
-        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(tasks))]
-        bars = ax.bar(xs, vals, width, label=v)
-        for b, val, t in zip(bars, vals, tasks, strict=True):
-            label = f"{val:.3f}" if val else ("error" if summary.get(v, {}).get(t, {}).get("errors") else "")
-            ax.annotate(label, (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom", fontsize=8)
-    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-    ax.set_xticks(range(len(tasks)), tasks)
-    ax.set_ylabel("tokens/s relative to native (higher is better)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return str(path)
-
-
-def title(out: dict) -> str:
-    rounds = max((s.get("rounds", 0) for v in out["summary"].values() for s in v.values()), default=0)
-    where = out["meta"]["versions"].get("gpu") or "host CPU"
-    what = f"median of {rounds} rounds" if rounds else "in-process pairs"
-    return f"Qwen3 {out['model']} on {where}, {what} ({out['meta']['date'][:10]})"
-
-
-# ----------------------------------------------------------------------------- the children (--worker VARIANT)
-
-
-def _error(e: Exception) -> dict:
-    """A task's error, recorded as its result: the other tasks still run."""
-    return {"error": f"{type(e).__name__}: {str(e)[:800]}"}
-
-
-def _prompt(model, sz: dict, seed: int, device):
-    import qwen3
-
-    return qwen3.tokens(model.config.vocab_size, sz["batch"], sz["prompt"], seed=seed + 1).to(device)
-
-
-def _train_setup(args, sz: dict, device):
-    """The training task's model (fp32 weights), AdamW and batch on `device`."""
-    import qwen3
-    import torch
-
-    model = qwen3.build(args.ckpt, dtype=torch.float32).to(device).train()
-    ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["length"], seed=args.seed + 3).to(device)
-    return model, torch.optim.AdamW(model.parameters(), lr=sz["lr"]), ids
-
-
-def inference_call(task: str, model, sz: dict, seed: int, device):
-    """(fn, tokens per call) for decode, prefill or graphs (decode replaying CUDA graphs) on `model`
-    (already on `device`)."""
-    import qwen3
-    import torch
-    import workloads
-
-    if task == "graphs":
-        import graph_decode
-
-        ids = _prompt(model, sz, seed, device)
-        dec = graph_decode.GraphDecoder(model, sz["batch"], sz["prompt"] + sz["new_tokens"], device)
-        return (lambda: dec.decode(ids, sz["new_tokens"])), sz["batch"] * sz["new_tokens"]
-    if task == "decode":
-        ids = _prompt(model, sz, seed, device)
-        return (lambda: workloads.greedy(model, ids, sz["new_tokens"])), sz["batch"] * sz["new_tokens"]
-    ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["length"], seed=seed + 2).to(device)
-
-    @torch.no_grad()
-    def prefill():
-        return model(input_ids=ids, use_cache=False, logits_to_keep=1).logits
-
-    return prefill, sz["batch"] * sz["length"]
-
-
-def paired_worker(args) -> dict:
-    """Native and flagos in one process, alternating call by call (ABBA): load that drifts hits both alike.
-    Training cannot pair with native here (PyTorch issue 161129): a routing variant's pairs with flagos's native
-    routes instead (train_route_pairs)."""
-    common.models()
-    import qwen3
-    import torch
-
-    import torch_fl
-    from torch_fl import routing
-    from torch_fl.routing import config
-    from torch_fl.routing import summary as stats
-
-    cuda = torch_fl.backing() == "cuda"
-    native, flagos = torch.device("cuda", 0) if cuda else torch.device("cpu"), torch.device("flagos", 0)
-    dtype = torch.bfloat16 if cuda else torch.float32
-    sizes, tasks = json.loads(args.sizes), args.tasks.split(",")
-    out: dict = {"variant": "paired", "pid": os.getpid(), "backing": torch_fl.backing(), "tasks": {}}
-    out["routing_file"] = routing.config_file()  # e2e.py --paired-variants: how this child's flagos routes
-    models = {d: qwen3.build(args.ckpt, dtype=dtype).to(d) for d in (native, flagos)}
-    paired = ("decode", "prefill", "graphs") if cuda else ("decode", "prefill")
-    seen: dict = {}  # replay's counts at the end of the tasks so far
-    for task in [t for t in tasks if t in paired and args.paired > 0]:
-        try:
-            routing.reset_stats()
-            out["tasks"][task] = _pair_task(task, models, native, flagos, sizes[task], args)
-            out["tasks"][task]["backends"] = stats.backends_used(stats.stats())  # the flagos calls, by backend
-            now = replay_counts()
-            if replayed := replay_since(now, seen):
-                out["tasks"][task]["replay"] = replayed
-            seen.update(now)
-        except Exception as e:  # recorded as a result, as the child rounds do: the other tasks still pair
-            out["tasks"][task] = _error(e)
-    if args.step_pairs > 0 and "decode" in tasks:
-        out["tasks"]["decode_tokens"] = token_pairs(models, native, flagos, sizes["decode"], args)
-    native_routes = config.default_file(torch_fl.backing(), False)
-    if args.paired > 0 and "train" in tasks and routing.config_file() != native_routes:
-        del models
-        try:
-            out["tasks"]["train"] = train_route_pairs(args, sizes["train"], flagos, native_routes)
-        except Exception as e:
-            out["tasks"]["train"] = _error(e)
-    return out
-
-
-REPLAY_KEYS = ("hits", "recorded", "python", "evicted")
-
-
-def replay_counts() -> dict:
-    """{op: {hits, recorded, python, evicted, reasons}} of FlagGems' record and replay (torch_fl/replay) for each
-    operator that ran on it since the routing statistics were reset."""
-    import torch_fl
-    from torch_fl.routing import summary as stats
-
-    out = {}
-    for op in sorted({r.op for r in stats.stats() if r.backend == "flaggems"}):
-        s = torch_fl._C.PyRoute(op).replay_stats()
-        out[op] = {**{k: s[k] for k in REPLAY_KEYS}, "reasons": dict(s["reasons"])}
-    return out
-
-
-def replay_since(now: dict, before: dict) -> dict:
-    """The counts of replay_counts() `now` less those of `before`, for operators with calls in between."""
-    out = {}
-    for op, c in now.items():
-        was = before.get(op, {})
-        d = {k: c[k] - was.get(k, 0) for k in REPLAY_KEYS}
-        reasons = {why: n - was.get("reasons", {}).get(why, 0) for why, n in c["reasons"].items()}
-        if d["hits"] or d["recorded"] or d["python"]:
-            out[op] = {**d, "reasons": {why: n for why, n in reasons.items() if n}}
-    return out
-
-
-def train_route_pairs(args, sz: dict, flagos, native_routes: str) -> dict:
-    """A routing variant's training step against flagos on its native routes (which run at native's speed), two
-    models in one process, alternating (ABBA); the routing file is swapped between timed steps, never inside."""
-    import workloads
-
-    from torch_fl import routing
-    from torch_fl.routing import summary as stats
-
-    sides = {side: _train_setup(args, sz, flagos) for side in ("native_routes", "routed")}
-
-    def step(side: str) -> float:
-        model, opt, ids = sides[side]
-        workloads.synchronize(flagos)
-        t = time.perf_counter()
-        workloads.train_step(model, opt, ids)
-        workloads.synchronize(flagos)
-        return time.perf_counter() - t
-
-    def routes(side: str):
-        return routing.using_config(native_routes, "default file") if side == "native_routes" else nullcontext()
-
-    for side in sides:
-        with routes(side):
-            for _ in range(sz["warmup"]):
-                step(side)
-    # ABBA; each run of one side in a row follows an untimed step: swapping the routing file drops replay's
-    # recordings of operators with size rules (a calibrated file's), which no timed step should pay.
-    secs: dict = {"native_routes": [], "routed": []}
-    for side, count in abba_blocks(args.paired, "native_routes", "routed"):
-        with routes(side):
-            step(side)
-            secs[side].extend(step(side) for _ in range(count))
-    before = replay_counts()  # every FlagGems operator the steps so far ran, with its counts
-    routing.reset_stats()
-    step("routed")  # one more, counted: which backends the routed step ran, and replay's counts
-    replayed = replay_since(replay_counts(), before)
-    ratios = [n / r for n, r in zip(secs["native_routes"], secs["routed"], strict=True)]
-    tokens = sz["batch"] * sz["length"]
-    return {
-        **ratio_stats(ratios),
-        "ratios": [round(r, 4) for r in ratios],
-        "against": "flagos native routes",
-        "native_tokens_per_s": tokens / statistics.median(secs["native_routes"]),
-        "flagos_tokens_per_s": tokens / statistics.median(secs["routed"]),
-        "backends": stats.backends_used(stats.stats()),
-        **({"replay": replayed} if replayed else {}),
-    }
-
-
-def _pair_task(task: str, models: dict, native, flagos, sz: dict, args) -> dict:
-    """One task's native/flagos pairs (ABBA), each call timed to its synchronisation."""
-    import workloads
-
-    calls = {d: inference_call(task, models[d], sz, args.seed, d) for d in models}
-    tokens = calls[native][1]
-    for d, (fn, _) in calls.items():
-        for _ in range(sz["warmup"]):
-            fn()
-        workloads.synchronize(d)
-    results: dict = {}  # each side's last output: the pairs compare native's and flagos's
-
-    def keeping(d):
-        return lambda: results.__setitem__(d, calls[d][0]())
-
-    secs = paired_seconds({d: keeping(d) for d in (native, flagos)}, args.paired, workloads.synchronize)
-    ratios = [n / f for n, f in zip(secs[native], secs[flagos], strict=True)]
-    res = {
-        **ratio_stats(ratios),
-        "ratios": [round(r, 4) for r in ratios],
-        "native_tokens_per_s": tokens / statistics.median(secs[native]),
-        "flagos_tokens_per_s": tokens / statistics.median(secs[flagos]),
-    }
-    if task in ("decode", "graphs"):
-        res["tokens_match_native"] = results[native].cpu().tolist() == results[flagos].cpu().tolist()
-    return res
-
-
-def token_pairs(models: dict, native, flagos, sz: dict, args) -> dict:
-    """Decode on native and flagos alternating token by token (greedy_steps(), ABBA), each step timed to its sync:
-    a step is too short for the host's load to change within a pair. Each sequence is also decoded by each model
-    alone, showing whether alternating slows the steps themselves."""
-    import workloads
-
-    devices = (native, flagos)
-    ids = {d: _prompt(models[d], sz, args.seed, d) for d in devices}
-    new = sz["new_tokens"]
-    secs: dict = {d: [] for d in devices}
-    alone: dict = {d: [] for d in devices}
-    match = True
-    for d in devices:  # warm-up
-        workloads.run_steps(workloads.greedy_steps(models[d], ids[d], new))
-    for s in range(args.step_pairs):
-        steps = {d: workloads.greedy_steps(models[d], ids[d], new) for d in devices}
-        for i in range(new):
-            for d in abba(s * new + i, *devices):
-                t = time.perf_counter()
-                next(steps[d])
-                workloads.synchronize(d)
-                secs[d].append(time.perf_counter() - t)
-        decoded = {d: workloads.run_steps(steps[d]).cpu().tolist() for d in devices}
-        match = match and decoded[native] == decoded[flagos]
-        for d in abba(s, *devices):
-            t = time.perf_counter()
-            workloads.run_steps(workloads.greedy_steps(models[d], ids[d], new))
-            workloads.synchronize(d)
-            alone[d].append(time.perf_counter() - t)
-    ratios = [n / f for n, f in zip(secs[native], secs[flagos], strict=True)]
-    tokens = sz["batch"] * new * args.step_pairs  # per device, alternating and alone alike
-    return {
-        **ratio_stats(ratios),
-        "sequences": args.step_pairs,
-        "ratio_of_sums": sum(secs[native]) / sum(secs[flagos]),
-        "native_tokens_per_s": tokens / sum(secs[native]),
-        "flagos_tokens_per_s": tokens / sum(secs[flagos]),
-        "alone_native_tokens_per_s": tokens / sum(alone[native]),
-        "alone_flagos_tokens_per_s": tokens / sum(alone[flagos]),
-        "alone_ratio_median": statistics.median(n / f for n, f in zip(alone[native], alone[flagos], strict=True)),
-        "tokens_match_native": match,
-    }
-
-
-def graph_decode_task(model, sz: dict, seed: int, device, timed, routing) -> dict:
-    """Greedy decode replaying the step captured on the first decode (graph_decode.GraphDecoder), and eagerly once."""
-    import graph_decode
-
-    ids = _prompt(model, sz, seed, device)
-    max_len = sz["prompt"] + sz["new_tokens"]
-    dec = graph_decode.GraphDecoder(model, sz["batch"], max_len, device)
-    t = time.perf_counter()
-    dec.decode(ids, sz["new_tokens"])  # captures the step, then decodes
-    capture_s = time.perf_counter() - t
-    eager = graph_decode.GraphDecoder(model, sz["batch"], max_len, device, graphs=False).decode(ids, sz["new_tokens"])
-    sec, out = timed(lambda: dec.decode(ids, sz["new_tokens"]), sz["warmup"], sz["iters"])
-    res = {
-        "seconds": sec,
-        "tokens": out[:, sz["prompt"] :].cpu().tolist(),
-        "tokens_per_s": sz["batch"] * sz["new_tokens"] / sec,
-        "tokens_match_eager": bool((out == eager).all()),
-        "first_decode_s": round(capture_s, 3),
-        "captures": dec.captures,
-    }
-    if routing is not None:  # flagos: what the graph captured, counted once at capture
-        captured: dict = {}
-        for (_, backend), n in dec.graph.captured_calls().items():
-            captured[backend] = captured.get(backend, 0) + n
-        res["captured_calls"] = captured
-        res["replays"] = dec.graph.replays
-    return res
-
-
-def train_worker(args) -> None:
-    """A training worker (`--worker VARIANT --serve-train`): serves timed samples of `iters` steps (common.py)."""
-    common.models()
-    import workloads
-
-    device = common.device(args.worker)
-    sz = json.loads(args.sizes)["train"]
-    model, opt, ids = _train_setup(args, sz, device)
-
-    def step():
-        workloads.train_step(model, opt, ids)
-
-    for _ in range(sz["warmup"]):
-        step()
-    workloads.synchronize(device)
-    common.serve(step, lambda: workloads.synchronize(device), sz["iters"])
-
-
-def worker(args) -> dict:
-    """One variant's tasks, each on a model loaded afresh, timed to the device's synchronisation."""
-    variant = args.worker
-    common.models()
-    import qwen3
-    import torch
-    import workloads
-
-    info: dict = {"variant": variant, "pid": os.getpid(), "tasks": {}}
-    device = common.device(variant)
-    stats = routing = None
-    if variant.startswith("flagos"):
-        import torch_fl
-        from torch_fl import routing
-        from torch_fl.routing import summary as stats
-
-        info["backing"] = torch_fl.backing()
-        info["routing_file"] = routing.config_file()  # flagos_calibrated: the calibrated file, loaded
-    else:
-        info["backing"] = device.type
-    if variant == "cuda_flaggems":
-        import flag_gems
-
-        flag_gems.enable()
-        info["flag_gems"] = getattr(flag_gems, "__version__", "?")
-    model_dtype = torch.bfloat16 if info["backing"] == "cuda" else torch.float32
-
-    def timed(fn, warmup, iters):
-        for _ in range(warmup):
-            fn()
-        workloads.synchronize(device)
-        times = []
-        for _ in range(iters):
-            t = time.perf_counter()
-            out = fn()
-            workloads.synchronize(device)
-            times.append(time.perf_counter() - t)
-        return statistics.median(times), out
-
-    def run_task(task: str, sz: dict) -> dict:
-        res: dict = {}
-        workloads.reset_peak_memory(device)
-        if task == "train":
-            model, opt, ids = _train_setup(args, sz, device)
-            losses = []
-            if stats:
-                routing.reset_stats()
-            sec, _ = timed(lambda: losses.append(workloads.train_step(model, opt, ids)), sz["warmup"], sz["iters"])
-            res["tokens_per_s"] = sz["batch"] * sz["length"] / sec
-            res["losses"] = [float(x) for x in losses]
-            del opt, losses
-        elif task in ("decode", "prefill"):
-            model = qwen3.build(args.ckpt, dtype=model_dtype).to(device)
-            fn, tokens = inference_call(task, model, sz, args.seed, device)
-            if stats:
-                routing.reset_stats()
-            sec, out = timed(fn, sz["warmup"], sz["iters"])
-            if task == "decode":
-                res["tokens"] = out[:, sz["prompt"] :].cpu().tolist()
-            res["tokens_per_s"] = tokens / sec
-        elif task == "graphs":
-            model = qwen3.build(args.ckpt, dtype=model_dtype).to(device)
-            res.update(graph_decode_task(model, sz, args.seed, device, timed, routing))
-            sec = res.pop("seconds")
-        else:
-            raise ValueError(f"unknown task {task!r}")
-        res["seconds"] = sec
-        res["peak_bytes"] = workloads.peak_memory(device)
-        if stats:
-            rows = stats.stats()
-            res["backends"] = stats.backends_used(rows)
-            res["fallback_ops"] = [r.op for r in stats.fallbacks(rows)]
-            res["top_ops"] = [[r.op, r.backend, r.calls] for r in rows[:8]]
-        if task == "decode" and args.logits_dir:  # after the statistics: this forward is not the benchmark's
-            # the prompt's last-position logits (what the first greedy token is chosen from), in float32 on the
-            # host, for the parent to compare with native's (compare_logits)
-            path = Path(args.logits_dir) / f"{os.getpid()}.pt"
-            torch.save(workloads.last_logits(model, _prompt(model, sz, args.seed, device)), path)
-            res.update(logits_file=str(path), logits_dtype=str(model.dtype).removeprefix("torch."))
-        return res
-
-    sizes = json.loads(args.sizes)
-    for task in args.tasks.split(","):
-        try:
-            res = run_task(task, sizes[task])
-        except Exception as e:  # recorded as a result: the peer may simply not run this
-            res = _error(e)
-        gc.collect()  # what the task left behind, before the next one loads its model
-        if device.type != "cpu":
-            workloads.device_module(device).empty_cache()
-        info["tasks"][task] = res
-    info["torch_fl_imported"] = "torch_fl" in sys.modules
-    if variant == "flagos_flaggems":
-        used = {b for r in info["tasks"].values() for b in r.get("backends", {})}
-        if not any(b.startswith("flaggems") or b.startswith("flagos_python") for b in used):
-            why = "FLAGOS_USE_FLAGGEMS=1 routed no operator to FlagGems"
-            for r in info["tasks"].values():
-                if "error" not in r:
-                    r["error"] = why + "; these would be native-route numbers, not FlagGems"
-    return info
 
 
 if __name__ == "__main__":

@@ -1,18 +1,12 @@
 """Per-call overhead of the flagos device against native PyTorch, same run.
 
-Small operators measure the cost a call adds on the host (microseconds per call, timed in windows shorter than
-the GPU's launch queue, so GPU throughput does not hide host cost); two rows measure it in context, per routed
-call: a decoder layer's mix of operators, and greedy decode of the tiny Qwen3 (a loop over one operator keeps
-everything in the CPU's caches, a model does not); a large add measures bandwidth and a large bf16 matmul
-TFLOP/s, where flagos must equal native. Native and flagos alternate round by round; the median of the rounds
-is reported, with the ratio. With flag_gems on a GPU it also times a flaggems-routed add/mul on flagos: the
-replay against native CUDA's add/mul, and the Python route (flaggems_python) against the same flag_gems function
-called directly.
-
     python -m benchmarks.overhead                 # full sizes (GPU)
     python -m benchmarks.overhead --quick         # small sizes (smoke; written to the temporary folder)
 
-Writes benchmarks/results/overhead-<machine>.json and, for full sizes, the PNG beside it (with matplotlib).
+Small operators: host microseconds per call, in windows shorter than the GPU's launch queue; in context: a
+decoder layer's operator mix and the tiny Qwen3's greedy decode, per routed call; large add and bf16 matmul:
+GB/s and TFLOP/s. Native and flagos alternate round by round (median of the rounds). With flag_gems on a GPU:
+flaggems-routed add/mul against native CUDA, and flaggems_python against flag_gems called directly.
 """
 
 from __future__ import annotations
@@ -84,9 +78,8 @@ def paired_calls_us(
     pairs: int,
     clock: Callable[[], float] = time.perf_counter,
 ):
-    """Host microseconds of each call of `first` and of `second`, timed call by call in pairs (ABBA order): for
-    calls whose own time swings by more than the difference sought, the median of per-pair differences is far
-    steadier than the difference of two medians. The GPU queue is drained between windows, untimed."""
+    """Host microseconds of each call of `first` and of `second`, timed call by call in ABBA pairs (the median of
+    per-pair differences is far steadier than the difference of two medians); the GPU queue drained untimed."""
     times: dict = {first: [], second: []}
     for i in range(pairs):
         if i % (WINDOW // 2) == 0:
@@ -179,8 +172,7 @@ def routed_calls(fn: Callable[[], object]) -> int:
 
 
 def context_rows(native: torch.device, flagos: torch.device, rounds: int, calls: int) -> list[Row]:
-    """Per-call cost in context, per routed call: a decoder layer's operator mix, and greedy decode of the tiny
-    Qwen3 (needs transformers; without it that row is left out)."""
+    """Per routed call: a decoder layer's operator mix, and the tiny Qwen3's greedy decode (needs transformers)."""
     rows = []
     seqs = {native: layer_sequence(native), flagos: layer_sequence(flagos)}
     n = routed_calls(seqs[flagos])
@@ -189,8 +181,8 @@ def context_rows(native: torch.device, flagos: torch.device, rounds: int, calls:
     for dev in (native, flagos):
         per_call_us(seqs[dev], dev, 20, per_window)
     reps = max(1, calls // n)
-    samples = alternating(rounds, {d: (lambda d=d: per_call_us(seqs[d], d, reps, per_window) / n) for d in seqs})
-    rows.append(_context_row(f"decoder-layer mix ({n} calls), per call", samples, native, flagos))
+    sample = {d: (lambda d=d: per_call_us(seqs[d], d, reps, per_window) / n) for d in seqs}
+    rows.append(_row(f"decoder-layer mix ({n} calls), per call", "us/call", rounds, sample, diffs=True))
     try:
         from torch_fl.models import qwen3, workloads
     except ImportError as e:  # transformers is an optional extra
@@ -210,26 +202,19 @@ def context_rows(native: torch.device, flagos: torch.device, rounds: int, calls:
 
     def per_call(dev) -> float:
         sync(dev)
-        start = time.perf_counter()
-        steps[dev]()
-        sync(dev)
-        return (time.perf_counter() - start) * 1e6 / n
+        return common.timed_calls(steps[dev], lambda: sync(dev), 1)[0][0] * 1e6 / n
 
-    samples = alternating(rounds, {d: (lambda d=d: per_call(d)) for d in (native, flagos)})
     name = f"tiny Qwen3 greedy decode ({n // tokens} calls/token), per call"
-    rows.append(_context_row(name, samples, native, flagos))
+    rows.append(_row(name, "us/call", rounds, {d: (lambda d=d: per_call(d)) for d in (native, flagos)}, diffs=True))
     return rows
 
 
-def _context_row(name: str, samples: dict, native: torch.device, flagos: torch.device) -> Row:
-    diffs = [f - n for n, f in zip(samples[native], samples[flagos], strict=True)]
-    row = Row(name, "us/call", statistics.median(samples[native]), statistics.median(samples[flagos]), diffs)
-    print(
-        f"  {name:<44} native {row.native:6.2f} us  flagos {row.flagos:6.2f} us"
-        f"  per round: median {statistics.median(diffs):+.2f} us",
-        flush=True,
-    )
-    return row
+def _row(name: str, unit: str, rounds: int, sample: dict, diffs: bool = False) -> Row:
+    """A row from `rounds` rounds alternating the two sides' `sample()` (native's, then flagos's); `diffs`: keep
+    each round's difference."""
+    native, flagos = alternating(rounds, sample).values()
+    kept = [f - n for n, f in zip(native, flagos, strict=True)] if diffs else None
+    return Row(name, unit, statistics.median(native), statistics.median(flagos), kept)
 
 
 def timed_ms(fn: Callable[[], object], device: torch.device, reps: int) -> float:
@@ -277,49 +262,34 @@ def run(
     for name in ops[native]:
         for dev in (native, flagos):  # warm up (kernel selection, allocator)
             per_call_us(ops[dev][name], dev, 50)
-        samples = alternating(rounds, {d: (lambda d=d, fn=ops[d][name]: per_call_us(fn, d, calls)) for d in ops})
-        rows.append(Row(name, "us/call", statistics.median(samples[native]), statistics.median(samples[flagos])))
-        print(f"  {name:<20} native {rows[-1].native:7.2f} us  flagos {rows[-1].flagos:7.2f} us", flush=True)
+        rows.append(
+            _row(name, "us/call", rounds, {d: (lambda d=d, f=ops[d][name]: per_call_us(f, d, calls)) for d in ops})
+        )
     if not large:
         return rows
     big = {native: large_ops(native, quick), flagos: large_ops(flagos, quick)}
     for name, (unit, work, _) in big[native].items():
         for dev in (native, flagos):
             timed_ms(big[dev][name][2], dev, 3)
-        samples = alternating(
-            rounds, {d: (lambda d=d, fn=big[d][name][2], w=work: w / (timed_ms(fn, d, 5) / 1e3)) for d in big}
-        )
-        rows.append(Row(name, unit, statistics.median(samples[native]), statistics.median(samples[flagos])))
-        print(f"  {name:<20} native {rows[-1].native:9.1f} {unit}  flagos {rows[-1].flagos:9.1f} {unit}", flush=True)
+        sample = {d: (lambda d=d, fn=big[d][name][2], w=work: w / (timed_ms(fn, d, 5) / 1e3)) for d in big}
+        rows.append(_row(name, unit, rounds, sample))
     return rows
 
 
 def _pair_row(name: str, first, second, first_dev, second_dev, rounds: int, calls: int) -> Row:
-    """`second` against `first`, alternated in rounds and timed call by call in pairs (added_us: the
-    median of the per-pair differences, steadier than the rounds where the host drifts)."""
+    """`second` against `first`, alternated in rounds and timed call by call in pairs (added_us)."""
     per_call_us(first, first_dev, 50)  # warm up (Triton compile, replay's recording)
     per_call_us(second, second_dev, 50)
-    sides = {"first": (first, first_dev), "second": (second, second_dev)}
-    samples = alternating(rounds, {k: (lambda f=f, d=d: per_call_us(f, d, calls)) for k, (f, d) in sides.items()})
+    sample = {"a": lambda: per_call_us(first, first_dev, calls), "b": lambda: per_call_us(second, second_dev, calls)}
+    row = _row(name, "us/call", rounds, sample, diffs=True)
     one_first, one_second = paired_calls_us(first, second, first_dev, rounds * calls)
-    diffs = [b - a for a, b in zip(samples["first"], samples["second"], strict=True)]
-    pair_diffs = sorted(b - a for a, b in zip(one_first, one_second, strict=True))
-    added = statistics.median(pair_diffs)
-    q1, q3 = pair_diffs[len(pair_diffs) // 4], pair_diffs[3 * len(pair_diffs) // 4]
-    row = Row(name, "us/call", statistics.median(samples["first"]), statistics.median(samples["second"]), diffs, added)
-    print(
-        f"  {name:<44} {row.native:7.2f} us vs {row.flagos:7.2f} us"
-        f"  per round: median {statistics.median(diffs):+.2f}, {min(diffs):+.2f} to {max(diffs):+.2f} us;"
-        f"  call by call ({len(pair_diffs)} pairs): median {added:+.2f} us, quartiles {q1:+.2f} to {q3:+.2f}",
-        flush=True,
-    )
+    row.paired_added_us = statistics.median(b - a for a, b in zip(one_first, one_second, strict=True))
     return row
 
 
 def flaggems_rows(rounds: int, calls: int) -> list[Row]:
-    """FlagGems-routed 4x4 calls on flagos: `flaggems` (replayed from C++) against native CUDA's own kernel (what
-    routing to FlagGems costs a model), `flaggems_python` against that function called directly on CUDA tensors
-    (what the routing layer adds to it)."""
+    """FlagGems-routed 4x4 calls on flagos: `flaggems` (replayed) against native CUDA's kernel, `flaggems_python`
+    against that function called directly on CUDA tensors."""
     from torch_fl import backends, routing
     from torch_fl.backends.flaggems import LOADER
 
@@ -359,30 +329,6 @@ def environment() -> dict:
     return {"torch_fl": torch_fl.__version__, "backing": torch_fl.backing(), "device": torch.flagos.get_device_name(0)}
 
 
-def plot(rows: list[Row], path: str) -> None:
-    """Bar chart of the per-call rows (none without matplotlib)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("no chart: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
-        return
-    small = [r for r in rows if r.unit == "us/call"]
-    fig, ax = plt.subplots(figsize=(9, 4))
-    xs = range(len(small))
-    ax.bar([x - 0.2 for x in xs], [r.native for r in small], 0.4, label="native")
-    ax.bar([x + 0.2 for x in xs], [r.flagos for r in small], 0.4, label="flagos")
-    ax.set_xticks(list(xs), [r.name for r in small], rotation=20, ha="right")
-    ax.set_ylabel("microseconds per call")
-    ax.set_title(f"flagos vs native, {environment()['device']}")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print(f"wrote {path}")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = common.parser(__doc__, "overhead")
     parser.add_argument("--rounds", type=int, default=7, help="alternating rounds per variant (median reported)")
@@ -407,12 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": [asdict(r) | {"ratio": r.ratio, "added_us": r.added_us} for r in rows],
     }
     out = str(common.write("overhead", report, args.out, smoke=args.quick))
-    print(f"\n{'operator':<28}{'native':>10}{'flagos':>10}{'ratio':>8}  unit")
-    for r in rows:
-        print(f"{r.name:<28}{r.native:>10.2f}{r.flagos:>10.2f}{r.ratio:>8.3f}  {r.unit}")
     print(f"wrote {out}")
-    if not args.quick:
-        plot(rows, out.replace(".json", ".png"))
     return 0
 
 

@@ -3,11 +3,8 @@
     python -m benchmarks.report            # rewrite both from the canonical result files
     python -m benchmarks.report --check    # exit 1 if either differs from what the files give
 
-Every table names the file, command, date, commit and machine it comes from. A ratio is flagos
-relative to native (throughput: above 1 is faster; time per call: above 1 is slower) with its noise
-where the run kept per-pair or per-round samples: half the interquartile range (torch_fl/calibration/stats.py).
-README.md's table goes between the markers `<!-- benchmarks:start -->` and `<!-- benchmarks:end -->`;
-without them the script says so, leaves README.md alone and exits 1.
+Every table names the file, command, date, commit and machine it comes from; README.md's table (targets.py)
+goes between the markers `<!-- benchmarks:start -->` and `<!-- benchmarks:end -->`.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ from benchmarks.common import REPO, RESULTS, errors_brief, exception_line, forma
 
 DOC = REPO / "docs" / "benchmarks.md"
 README = REPO / "README.md"
-START, END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
 TITLES = {
     "e2e": "Qwen3 end to end: decode, prefill, training (benchmarks/e2e.py)",
     "overhead": "Per-call overhead against native PyTorch (benchmarks/overhead.py)",
@@ -50,12 +46,12 @@ def _ratio(r: float, noise: float | None) -> str:
     return f"{r:.3f}x" + (f" ± {noise:.3f}" if noise is not None else "")
 
 
-def _paired(e: dict) -> str:
+def paired_ratio(e: dict) -> str:
     """A paired or per-round entry's median ratio ± its noise."""
     return _ratio(e["ratio_median"], pair_noise(e))
 
 
-def _ratio_interval(e: dict) -> str:
+def ratio_interval(e: dict) -> str:
     """A paired entry's median ratio ± noise, with the median's 95% interval where the result has one."""
     return format_ratio({**e, "noise": pair_noise(e)})
 
@@ -64,7 +60,7 @@ def _yes(ok, none: str = "") -> str:
     return none if ok is None else ("yes" if ok else "NO")
 
 
-def _rounds(n, kind: str = "") -> str:
+def n_rounds(n, kind: str = "") -> str:
     return f"{n} {kind}round" if n == 1 else f"{n} {kind}rounds"
 
 
@@ -103,8 +99,6 @@ def provenance(stem: str, meta: dict) -> str:
     )
 
 
-# ----------------------------------------------------------------------------- per benchmark
-
 # e2e's in-process pair tasks by the label the tables and targets give them
 PAIR_TASKS = {
     "decode": "decode, generate() pairs",
@@ -112,13 +106,12 @@ PAIR_TASKS = {
     "decode_tokens": "decode token by token",
     "graphs": "graph decode pairs",
     "train": "train pairs, against flagos's native routes",
-    "train_native": "train pairs, against native (worker processes)",
 }
 # the in-process pairs that judge a task, steadiest first (token by token: 64 pairs of short calls)
 PAIR_LABELS = {
     "decode": ("decode token by token", "decode, generate() pairs"),
     "prefill": ("prefill pairs",),
-    "train": ("train pairs, against native (worker processes)", "train pairs, against flagos's native routes"),
+    "train": ("train pairs, against flagos's native routes",),
 }
 
 
@@ -150,8 +143,8 @@ def e2e_tables(d: dict) -> list[str]:
     if pairs:
         out += [
             "Native and a flagos variant in one process, alternating (the steadier figure on a shared host; "
-            "training against native: a native and a flagos worker process taking turns, since native CUDA "
-            "backward cannot share a process with torch_fl): the median of per-pair tokens/s ratios flagos / "
+            "training: a routing variant against flagos's native routes, since native CUDA backward cannot share "
+            "a process with torch_fl): the median of per-pair tokens/s ratios flagos / "
             "native, ± half their interquartile range; routed: the flagos calls by backend.",
             "",
         ]
@@ -160,7 +153,7 @@ def e2e_tables(d: dict) -> list[str]:
         out += md(
             head,
             [
-                [v, label, str(e["pairs"]), _paired(e), f"{e['native_tokens_per_s']:,.1f}"]
+                [v, label, str(e["pairs"]), paired_ratio(e), f"{e['native_tokens_per_s']:,.1f}"]
                 + [f"{e['flagos_tokens_per_s']:,.1f}", _yes(e.get("tokens_match_native"))]
                 + [", ".join(f"{b} {n:,}" for b, n in (e.get("backends") or {}).items())]
                 for v, label, e in pairs
@@ -246,7 +239,7 @@ def _trainer_row(d: dict) -> list[str]:
     speed, mem, agree = d.get("speed"), d.get("peak_memory"), d.get("loss_agreement")
     cells = ["n/a", "", ""]
     if speed:
-        cells = [_ratio_interval(speed), f"{speed['native_steps_per_s']:.2f}", f"{speed['flagos_steps_per_s']:.2f}"]
+        cells = [ratio_interval(speed), f"{speed['native_steps_per_s']:.2f}", f"{speed['flagos_steps_per_s']:.2f}"]
     cells.append(f"{mem['ratio']:.3f}x" if mem else "n/a")
     if agree:
         first, every = _yes(agree["within_first_20"], "n/a"), _yes(agree["within_all"], "n/a")
@@ -296,7 +289,7 @@ SPECS = {
         _compile_intro,
         "task|flagos / native:|native compile s:|flagos compile s:",
         lambda d: [
-            [f"{label} ({e['pairs']} pairs)", _ratio_interval(e), str(e["compile_s"]["native"])]
+            [f"{label} ({e['pairs']} pairs)", ratio_interval(e), str(e["compile_s"]["native"])]
             + [str(e["compile_s"]["flagos"])]
             for label, e in (("prefill", d["prefill"]), ("training step", d["train"]))
         ],
@@ -331,7 +324,7 @@ def _tables(benchmark: str, d: dict) -> list[str]:
 TABLES = {b: (lambda d, b=b: _tables(b, d)) for b in ("e2e", *SPECS)}
 
 
-def benchmarks_md(results: dict[str, dict], results_dir: Path = RESULTS) -> str:
+def benchmarks_md(results: dict[str, dict]) -> str:
     lines = [
         "# Benchmarks",
         "",
@@ -348,164 +341,7 @@ def benchmarks_md(results: dict[str, dict], results_dir: Path = RESULTS) -> str:
         meta = d["meta"]
         lines += [f"## {stem}: {TITLES.get(meta['benchmark'], meta['benchmark'])}", "", provenance(stem, meta), ""]
         lines += TABLES[meta["benchmark"]](d)
-        if (results_dir / f"{stem}.png").exists():
-            lines += [f"![{stem}](../benchmarks/results/{stem}.png)", ""]
     return "\n".join(lines).rstrip() + "\n"
-
-
-def _span(values: list[float], fmt: str) -> str:
-    lo, hi = min(values), max(values)
-    return fmt.format(lo) if lo == hi else f"{fmt.format(lo)} to {fmt.format(hi)}"
-
-
-def overhead_targets(res: list[dict]) -> list[tuple]:
-    rows = []
-    large = [r for r in res if r["unit"] != "us/call"]
-    if large:
-        text = ", ".join(f"{r['name'].split(' (')[0]} {r['ratio']:.3f}x" for r in large)
-        # throughput ratios (flagos / native): faster than native is within the target, not outside it
-        rows.append(("large operators at most 2 % below native", text, all(r["ratio"] >= 0.98 for r in large)))
-    timed = [r for r in res if r["unit"] == "us/call" and r.get("added_us") is not None]
-    if small := [r for r in timed if "flaggems" not in r["name"]]:
-        text = _span([r["added_us"] for r in small], "{:+.2f}") + " us"
-        rows.append(("small operators <= native + 1.0 us per call", text, all(r["added_us"] <= 1.0 for r in small)))
-    for words, target, limit in (
-        (("flaggems replay", "fast path"), "FlagGems replay 4x4 <= native CUDA + 5 us per call", 5.0),
-        (("flaggems_python",), "flaggems_python call <= 3 us over calling `flag_gems` directly", 3.0),
-    ):
-        if got := [r for r in timed if any(w in r["name"] for w in words)]:
-            text = ", ".join(f"`{r['name'].split()[0]}` {r['added_us']:+.2f} us" for r in got)
-            rows.append((target, text, all(r["added_us"] <= limit for r in got)))
-    return [(*r, "overhead-h200") for r in rows]
-
-
-def e2e_targets(e2e: dict) -> list[tuple]:
-    rows = []
-    pairs = dict(e2e_pairs(e2e))
-    flagos = e2e.get("summary", {}).get("flagos", {})
-    for task in ("decode", "prefill"):
-        if got := [(lab, pairs[lab]) for lab in PAIR_LABELS[task] if lab in pairs]:
-            text = ", ".join(f"{_paired(e)} ({lab}, {e['pairs']} pairs)" for lab, e in got)
-            rows.append((f"Qwen3-0.6B {task} >= 0.97x native", text, got[0][1]["ratio_median"] >= 0.97))
-    train = flagos.get("train", {})
-    if e := pairs.get(PAIR_TASKS["train_native"]):  # the steadier figure: native and flagos workers taking turns
-        text = f"{_paired(e)} (train pairs in worker processes, {e['pairs']} pairs)"
-        rows.append(("Qwen3-0.6B training >= 0.97x native", text, e["ratio_median"] >= 0.97))
-    elif "ratio_to_native" in train:
-        text = f"{train['ratio_to_native']:.3f}x ({_rounds(train['rounds_ok'], 'child ')})"
-        rows.append(("Qwen3-0.6B training >= 0.97x native", text, train["ratio_to_native"] >= 0.97))
-    rows = [(*r, "e2e-h200") for r in rows]
-    rows += graph_targets(e2e.get("summary", {}), pairs.get("graph decode pairs"))
-    rows += flaggems_profile_targets(e2e) + calibrated_targets(e2e)
-    if mem := [e["peak_memory_ratio"] for e in flagos.values() if "peak_memory_ratio" in e]:
-        rows.append(("peak memory <= 1.02x native", f"{max(mem):.3f}x at most", max(mem) <= 1.02, "e2e-h200"))
-    if match := [e["tokens_match_native"] for e in [*flagos.values(), *pairs.values()] if "tokens_match_native" in e]:
-        text = "identical" if all(match) else "DIFFER"
-        rows.append(("greedy tokens identical to native", text, all(match), "e2e-h200"))
-    return rows
-
-
-def targets(results: dict[str, dict]) -> list[tuple[str, str, bool, str]]:
-    """(target, measured, met, source file) for each performance target the results speak to."""
-    rows = []
-    if over := results.get("overhead-h200"):
-        rows += overhead_targets(over["results"])
-    if e2e := results.get("e2e-h200"):
-        rows += e2e_targets(e2e)
-    if comp := results.get("compile-h200"):
-        for task, label in (("prefill", "prefill"), ("train", "training step")):
-            e = comp[task]
-            target = f"compiled Qwen3-0.6B {label} >= 0.97x compiled native"
-            rows.append(
-                (target, f"{_ratio_interval(e)} ({e['pairs']} pairs)", e["ratio_median"] >= 0.97, "compile-h200")
-            )
-    return rows + trainer_targets(results)
-
-
-def graph_targets(summary: dict, pair: dict | None = None) -> list[tuple]:
-    """The CUDA graph decoding targets (docs/graphs.md); `pair`, the in-process pairs, judges where present."""
-    rows = []
-    graphs = summary.get("flagos", {}).get("graphs", {})
-    gems = summary.get("flagos_flaggems", {}).get("graphs", {})
-    got = [(pair["ratio_median"], f"{_paired(pair)} ({pair['pairs']} pairs)")] if pair else []
-    if "ratio_to_native" in graphs:
-        r = graphs["ratio_to_native"]
-        got.append((r, f"{r:.3f}x ({_rounds(graphs.get('rounds_ok', '?'), 'child ')})"))
-    if got:
-        text = ", ".join(t for _, t in got)
-        rows.append(("Qwen3-0.6B graph decode >= 0.99x native graph decode", text, got[0][0] >= 0.99))
-    if "ratio_to_native_eager_decode" in graphs:
-        r = graphs["ratio_to_native_eager_decode"]
-        rows.append(("Qwen3-0.6B graph decode >= 2x native eager decode", f"{r:.2f}x", r >= 2.0))
-    if "ratio_to_native" in gems:
-        r = gems["ratio_to_native"]
-        rows.append(("FlagGems profile graph decode >= 1.0x native graph decode", f"{r:.3f}x", r >= 1.0))
-    return [(*r, "e2e-h200") for r in rows]
-
-
-def variant_targets(e2e: dict, variant: str, target: str, floors: dict[str, float]) -> list[tuple]:
-    """A routing variant of e2e.py against native eager: met when every task in `floors` that ran reaches its
-    floor, judged by its in-process pairs where there are (the steadier figure), else by the child rounds."""
-    runs, pairs = e2e.get("summary", {}).get(variant, {}), dict(e2e_pairs(e2e, variant))
-    got = []
-    for t in floors:
-        if paired := [pairs[lab] for lab in PAIR_LABELS.get(t, ()) if lab in pairs]:
-            e = paired[0]
-            got.append((t, e["ratio_median"], f"{_paired(e)} ({e['pairs']} pairs)"))
-        elif "ratio_to_native" in runs.get(t, {}):
-            e = runs[t]
-            got.append((t, e["ratio_to_native"], f"{e['ratio_to_native']:.3f}x ({_rounds(e.get('rounds_ok', '?'))})"))
-    failed = [runs[t]["errors"][0] for t in floors if runs.get(t, {}).get("errors") and not runs[t].get("rounds_ok")]
-    if not got and failed:  # it ran and failed: the target is missed, with the error
-        return [(target, f"failed: {exception_line(failed[0])[:160]}", False, "e2e-h200")]
-    if not got:
-        return []
-    text = ", ".join(f"{t} {shown}" for t, _, shown in got)
-    return [(target, text, all(r >= floors[t] for t, r, _ in got), "e2e-h200")]
-
-
-def agreement_targets(summary: dict, variant: str, target: str) -> list[tuple]:
-    """A routing variant's greedy tokens: met when its prompt logits agree with native's within the tests'
-    tolerance and its tokens are native's or differ explained (operators ran on other kernels)."""
-    runs = summary.get(variant, {})
-    got = [(t, runs[t]) for t in ("decode", "graphs") if "tokens_match_native" in runs.get(t, {})]
-    logits = runs.get("decode", {})
-    if not got or "logits_within_tolerance" not in logits:
-        return []  # a run from before the logits were compared
-    parts = []
-    for t, e in got:
-        if e["tokens_match_native"]:
-            parts.append(f"{t} identical")
-        else:
-            how = f"explained: {', '.join(e['other_kernels'])} ran" if e.get("tokens_explained") else "NOT explained"
-            parts.append(f"{t} differ from token {e.get('first_difference', 0) + 1} ({how})")
-    close = logits["logits_within_tolerance"]
-    diff = f"{logits['logits_max_diff']:.3g}" if "logits_max_diff" in logits else "n/a"
-    text = "; ".join(parts) + f"; prompt logits max abs diff {diff}, {'within' if close else 'BEYOND'} tolerance"
-    met = close and all(e["tokens_match_native"] or e.get("tokens_explained") for _, e in got)
-    return [(target, text, met, "e2e-h200")]
-
-
-def flaggems_profile_targets(e2e: dict) -> list[tuple]:
-    """The FlagGems profile (FLAGOS_USE_FLAGGEMS=1, routes replayed) against native eager, and its tokens."""
-    floors = {"decode": 0.9, "prefill": 0.9, "train": 0.9}
-    target = "FlagGems profile greedy tokens native's or explained, logits within tolerance"
-    return variant_targets(
-        e2e, "flagos_flaggems", "FlagGems profile Qwen3-0.6B eager >= 0.9x native", floors
-    ) + agreement_targets(e2e.get("summary", {}), "flagos_flaggems", target)
-
-
-def calibrated_targets(e2e: dict) -> list[tuple]:
-    """Routing from `python -m torch_fl calibrate` (e2e.py --calibrated FILE) against native eager."""
-    floors = {"decode": 1.0, "prefill": 1.02, "train": 1.02}
-    target = "calibrated routing Qwen3-0.6B >= 1.02x native (decode >= 1.0x)"
-    agree = "calibrated routing greedy tokens native's or explained, logits within tolerance"
-    rows = variant_targets(e2e, "flagos_calibrated", target, floors) + agreement_targets(
-        e2e.get("summary", {}), "flagos_calibrated", agree
-    )
-    if rows and (note := calibrated_file_changed(e2e)):
-        rows[0] = (rows[0][0], f"{rows[0][1]}; {note}", *rows[0][2:])
-    return rows
 
 
 def calibrated_file_changed(e2e: dict) -> str | None:
@@ -525,47 +361,6 @@ def calibrated_file_changed(e2e: dict) -> str | None:
     return f"measured with an earlier {path.name} than the committed one" + (f" (written {date[:10]})" if date else "")
 
 
-def trainer_targets(results: dict[str, dict]) -> list[tuple]:
-    """The Trainer fine-tune's targets (trainer_bench.py); a run that failed misses them, with its error."""
-    d = results.get("trainer-h200")
-    if not d:
-        return []
-    speed, mem, agree = d.get("speed"), d.get("peak_memory"), d.get("loss_agreement")
-    rows, name = [], "Trainer fine-tune of Qwen3-0.6B"
-    if agree:
-        text = f"max relative difference {agree['max_rel_diff']:.3g} over {agree['steps']} steps (rtol {agree['rtol']})"
-        rows.append((f"{name}: losses within bf16 tolerance of native", text, agree["within_all"]))
-    if speed:
-        text = f"{_ratio_interval(speed)} ({speed['pairs']} pairs)"
-        rows.append((f"{name} >= 0.97x native steps/s", text, speed["ratio_median"] >= 0.97))
-    if mem:
-        rows.append((f"{name} peak memory <= 1.02x native", f"{mem['ratio']:.3f}x", mem["ratio"] <= 1.02))
-    if not rows and d.get("errors"):
-        text = f"failed: {exception_line(next(iter(d['errors'].values())))[:160]}"
-        rows.append((f"{name} on flagos", text, False))
-    return [(*r, "trainer-h200") for r in rows]
-
-
-def readme_table(results: dict[str, dict]) -> str:
-    """The README's short table: each performance target, what the canonical files measured, whether met."""
-    rows = targets(results)
-    sources = sorted({src for *_, src in rows})
-    dates = (
-        f"`benchmarks/results/{s}.json` ({results[s]['meta'].get('date') or 'date not recorded'})" for s in sources
-    )
-    table = md("target|measured|met", [[t, m, "yes" if ok else "NO"] for t, m, ok, _ in rows])
-    line = f"Generated by `python -m benchmarks.report` from {', '.join(dates)}; ± is the noise (half the "
-    return "\n".join([*table, line + "interquartile range of the pairs)."])
-
-
-def with_readme_table(readme: str, table: str) -> str:
-    if START not in readme or END not in readme or readme.index(START) > readme.index(END):
-        raise ValueError(f"README.md has no {START} ... {END} markers: add them where the table belongs")
-    head, rest = readme.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n{table}\n{END}{tail}"
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if a generated file is stale")
@@ -573,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--doc", default=str(DOC), help=argparse.SUPPRESS)
     p.add_argument("--readme", default=str(README), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    from benchmarks.targets import readme_table, with_readme_table  # it builds on this module's helpers
+
     results = load_results(Path(args.results))
     doc, readme = Path(args.doc), Path(args.readme)
     try:
@@ -580,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    wanted = {doc: benchmarks_md(results, Path(args.results)), readme: new_readme}
+    wanted = {doc: benchmarks_md(results), readme: new_readme}
     stale = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
     if args.check:
         for path in stale:

@@ -1,13 +1,6 @@
-"""Where a routed call's host time goes: the parts of overhead.py's gaps.
-
-overhead.py reports what a flagos call adds over native (small ops) and what a flaggems-routed call adds over
-calling flag_gems directly. This splits those gaps into parts, each timed as host microseconds per call in the
-same run: the Python route machinery (torch_fl._C.PyRoute) with kernels that do nothing, 100 rounds of tensor
-attribute reads or 500 additions, routed vs called directly (on persistent aliases, in ABBA pairs: whether a
-kernel's own work runs slower inside the route); the FlagGems kernel on persistent CUDA tensors vs fresh alias
-tensors, and each step from the direct call to the routed one (pairs); a routed add's and mul's time inside the
-FlagGems function and around it; the native route's parts (an in-place add, an empty tensor, a view, an add on
-native aliases of flagos tensors); mm 64x64 through torch.mm and the @ operator.
+"""Where a routed call's host time goes: overhead.py's gaps split into parts, each timed in host microseconds
+per call in the same run: PyRoute with Python kernels, the native route's parts, FlagGems calls direct and
+routed (each step between them in ABBA pairs, inside the function and around it), mm through torch.mm and @.
 
     python -m benchmarks.route_breakdown [--calls N] [--out PATH]
 """
@@ -34,70 +27,45 @@ def per_call_us(fn, device, calls: int, rounds: int = 5) -> float:
     return statistics.median(one_round(fn, device, calls) for _ in range(rounds))
 
 
+def _gems_ops(table: dict, fa, fb) -> list[tuple]:
+    """(op, its flag_gems function, the routed call on flagos tensors, the keywords the dispatcher passes)."""
+    ops = (("add", lambda: fa + fb, {"alpha": 1}), ("mul", lambda: fa * fb, {}))
+    return [(op, table[f"{op}.Tensor"], routed, kw) for op, routed, kw in ops if table.get(f"{op}.Tensor")]
+
+
 def flaggems_gaps(table: dict, a, b, fa, fb, native, pairs: int) -> dict[str, float]:
-    """What a flaggems-routed add or mul adds over the direct call, in steps, each step timed call by
-    call in ABBA pairs (median of per-pair differences, microseconds): FlagGems' own time swings by
-    more than these steps between rounds."""
+    """What a flaggems-routed add or mul adds over the direct call, step by step, each timed in ABBA pairs."""
     from benchmarks.overhead import paired_calls_us
 
-    def gap(name: str, first, second) -> tuple[str, float]:
-        one, two = paired_calls_us(first, second, native, pairs)
-        return name, statistics.median(t - o for o, t in zip(one, two, strict=True))
-
     out = {}
-    for op, direct, routed, kwargs in (
-        ("add", table.get("add.Tensor"), lambda: fa + fb, {"alpha": 1}),
-        ("mul", table.get("mul.Tensor"), lambda: fa * fb, {}),
-    ):
-        if direct is None:
-            continue
+    for op, direct, routed, kwargs in _gems_ops(table, fa, fb):
+        fresh = lambda d=direct, k=kwargs: d(torch_fl.as_native(fa), torch_fl.as_native(fb), **k)  # noqa: E731
         steps = [
             (
                 f"flag_gems {op}: fresh alias tensors instead of persistent ones",
                 lambda d=direct, k=kwargs: d(a, b, **k),
-                lambda d=direct, k=kwargs: d(torch_fl.as_native(fa), torch_fl.as_native(fb), **k),
+                fresh,
             ),
-            (
-                f"flag_gems {op}: routed from flagos instead of direct on fresh aliases",
-                lambda d=direct, k=kwargs: d(torch_fl.as_native(fa), torch_fl.as_native(fb), **k),
-                routed,
-            ),
+            (f"flag_gems {op}: routed from flagos instead of direct on fresh aliases", fresh, routed),
         ]
         if kwargs:
-            steps.append(
-                (
-                    f"flag_gems {op}: alpha=1 passed instead of left out",
-                    lambda d=direct: d(a, b),
-                    lambda d=direct, k=kwargs: d(a, b, **k),
-                )
-            )
+            name = f"flag_gems {op}: alpha=1 passed instead of left out"
+            steps.append((name, lambda d=direct: d(a, b), lambda d=direct, k=kwargs: d(a, b, **k)))
         with torch_fl.routing.route({f"{op}.Tensor": "flaggems_python"}):
             for _ in range(200):
                 routed()
             for name, first, second in steps:
-                key, us = gap(name, first, second)
-                out[key] = us
+                one, two = paired_calls_us(first, second, native, pairs)
+                out[name] = statistics.median(t - o for o, t in zip(one, two, strict=True))
     return out
 
 
 def inside_and_outside(table: dict, a, b, fa, fb, native, pairs: int) -> dict[str, float]:
-    """Where a flaggems-routed add's or mul's extra time is: inside the FlagGems function or around it.
-
-    The function is wrapped in a timer and routed through PyRoute (as a
-    flaggems route is); routed calls on flagos tensors and direct calls on
-    CUDA tensors alternate (ABBA). Per pair, the time inside the function
-    (on the aliases the route hands it vs on the caller's CUDA tensors) and
-    the time around it (torch's binding, the dispatcher, the route) are
-    compared; medians of the per-pair differences, microseconds.
-    """
+    """Where a flaggems-routed add's or mul's extra time is: inside the FlagGems function (timed, routed through
+    PyRoute) or around it, routed and direct calls alternating (ABBA); medians of per-pair differences."""
     out = {}
     clock = time.perf_counter
-    for op, call, routed, kwargs in (
-        ("add", table.get("add.Tensor"), lambda: fa + fb, {"alpha": 1}),
-        ("mul", table.get("mul.Tensor"), lambda: fa * fb, {}),
-    ):
-        if call is None:
-            continue
+    for op, call, routed, kwargs in _gems_ops(table, fa, fb):
         inner: list[float] = []
 
         def timed(x, y, *, _call=call, _inner=inner, **kw):
@@ -155,7 +123,6 @@ def main(argv=None) -> int:
 
     def row(name: str, fn) -> None:
         rows[name] = per_call_us(fn, native, args.calls)
-        print(f"  {name:<58} {rows[name]:8.2f} us", flush=True)
 
     def nothing(x, y, alpha=1):
         return x
@@ -186,7 +153,6 @@ def main(argv=None) -> int:
             one, two = paired_calls_us(lambda fn=fn: fn(na, nb, alpha=1), lambda: fa + fb, native, args.calls * 10)
             name = f"python kernel ({fn.__name__}): routed vs direct, per pair"
             rows[name] = statistics.median(t - o for o, t in zip(one, two, strict=True))
-            print(f"  {name:<58} {rows[name]:+8.2f} us (direct {statistics.median(one):.2f} us)", flush=True)
     finally:
         route.set_native()
     row("add on the native route", lambda: fa + fb)
@@ -219,8 +185,6 @@ def main(argv=None) -> int:
             row("flag_gems mul, routed from flagos (flaggems replay)", lambda: fa * fb)
         gaps = flaggems_gaps(LOADER.table, a, b, fa, fb, native, args.calls * 5)
         gaps.update(inside_and_outside(LOADER.table, a, b, fa, fb, native, args.calls * 5))
-        for name, us in gaps.items():
-            print(f"  {name:<58} {us:+8.2f} us", flush=True)
         rows.update(gaps)
 
     m1, m2 = torch.randn(64, 64, generator=g).to(native), torch.randn(64, 64, generator=g).to(native)

@@ -1,19 +1,12 @@
 """Instructions a routed call executes, native against flagos, counted by valgrind (callgrind).
 
-Timings on a shared host swing by 2x between runs; instruction counts do not. For each operator this runs a
-small loop under callgrind twice (native device, then flagos), counting only inside the operator's dispatcher
-entry (`at::_ops::<op>::call`: autograd, routing, the kernel, the result), and reports instructions per call and
-what flagos adds. Python's argument parsing and the result's Python object are the same on both and not counted.
-
-A last row counts a whole greedy decode of the tiny Qwen3 (16 tokens after a warm-up, everything the process
-executes: Python, transformers, dispatcher, kernels; needs transformers), so what flagos adds per routed call in
-a model, with its mix of shapes, stands beside the single operators. It also lists torch_fl's own functions in
-the flagos run (exclusive counts per routed call, their sum and the largest): where the route's cost sits, the
-sum being steadier than the whole-process difference, which moves by about 100 instructions per routed call.
+Counts, unlike timings, do not swing between runs. Per operator: a small loop under callgrind on each device,
+counting inside the operator's dispatcher entry (`at::_ops::<op>::call`). A last row counts a whole greedy decode
+of the tiny Qwen3 (needs transformers), per routed call, with torch_fl's own functions in the flagos run.
 
     python -m benchmarks.route_instructions         # host backing: writes route-instructions-host.json
 
-Needs valgrind on PATH (not a Python package: `apt install valgrind`).
+Needs valgrind on PATH (`apt install valgrind`).
 """
 
 from __future__ import annotations
@@ -52,10 +45,8 @@ for _ in range({calls}):
 """
 
 
-# A model workload of the tiny Qwen3, counted from inside libc's qsort:
-# callgrind collects only while a named function runs, and qsort calling back
-# into Python is a function that runs exactly the workload (the first
-# comparison). `{setup}` warms up; `{work}` is what is counted.
+# A model workload of the tiny Qwen3, counted from inside libc's qsort (callgrind collects only while a named
+# function runs; qsort's first comparison runs exactly the workload). `{setup}` warms up; `{work}` is counted.
 MODEL = """
 import ctypes, gc, sys, torch, torch_fl
 from torch_fl import routing
@@ -117,9 +108,8 @@ def instructions(entry: str, stmt: str, device: str, workdir: str) -> int:
 
 
 def own_functions(annotate_text: str, top: int = 8) -> dict:
-    """torch_fl's own functions in `callgrind_annotate --auto=no --threshold=100` output: each one's
-    events (exclusive: what the function itself executed) and their sum, the `top` by instructions.
-    Where the route's per-call cost sits, without reading callgrind's files by hand."""
+    """torch_fl's own functions in `callgrind_annotate --auto=no --threshold=100` output: each one's exclusive
+    events and their sum, the `top` by instructions."""
     events_line = re.search(r"^Events shown:\s+(.+)$", annotate_text, re.MULTILINE)
     if events_line is None or "file:function" not in annotate_text:
         raise ValueError("not callgrind_annotate output")
@@ -191,22 +181,13 @@ def main(argv=None) -> int:
 
     native = torch_fl.backing()
     rows = []
-    print(f"{'operator':<18} {native + ' instr/call':>16} {'flagos instr/call':>18} {'added':>8} {'ratio':>7}")
     with tempfile.TemporaryDirectory() as workdir:
         for name, (entry, stmt) in OPS.items():
             counts = {d: instructions(entry, stmt, d, workdir) / (CALLS + 50) for d in (native, "flagos")}
             row = {"op": name, "native": round(counts[native]), "flagos": round(counts["flagos"])}
             row["added"] = row["flagos"] - row["native"]
             rows.append(row)
-            print(f"{name:<18} {row['native']:>16,} {row['flagos']:>18,} {row['added']:>+8,}", end="")
-            print(f" {row['flagos'] / row['native']:>6.3f}x", flush=True)
-        row = model_row(native, workdir)
-        rows.append(row)
-        print(f"{row['op']}: {native} {row['native']:,}, flagos {row['flagos']:,} instructions", end="")
-        print(f" ({row['flagos'] / row['native']:.3f}x), {row['added_per_routed_call']:+,} per routed call")
-        own = row["torch_fl_functions_per_routed_call"]
-        top = ", ".join(f"{f['function'].removeprefix('torch_fl::')} {f['Ir']:.0f}" for f in own["top"][:5])
-        print(f"  torch_fl's own functions per routed call: {own['total']} ({top})", flush=True)
+        rows.append(model_row(native, workdir))
     out = common.write("route-instructions", {"backing": native, "calls": CALLS + 50, "rows": rows}, args.out)
     print(f"wrote {out}")
     return 0

@@ -11,7 +11,7 @@
 # sequences decoded token by token in pairs, default 4), or the demo (native
 # routes, then the FlagGems profile). Each benchmark writes its canonical file
 # into $OUT (overhead-h200.json, route-breakdown-h200.json, alias-pool-h200.json,
-# e2e-h200.json, with their PNGs); copy them to benchmarks/results/ and run
+# e2e-h200.json); copy them to benchmarks/results/ and run
 # `python -m benchmarks.report` to regenerate docs/benchmarks.md and the README table. The copy's git
 # state may be stale: name the commit sent with TORCH_FL_COMMIT=<hash> TORCH_FL_DIRTY=0|1 (the meta block).
 # Correctness checks: scripts/gpu_check.sh.
@@ -30,9 +30,8 @@ fi
 if [[ $STEP == compile ]]; then
   # torch.compile on flagos against native (benchmarks/compile_bench.py: compile-h200.json): four cold
   # compiles (prefill and training step, each variant) and the pairs, about five minutes on the H200.
-  # COMPILE_PROFILE=1: profiler tables of compiled prefill per variant in $OUT (compile-prefill-<variant>.txt).
   python3 -m benchmarks.compile_bench ${PAIRS:+--pairs "$PAIRS"} ${TRAIN_PAIRS:+--train-pairs "$TRAIN_PAIRS"} \
-    ${COMPILE_PROFILE:+--profile "$OUT"} --out "$OUT" 2>&1 | tail -12
+    --out "$OUT" 2>&1 | tail -12
 fi
 if [[ $STEP == trainer ]]; then
   # A Hugging Face Trainer fine-tune of Qwen3-0.6B in bf16, flagos against native CUDA (benchmarks/trainer_bench.py:

@@ -12,6 +12,7 @@ import pytest
 
 from benchmarks import common
 from benchmarks import report as report_page
+from benchmarks import targets as targets_page
 from tests.helpers import REPO
 
 pytestmark = pytest.mark.anyplatform
@@ -48,15 +49,14 @@ def test_compile_results_give_a_table_and_two_targets():
     assert "| prefill (12 pairs) | 0.990x ± 0.010 | 40.0 | 41.5 |" in page
     assert "| training step (4 pairs) | 0.950x ± 0.020 | 90.0 | 95.0 |" in page
     assert "alternating pairs (10 steps per sample)" in page
-    rows = {t: (m, ok) for t, m, ok, _ in report_page.targets(results)}
+    rows = {t: (m, ok) for t, m, ok, _ in targets_page.targets(results)}
     assert rows["compiled Qwen3-0.6B prefill >= 0.97x compiled native"][1] is True
     assert rows["compiled Qwen3-0.6B training step >= 0.97x compiled native"] == ("0.950x ± 0.020 (4 pairs)", False)
 
 
-def test_compile_benchmark_quick_with_profile(tmp_path):
-    """The benchmark end to end at host sizes: both variants compile, pair and train; --profile writes a
-    table per variant and the milliseconds per call."""
-    out, prof = tmp_path / "compile.json", tmp_path / "prof"
+def test_compile_benchmark_quick(tmp_path):
+    """The benchmark end to end at host sizes: both variants compile, pair and train."""
+    out = tmp_path / "compile.json"
     cmd = [
         sys.executable,
         "-m",
@@ -69,7 +69,7 @@ def test_compile_benchmark_quick_with_profile(tmp_path):
         "--train-pairs",
         "2",
     ]
-    cmd += ["--profile", str(prof), "--out", str(out)]
+    cmd += ["--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
@@ -82,9 +82,6 @@ def test_compile_benchmark_quick_with_profile(tmp_path):
     assert train["pairs"] == 2 and train["steps_per_sample"] == 3 and train["noise"] is not None
     assert len(train["native_ms"]) == len(train["flagos_ms"]) == 2 and min(train["flagos_ms"]) > 0
     assert train["compile_s"]["native"] > 0 and train["compile_s"]["flagos"] > 0
-    for variant in ("native", "flagos"):
-        assert pre["profile_ms_per_call"][variant]["host"] > 0
-        assert "Self CPU" in (prof / f"compile-prefill-{variant}.txt").read_text()
 
 
 def test_a_training_worker_that_dies_says_why(tmp_path):
@@ -109,17 +106,3 @@ def test_a_worker_answers_one_sample_per_request(tmp_path):
     finally:
         w.close()
     assert w.proc.returncode == 0  # stdin closed: the worker ended by itself
-
-
-def test_pairs_of_workers_record_a_failed_worker_and_go_on(tmp_path):
-    serve = "from benchmarks import common; import time; common.serve(lambda: time.sleep(0.001), lambda: None, 2)"
-
-    def start(name):
-        code = "import sys; sys.stderr.write('no device\\n'); sys.exit(1)" if name == "broken" else serve
-        return common.Worker(name, [sys.executable, "-c", code], None, REPO, str(tmp_path / f"{name}.log"), 60)
-
-    out = common.pair_each(start, "native", ["broken", "good"], pairs=2)
-    assert "no device" in out["broken"]["error"]
-    assert out["good"]["pairs"] == 2 and out["good"]["ratio_median"] > 0
-    out = common.pair_each(start, "broken", ["good"], pairs=2)  # no reference: every pair says why
-    assert "no device" in out["good"]["error"]

@@ -48,7 +48,6 @@ def test_trainer_benchmark_tiny(tmp_path):
     assert len(speed["native_ms"]) == len(speed["flagos_ms"]) == 2 and min(speed["flagos_ms"]) > 0
     q1, q3 = speed["ratio_quartiles"]
     assert q1 <= q3 and speed["noise"] == pytest.approx((q3 - q1) / 2, abs=1e-4)
-    assert report["targets"].startswith("losses within rtol 0.0001: yes")
     # and the generated page renders it
     page = report_page.benchmarks_md({path.stem: report})
     assert f"## {path.stem}: Hugging Face Trainer fine-tune" in page and "| yes / yes |" in page

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from benchmarks import common, report
+from benchmarks import common
+from benchmarks import targets as targets_page
 from tests.helpers import run_python
 
 
@@ -129,7 +130,7 @@ def test_overhead_targets_judge_throughput_by_its_floor_and_host_time_by_its_cei
 
     def judged(results):
         over = {"meta": {"benchmark": "overhead"}, "results": results}
-        return {t: met for t, _, met, _ in report.targets({"overhead-h200": over})}
+        return {t: met for t, _, met, _ in targets_page.targets({"overhead-h200": over})}
 
     faster = judged([row("mm 8192^3 bf16", "TFLOP/s", 1.021), row("add 4x4", "us/call", 0.97, -0.2)])
     assert faster == {
