@@ -220,3 +220,42 @@ def test_cpu_fallback_sees_a_tensor_passed_twice_as_one():
     routing.set_route("index_select.out", "cpu_fallback")
     with pytest.raises(RuntimeError, match="refer to a single memory location"):
         call("flagos")
+
+
+# On the FlagGems route (GPU): in-place calls whose promoted result type cannot be written to `self` ran on
+# FlagGems' kernels where CUDA raises; index_add_ of a dtype Triton has no atomic_add for failed to compile and
+# raised where CUDA runs it (fuzzer seeds 12, 42 and 96 on the H200).
+FLAGGEMS_CASES = {
+    "int64 mul_ by a float tensor": (
+        "mul_.Tensor",
+        lambda d: torch.arange(3, device=d).mul_(torch.tensor(1.5, device=d)),
+    ),
+    "bool clamp_ to ints": ("clamp_", lambda d: torch.ones(3, dtype=torch.bool, device=d).clamp_(min=1, max=1)),
+    "uint8 index_add_": (
+        "index_add_",
+        lambda d: torch.zeros(2, dtype=torch.uint8, device=d).index_add_(
+            0, torch.tensor([0, 0, 1], device=d), torch.ones(3, dtype=torch.uint8, device=d)
+        ),
+    ),
+}
+
+
+@pytest.mark.flaggems
+@pytest.mark.parametrize("case", sorted(FLAGGEMS_CASES))
+def test_flaggems_in_place_calls_do_what_the_cpu_does(case):
+    from torch_fl.backends import flaggems
+
+    flaggems.LOADER.load()
+    if flaggems.LOADER.reason:
+        pytest.skip(flaggems.LOADER.reason)
+    op, call = FLAGGEMS_CASES[case]
+    try:
+        want = call("cpu").tolist()
+    except RuntimeError as e:
+        want = str(e)
+    routing.set_route(op, "flaggems")
+    try:
+        got = call("flagos").cpu().tolist()
+    except RuntimeError as e:
+        got = str(e)
+    assert got == want

@@ -145,3 +145,72 @@ def test_the_real_hopper_mul_is_guarded():
     assert fn is not getattr(fn, "__wrapped__", fn)
     with pytest.raises(flaggems_defects.FlagGemsDefect):
         fn(torch.ones(2, 3, device="cuda"), torch.ones(2, 1, device="cuda"))
+
+
+FLAG_GEMS = "/venv/site-packages/flag_gems/"
+
+
+def flag_gems_function(file: str, source: str, name: str, **names):
+    """`name` from `source`, compiled as if from FlagGems' `file` (a path under the flag_gems package)."""
+    scope = {"torch": torch, "__name__": f"flag_gems.{file.removesuffix('.py').replace('/', '.')}", **names}
+    exec(compile(source, FLAG_GEMS + file, "exec"), scope)
+    return scope[name]
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int8, torch.int16])
+def test_index_add_of_a_dtype_triton_has_no_atomic_add_for_runs_natively(routing_state, dtype):
+    """FlagGems' index_add_ fails to compile (Triton's atomic_add has no 8- or 16-bit integer form): refused
+    before anything runs, the in-place call runs natively, counted and warned, where it raised before."""
+    calls = []
+    source = "def index_add_(inp, dim, index, src, alpha=1):\n    calls.append(inp.dtype)\n    return inp\n"
+    fn = flag_gems_function("ops/index_add.py", source, "index_add_", calls=calls)
+    flaggems.LOADER.use_module(flag_gems_with({"index_add_": fn}))
+    try:
+        routing.reset_stats()
+        routing.set_route("index_add_", "flagos_python")
+        index = torch.tensor([0, 0, 2], device="flagos")
+        x = torch.zeros(3, dtype=dtype, device="flagos")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            x.index_add_(0, index, torch.ones(3, dtype=dtype, device="flagos"))
+        want = torch.zeros(3, dtype=dtype).index_add_(0, index.cpu(), torch.ones(3, dtype=dtype))
+        assert torch.equal(x.cpu(), want) and calls == []
+        msgs = [str(m.message) for m in w if issubclass(m.category, FallbackWarning)]
+        assert len(msgs) == 1 and "atomic_add" in msgs[0]
+        y = torch.zeros(3, device="flagos")  # float32 has an atomic_add: FlagGems runs it
+        y.index_add_(0, index, torch.ones(3, device="flagos"))
+        assert calls == [torch.float32]
+    finally:
+        flaggems.LOADER.reset()
+
+
+@pytest.mark.parametrize(
+    ("op", "name", "call"),
+    [
+        ("mul_.Tensor", "mul_", lambda x: x.mul_(torch.tensor(1.5, device=x.device))),
+        ("clamp_", "clamp_", lambda x: x.bool().clamp_(min=1, max=1)),
+        ("add.out", "add_out", lambda x: torch.add(x, 0.5, out=x)),
+    ],
+)
+def test_in_place_and_out_calls_pytorch_rejects_raise_pytorchs_error(routing_state, op, name, call):
+    """FlagGems' in-place and out= kernels do not all check type promotion: an int64 `x.mul_(float)` ran on
+    them where CUDA raises "result type Float can't be cast to the desired output type Long". Such calls
+    never reach FlagGems; the native route raises PyTorch's error and writes nothing."""
+    calls = []
+    fn = flag_gems_function("ops/stand_in.py", f"def {name}(*a, **k):\n    calls.append(1)\n", name, calls=calls)
+    flaggems.LOADER.use_module(flag_gems_with({op: fn}))
+    try:
+        routing.set_route(op, "flagos_python")
+        x = torch.arange(3, device="flagos")
+        cpu_error = None
+        try:
+            call(x.cpu())
+        except RuntimeError as e:
+            cpu_error = str(e)
+        assert cpu_error is not None
+        with pytest.raises(RuntimeError) as raised:
+            call(x)
+        assert str(raised.value) == cpu_error and calls == [] and x.cpu().tolist() == [0, 1, 2]
+        assert row(op, "flaggems_python") is None or row(op, "flaggems_python").fallbacks == 0
+    finally:
+        flaggems.LOADER.reset()

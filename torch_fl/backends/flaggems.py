@@ -137,7 +137,7 @@ class _Loader:
             self.reason = f"could not read FlagGems' registration table ({type(e).__name__}: {e})"
             return
         self.module = module
-        self.table = {op: guarded(fn) for op, fn in table.items()}  # known defects refused before they run
+        self.table = {op: guarded(fn, op) for op, fn in table.items()}  # bad calls refused before they run
         self.reason = None
 
     def version(self) -> str | None:

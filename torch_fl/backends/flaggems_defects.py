@@ -9,10 +9,12 @@ matched by its source file under the flag_gems package and its name
 (FlagGems imports its per-architecture ops as top-level modules, e.g.
 `hopper.ops.mul`, so the module name says less than the file), and a release
 that fixes it by moving or renaming it is no longer matched. The refusal,
-FlagGemsDefect, is what the route's error policy
-(routing/policy.py) treats like any backend defect: the call runs natively,
-a fallback is counted, a warning says why once, and later calls of that dtype
-run natively.
+FlagGemsDefect, is a KernelRefused: the route's error policy
+(routing/policy.py) runs the call natively (an in-place or out= one too, as
+nothing was written), counts a fallback, says why once in a warning, and runs
+later calls of that dtype natively. In-place and out= calls that PyTorch's own
+checks reject are refused the same way, and the native route raises PyTorch's
+error.
 """
 
 from __future__ import annotations
@@ -23,9 +25,14 @@ from collections.abc import Callable
 
 import torch
 
+from torch_fl.backends.call_checks import rejected_by_meta, uncastable_result
+from torch_fl.vocab import ops
+from torch_fl.vocab.errors import KernelRefused
 
-class FlagGemsDefect(Exception):
-    """A call that a FlagGems function is known to get wrong (the message says which and why)."""
+
+class FlagGemsDefect(KernelRefused):
+    """A call that a FlagGems function is known to get wrong (the message says which and why), refused before
+    it runs."""
 
 
 def _hopper_mul(a, b, *_, **__) -> str | None:
@@ -64,6 +71,18 @@ def _flat(what: str, name: str, floating: bool = False) -> Callable[..., str | N
     return check
 
 
+def _atomic_add(name: str):
+    """FlagGems' index_add accumulates with Triton's tl.atomic_add, which Triton has for 16-, 32- and 64-bit
+    floats and 32- and 64-bit integers only: for bool, 8- and 16-bit integers the kernel fails to compile."""
+
+    def check(inp, *_, **__) -> str | None:
+        if isinstance(inp, torch.Tensor) and inp.dtype in (torch.bool, torch.uint8, torch.int8, torch.int16):
+            return f"FlagGems' {name} accumulates with Triton's atomic_add, which has no {inp.dtype} form"
+        return None
+
+    return check
+
+
 _HOPPER = "runtime/backend/_nvidia/hopper/ops/"
 
 #: (source file under flag_gems/, function name) -> check(*args, **kwargs): None for a call the function
@@ -76,6 +95,8 @@ _DEFECTS: dict[tuple[str, str], Callable[..., str | None]] = {
     (_HOPPER + "fill.py", "fill_tensor_"): _flat("fill_", "self"),
     (_HOPPER + "fill.py", "fill_scalar_out"): _flat("fill (out=)", "out"),
     (_HOPPER + "fill.py", "fill_tensor_out"): _flat("fill (out=)", "out"),
+    ("ops/index_add.py", "index_add"): _atomic_add("index_add"),
+    ("ops/index_add.py", "index_add_"): _atomic_add("index_add_"),
 }
 
 
@@ -96,17 +117,36 @@ def refusal(fn, *args, **kwargs) -> str | None:
     return None if check is None else check(*args, **kwargs)
 
 
-def guarded(fn):
-    """`fn` itself, or for a function with a known defect a wrapper that raises FlagGemsDefect for the calls
-    it gets wrong (the check runs on the Python path and when replay records a signature; replays
-    run only signatures that passed it)."""
+def _writes(op: str) -> bool:
+    """Whether the ATen operator `op` writes an argument (in-place or out=)."""
+    name, overload = ops.split(op)
+    try:
+        return torch._C._get_schema(f"aten::{name}", overload).is_mutable
+    except RuntimeError:  # not an ATen operator
+        return False
+
+
+def guarded(fn, op: str | None = None):
+    """`fn` itself, or a wrapper that raises FlagGemsDefect for the calls it must not run (the checks run on
+    the Python path and when replay records a signature; replays run only signatures that passed them):
+    - the calls a function with a known defect gets wrong;
+    - for an operator that writes an argument (`op` in-place or out=), the calls PyTorch's own checks reject
+      (the cast of a pointwise result to its output; on meta tensors: shapes, out= types), which FlagGems'
+      kernels do not all make: an
+      integer `x.mul_(float_tensor)` or `b.clamp_(min=1)` of a bool `b` would write where CUDA raises. The
+      error policy then runs the native route, which raises PyTorch's error, writing nothing."""
     check = _DEFECTS.get(location(fn))
-    if check is None:
+    writes = op is not None and _writes(op)
+    if check is None and not writes:
         return fn
 
     @functools.wraps(fn)
     def checked(*args, **kwargs):
-        why = check(*args, **kwargs)
+        why = None if check is None else check(*args, **kwargs)
+        if why is None and writes:
+            why = uncastable_result(op, args, kwargs)
+            if why is None and rejected_by_meta(op, args, kwargs):
+                why = f"PyTorch's checks reject this {op} call (CUDA raises for it)"
         if why is not None:
             raise FlagGemsDefect(why)
         return fn(*args, **kwargs)

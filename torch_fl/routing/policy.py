@@ -22,11 +22,12 @@ from dataclasses import dataclass
 import torch
 
 from torch_fl._core import _C
+from torch_fl.backends.call_checks import rejected_by_meta
 from torch_fl.routing.state import STATE, counters_for
 from torch_fl.routing.types import Counters, Plan, Target
 from torch_fl.vocab import ops
 from torch_fl.vocab.dtypes import dtype_name
-from torch_fl.vocab.errors import FallbackWarning
+from torch_fl.vocab.errors import FallbackWarning, KernelRefused
 
 #: kernel_failed(op, backend, dtype): a backend kernel raised for that dtype; later such calls run natively
 KernelFailed = Callable[[str, str, "torch.dtype | None"], None]
@@ -142,28 +143,6 @@ def from_signal_handler(e: BaseException) -> bool:
     return False
 
 
-def _on_meta(a):
-    if isinstance(a, torch.Tensor):
-        return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta")
-    if isinstance(a, (list, tuple)):
-        return type(a)(_on_meta(x) for x in a)
-    return a
-
-
-def rejected_by_meta(op: str, args, kwargs) -> bool:
-    """True when PyTorch's own checks reject the call (shapes, dtypes, out= types), run on meta tensors of the
-    same geometry: nothing is read or written. False where they accept it or cannot tell (no meta kernel)."""
-    name, overload = ops.split(op)
-    fn = getattr(getattr(torch.ops.aten, name), overload or "default")
-    try:
-        fn(*_on_meta(args), **{k: _on_meta(v) for k, v in kwargs.items()})
-    except NotImplementedError:
-        return False
-    except Exception:  # noqa: BLE001  (any rejection counts: the native route would raise it too)
-        return True
-    return False
-
-
 def error_policy(fb: Fallback, mutable: bool, run_native: Callable, kernel_failed: KernelFailed) -> Callable:
     """`on_error(exc, dtype, args, kwargs)` for a backend kernel that raised.
 
@@ -173,7 +152,8 @@ def error_policy(fb: Fallback, mutable: bool, run_native: Callable, kernel_faile
     propagates unchanged, the route kept; if it runs, its result is returned
     and later calls of that dtype run natively. An in-place/out= call may
     have written already, so it is only checked natively (on meta tensors)
-    and never re-run after a backend defect. BaseExceptions (KeyboardInterrupt,
+    and never re-run after a backend defect, unless the backend refused it
+    before any kernel ran (KernelRefused). BaseExceptions (KeyboardInterrupt,
     SystemExit), exceptions raised by a signal handler during the call, and
     device faults propagate as they are and demote nothing.
     """
@@ -205,6 +185,11 @@ def error_policy(fb: Fallback, mutable: bool, run_native: Callable, kernel_faile
         if mutable:
             if rejected_by_meta(op, args, kwargs):
                 return run_native(*args, **kwargs)  # the caller's error: the native route raises it, writing nothing
+            if isinstance(e, KernelRefused):  # refused before any kernel ran: nothing was written, run it natively
+                result = run_native(*args, **kwargs)
+                demote(e, dt, why)
+                counters[1] += 1
+                return result
             demote(e, dt, why)
             raise RuntimeError(
                 f"flagos: {op} on '{backend}' raised {type(e).__name__} ({text}). It is an in-place/out= operator "

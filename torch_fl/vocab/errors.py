@@ -17,6 +17,11 @@ def shorten(text: str, limit: int = QUOTE_LIMIT) -> str:
     return f"{text[:limit]}... ({len(text)} characters)"
 
 
+class KernelRefused(Exception):  # noqa: N818  (a refusal, not an error of the caller's)
+    """A backend refused a call before any of its kernels ran: nothing was written, so even an in-place or out=
+    call can run natively instead (the message says why)."""
+
+
 class RoutingError(ValueError):
     """Bad routing input: unknown operator or backend, bad env override, bad call."""
 
