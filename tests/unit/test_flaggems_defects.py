@@ -19,14 +19,22 @@ from torch_fl.vocab.errors import FallbackWarning
 pytestmark = pytest.mark.anyplatform
 
 
-HOPPER = "/venv/site-packages/flag_gems/runtime/backend/_nvidia/hopper/ops/"
+FLAG_GEMS = "/venv/site-packages/flag_gems/"
+
+
+def flag_gems_function(file: str, source: str, name: str, module: str | None = None, **names):
+    """`name` from `source`, compiled as if from FlagGems' `file` (a path under the flag_gems package) and
+    imported as `module` (FlagGems imports its per-architecture ops as top-level modules)."""
+    module = module or "flag_gems." + file.removesuffix(".py").replace("/", ".")
+    scope = {"torch": torch, "__name__": module, **names}
+    exec(compile(source, FLAG_GEMS + file, "exec"), scope)
+    return scope[name]
 
 
 def hopper_function(file: str, source: str, name: str, **names):
-    """`name` from `source`, compiled as if from FlagGems' Hopper ops `file` and imported as FlagGems does."""
-    scope = {"torch": torch, "__name__": f"hopper.ops.{file.removesuffix('.py')}", **names}
-    exec(compile(source, HOPPER + file, "exec"), scope)
-    return scope[name]
+    """`name` from `source`, as FlagGems' Hopper ops `file` defines it (imported as `hopper.ops.<file>`)."""
+    hopper = "runtime/backend/_nvidia/hopper/ops/"
+    return flag_gems_function(hopper + file, source, name, f"hopper.ops.{file.removesuffix('.py')}", **names)
 
 
 def row(op, backend):
@@ -145,16 +153,6 @@ def test_the_real_hopper_mul_is_guarded():
     assert fn is not getattr(fn, "__wrapped__", fn)
     with pytest.raises(flaggems_defects.FlagGemsDefect):
         fn(torch.ones(2, 3, device="cuda"), torch.ones(2, 1, device="cuda"))
-
-
-FLAG_GEMS = "/venv/site-packages/flag_gems/"
-
-
-def flag_gems_function(file: str, source: str, name: str, **names):
-    """`name` from `source`, compiled as if from FlagGems' `file` (a path under the flag_gems package)."""
-    scope = {"torch": torch, "__name__": f"flag_gems.{file.removesuffix('.py').replace('/', '.')}", **names}
-    exec(compile(source, FLAG_GEMS + file, "exec"), scope)
-    return scope[name]
 
 
 @pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int8, torch.int16])
