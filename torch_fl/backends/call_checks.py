@@ -1,14 +1,16 @@
 """PyTorch's own checks of a call, made without running it.
 
 A backend kernel of another project (FlagGems) may accept calls that PyTorch's kernels reject, such as an
-in-place `mul_` whose result type cannot be cast to its integer `self`. The meta kernels carry most of the
-CPU's and CUDA's checks (shapes, out= types) and read or write nothing; the cast of a pointwise result to
-the tensor it is written to is checked by the CPU and CUDA kernels only, so it is checked here with
-PyTorch's own type promotion. Used before FlagGems' in-place/out= kernels run (backends/flaggems_defects.py)
-and by the error policy (routing/policy.py).
+in-place `mul_` whose result type cannot be cast to its integer `self`; that cast is checked by the CPU and
+CUDA kernels only (the meta kernels accept it), so cast_check makes it with PyTorch's own type promotion,
+before FlagGems' in-place/out= kernels run (backends/flaggems_defects.py). The meta kernels carry PyTorch's
+other checks (shapes, out= types) and read or write nothing: the error policy (routing/policy.py) asks them
+whether a call that raised on a backend was the caller's mistake.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
@@ -39,25 +41,32 @@ def rejected_by_meta(op: str, args, kwargs) -> bool:
     return False
 
 
-def uncastable_result(op: str, args, kwargs) -> str | None:
-    """For a pointwise operator that writes its result to `self` (in-place) or `out`, PyTorch's error when the
-    promoted type of its inputs cannot be cast to that tensor's dtype (`int64.mul_(float)`), else None."""
+def cast_check(op: str) -> Callable[[tuple, dict], str | None] | None:
+    """For a pointwise operator that writes its result to `self` (in-place) or `out`, a check(args, kwargs)
+    giving PyTorch's error when the promoted type of the call's inputs cannot be cast to that tensor's dtype
+    (`int64.mul_(float)`), else None; None for any other operator. Made once per operator: a call pays only
+    for the promotion."""
     name, overload = ops.split(op)
-    packet = getattr(getattr(torch.ops.aten, name), overload or "default")
-    if torch.Tag.pointwise not in packet.tags:
+    packet = getattr(getattr(torch.ops.aten, name, None), overload or "default", None)
+    if packet is None or torch.Tag.pointwise not in packet.tags:
         return None
-    out = kwargs.get("out")
-    if isinstance(out, torch.Tensor):
-        inputs = [*args, *(v for k, v in kwargs.items() if k != "out")]
-    elif name.endswith("_") and args and isinstance(args[0], torch.Tensor):
-        out, inputs = args[0], [*args, *kwargs.values()]
-    else:
-        return None
-    operands = [a for a in inputs if isinstance(a, (torch.Tensor, bool, int, float, complex))]
-    try:
-        _, result = elementwise_dtypes(*operands, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
-    except Exception:  # noqa: BLE001  (operands PyTorch's promotion does not take: the kernel decides)
-        return None
-    if torch.can_cast(result, out.dtype):
-        return None
-    return f"result type {result} can't be cast to the desired output type {out.dtype}"
+    in_place = name.endswith("_")
+
+    def check(args: tuple, kwargs: dict) -> str | None:
+        out = kwargs.get("out")
+        if isinstance(out, torch.Tensor):
+            inputs = [*args, *(v for k, v in kwargs.items() if k != "out")]
+        elif in_place and args and isinstance(args[0], torch.Tensor):
+            out, inputs = args[0], [*args, *kwargs.values()]
+        else:
+            return None
+        operands = [a for a in inputs if isinstance(a, (torch.Tensor, bool, int, float, complex))]
+        try:
+            _, result = elementwise_dtypes(*operands, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+        except Exception:  # noqa: BLE001  (operands PyTorch's promotion does not take: the kernel decides)
+            return None
+        if torch.can_cast(result, out.dtype):
+            return None
+        return f"result type {result} can't be cast to the desired output type {out.dtype}"
+
+    return check

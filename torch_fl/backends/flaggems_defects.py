@@ -12,9 +12,9 @@ that fixes it by moving or renaming it is no longer matched. The refusal,
 FlagGemsDefect, is a KernelRefused: the route's error policy
 (routing/policy.py) runs the call natively (an in-place or out= one too, as
 nothing was written), counts a fallback, says why once in a warning, and runs
-later calls of that dtype natively. In-place and out= calls that PyTorch's own
-checks reject are refused the same way, and the native route raises PyTorch's
-error.
+later calls of that dtype natively. In-place and out= pointwise calls whose
+result type their output cannot hold are refused the same way, and the native
+route raises PyTorch's error.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from torch_fl.backends.call_checks import rejected_by_meta, uncastable_result
-from torch_fl.vocab import ops
+from torch_fl.backends.call_checks import cast_check
 from torch_fl.vocab.errors import KernelRefused
 
 
@@ -117,36 +116,24 @@ def refusal(fn, *args, **kwargs) -> str | None:
     return None if check is None else check(*args, **kwargs)
 
 
-def _writes(op: str) -> bool:
-    """Whether the ATen operator `op` writes an argument (in-place or out=)."""
-    name, overload = ops.split(op)
-    try:
-        return torch._C._get_schema(f"aten::{name}", overload).is_mutable
-    except RuntimeError:  # not an ATen operator
-        return False
-
-
 def guarded(fn, op: str | None = None):
     """`fn` itself, or a wrapper that raises FlagGemsDefect for the calls it must not run (the checks run on
     the Python path and when replay records a signature; replays run only signatures that passed them):
     - the calls a function with a known defect gets wrong;
-    - for an operator that writes an argument (`op` in-place or out=), the calls PyTorch's own checks reject
-      (the cast of a pointwise result to its output; on meta tensors: shapes, out= types), which FlagGems'
-      kernels do not all make: an
-      integer `x.mul_(float_tensor)` or `b.clamp_(min=1)` of a bool `b` would write where CUDA raises. The
-      error policy then runs the native route, which raises PyTorch's error, writing nothing."""
+    - for a pointwise operator that writes its result (`op` in-place or out=), the calls whose result type its
+      output cannot hold, which PyTorch's kernels reject and FlagGems' do not all check: an integer
+      `x.mul_(float_tensor)` or a bool `b.clamp_(min=1)` would write where CUDA raises. The error policy then
+      runs the native route, which raises PyTorch's error, writing nothing."""
     check = _DEFECTS.get(location(fn))
-    writes = op is not None and _writes(op)
-    if check is None and not writes:
+    cast = None if op is None else cast_check(op)
+    if check is None and cast is None:
         return fn
 
     @functools.wraps(fn)
     def checked(*args, **kwargs):
         why = None if check is None else check(*args, **kwargs)
-        if why is None and writes:
-            why = uncastable_result(op, args, kwargs)
-            if why is None and rejected_by_meta(op, args, kwargs):
-                why = f"PyTorch's checks reject this {op} call (CUDA raises for it)"
+        if why is None and cast is not None:
+            why = cast(args, kwargs)
         if why is not None:
             raise FlagGemsDefect(why)
         return fn(*args, **kwargs)

@@ -76,16 +76,32 @@ namespace {
 
 using runtime::g_backing;
 
+// `v` with f(tensor) in place of each tensor, in lists and lists of lists.
+template <class F>
+c10::IValue map_tensors(const c10::IValue& v, const F& f) {
+  if (v.isTensor()) {
+    return f(v.toTensor());
+  }
+  if (v.isList()) {
+    c10::List<c10::IValue> list = v.toList();
+    c10::impl::GenericList out(list.elementType());
+    out.reserve(list.size());
+    for (const c10::IValue& e : list) {
+      out.push_back(map_tensors(e, f));
+    }
+    return out;
+  }
+  return v;
+}
+
 // The flagos tensors of one collective, by the TensorImpl of their aliases.
 class FlagosOf {
  public:
-  // `v` with each flagos tensor, in lists and lists of lists, replaced by an
-  // owning alias.
+  // `v` with each flagos tensor replaced by an owning alias.
   c10::IValue to_native(const c10::IValue& v) {
-    if (v.isTensor()) {
-      const at::Tensor& t = v.toTensor();
+    return map_tensors(v, [this](const at::Tensor& t) -> c10::IValue {
       if (!t.defined() || t.device().type() != kFlagos) {
-        return v;
+        return t;
       }
       at::Tensor alias = tensor::native_alias(t, /*owning=*/true);
       pairs_.emplace_back(alias.unsafeGetTensorImpl(), t);
@@ -94,40 +110,19 @@ class FlagosOf {
         devices_.push_back(d);
       }
       return alias;
-    }
-    if (v.isList()) {
-      c10::List<c10::IValue> list = v.toList();
-      c10::impl::GenericList out(list.elementType());
-      out.reserve(list.size());
-      for (const c10::IValue& e : list) {
-        out.push_back(to_native(e));
-      }
-      return out;
-    }
-    return v;
+    });
   }
 
   // `v` with each alias made by to_native replaced by its flagos tensor.
   c10::IValue to_flagos(const c10::IValue& v) const {
-    if (v.isTensor()) {
-      const c10::TensorImpl* impl = v.toTensor().unsafeGetTensorImpl();
+    return map_tensors(v, [this](const at::Tensor& t) -> c10::IValue {
       for (const auto& [alias, flagos] : pairs_) {
-        if (alias == impl) {
+        if (alias == t.unsafeGetTensorImpl()) {
           return flagos;
         }
       }
-      return v;
-    }
-    if (v.isList()) {
-      c10::List<c10::IValue> list = v.toList();
-      c10::impl::GenericList out(list.elementType());
-      out.reserve(list.size());
-      for (const c10::IValue& e : list) {
-        out.push_back(to_flagos(e));
-      }
-      return out;
-    }
-    return v;
+      return t;
+    });
   }
 
   bool empty() const { return pairs_.empty(); }
