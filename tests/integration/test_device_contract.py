@@ -103,6 +103,35 @@ def test_streams_and_events_without_an_index_are_on_the_current_device():
             assert torch.flagos.current_stream().device_index == last
 
 
+def test_an_event_of_one_device_is_not_recorded_on_another_device_s_stream():
+    if torch.flagos.device_count() < 2:
+        pytest.skip("needs two flagos devices")
+    e = torch.flagos.Event()
+    e.record(torch.flagos.current_stream(0))
+    with pytest.raises(RuntimeError, match="Event device index 0 does not match recording stream's device index 1"):
+        e.record(torch.flagos.current_stream(1))
+    assert e.device == torch.device("flagos", 0)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda i: torch.accelerator.synchronize(i),
+        lambda i: torch.flagos.synchronize(i),
+        lambda i: torch.accelerator.current_stream(i),
+        lambda i: torch.accelerator.get_device_capability(i),
+    ],
+    ids=["accelerator.synchronize", "flagos.synchronize", "current_stream", "get_device_capability"],
+)
+def test_device_arguments_of_the_accelerator_api_are_checked(call):
+    # -1 alone is the current device (as on CUDA); an index past the last device and -2 are out of range
+    call(-1)
+    n = torch.flagos.device_count()
+    for index in (n, -2):
+        with out_of_range(index):
+            call(index)
+
+
 # ---------------------------------------------------------------- generators
 
 
@@ -229,9 +258,15 @@ def test_cuda_backing_draws_cuda_i_s_stream():
         (lambda: torch.sparse_coo_tensor([[0, 1]], [1.0, 2.0], (3,), device="flagos"), "sparse"),
         (lambda: torch.randn(3, 3).to_sparse_csr().to("flagos"), "sparse"),
         (lambda: torch.quantize_per_tensor(torch.randn(3), 0.1, 0, torch.qint8).to("flagos"), "quantized"),
+        # made by an operator from a dense flagos tensor: refused where the result would become flagos
+        (lambda: torch.randn(3, 3, device="flagos").to_sparse(), "sparse"),
+        (lambda: torch.randn(3, 3, device="flagos").to_sparse_csr(), "sparse"),
+        (lambda: torch.quantize_per_tensor(torch.randn(3, device="flagos"), 0.1, 0, torch.qint8), "quantized"),
+        (lambda: torch.quantize_per_tensor_dynamic(torch.randn(3, device="flagos"), torch.quint8, False), "quantized"),
     ],
-    ids=["coo .to", "sparse_coo_tensor", "csr .to", "quantized .to"],
-)
+    ids=["coo .to", "sparse_coo_tensor", "csr .to", "quantized .to", "to_sparse", "to_sparse_csr", "quantize",
+         "quantize dynamic"],
+)  # fmt: skip
 def test_sparse_and_quantized_tensors_are_refused_with_the_way_out(make, kind):
     # CUDA has sparse and quantized kernels; PyTorch gives a PrivateUse1 device none (README, Limitations).
     # Refused where one is made, or at its first use (a CSR tensor's composite constructor makes one).
@@ -240,3 +275,11 @@ def test_sparse_and_quantized_tensors_are_refused_with_the_way_out(make, kind):
             warnings.simplefilter("ignore", UserWarning)  # quantize_per_tensor's deprecation, CSR's beta notice
             repr(make())
     assert "on the CPU" in str(raised.value)
+
+
+@pytest.mark.skipif(ON_CUDA, reason="to_mkldnn has no CUDA kernel: CUDA's own error stands there")
+def test_mkldnn_results_are_refused_on_host_backing():
+    with pytest.raises(NotImplementedError, match=r"mkldnn tensors are not supported on flagos.*x\.cpu\(\)"):
+        torch.randn(3, 3, device="flagos").to_mkldnn()
+    torch.flagos.synchronize()  # nothing half-made is left behind: the device still works
+    assert torch.ones(2, device="flagos").sum().item() == 2

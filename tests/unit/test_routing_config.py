@@ -46,6 +46,21 @@ def test_dtype_rules_single_and_list():
     ]
 
 
+def test_every_dtype_a_flagos_tensor_holds_is_a_rule_key():
+    names = ["uint16", "uint32", "uint64", "complex32", "float8_e4m3fnuz", "float8_e5m2fnuz", "half", "short"]
+    rules = config.parse_text(f"add.Tensor[{', '.join(names)}] = cpu_fallback\n", "f.conf")
+    assert [r.dtype for r in rules] == [getattr(torch, n) for n in names]
+    with pytest.raises(ConfigError, match="unknown dtype 'qint8'"):
+        config.parse_text("add.Tensor[qint8] = cpu_fallback\n", "f.conf")  # quantized: never on flagos
+
+
+def test_a_size_threshold_past_int64_is_an_error_at_its_line(tmp_path):
+    path = write(tmp_path, "big.conf", "mm[numel>=99999999999999999999999] = cpu_fallback\n")
+    with pytest.raises(ConfigError, match=r"big.conf:1: .*can never hold: give a threshold below 2\*\*63"):
+        config.load_file(path)
+    assert config.parse_text(f"mm[numel>={2**63 - 1}] = cpu_fallback\n", "f.conf")[0].min_numel == 2**63 - 1
+
+
 def test_glob_rule_is_kept_as_pattern():
     (rule,) = config.parse_text("*_backward = cpu\n", "f.conf")
     assert rule.is_glob and rule.matches("gelu_backward") and not rule.matches("gelu")
@@ -188,6 +203,16 @@ def test_a_line_of_many_bad_conditions_reports_a_few_and_counts_the_rest():
     assert len(problems) == config.MAX_CONDITION_PROBLEMS + 1 and all(p.line == 1 for p in problems)
     assert "and 9996 more problems in this rule's brackets" in messages[-1]
     assert len(str(ConfigError(problems))) < 3000
+
+
+def test_env_override_of_a_core_operator_is_an_error_as_in_a_routing_file(tmp_path):
+    from torch_fl.routing import env
+
+    with pytest.raises(ConfigError, match=r"FLAGOS_OP_view=cpu_fallback.*aten::view cannot be routed"):
+        env.op_overrides({"FLAGOS_OP_view": "cpu_fallback"})
+    with pytest.raises(ConfigError, match="aten::view cannot be routed"):
+        config.load_file(write(tmp_path, "v.conf", "view = cpu_fallback\n"))
+    assert env.op_overrides({"FLAGOS_OP_view": "native"})[0].backend == "native"  # where it runs anyway
 
 
 def test_env_override_errors_quote_long_names_and_values_shortened():

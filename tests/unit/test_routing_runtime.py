@@ -100,6 +100,12 @@ def test_bad_names_raise_with_suggestions(routing_state):
         routing.set_route("add.Tensor", "flagems")
     with pytest.raises(RoutingError, match="cannot be routed"):
         routing.set_route("empty.memory_format", "cpu_fallback")
+    # one operator, at most one dtype: what only a routing file can say is named as such
+    for key in ("mm[numel>=10]", "mm[bfloat16, numel>=10]", "mm[bfloat16, float16]"):
+        with pytest.raises(RoutingError, match=r"at most one dtype.*written in a routing file"):
+            routing.set_route(key, "cpu_fallback")
+    with pytest.raises(RoutingError, match="name one operator, not a glob"):
+        routing.set_route("add*", "cpu_fallback")
 
 
 def test_dtype_route_dispatches_per_call(routing_state):

@@ -55,7 +55,7 @@ def _index(device=None, optional: bool = True) -> int:
     if device is None:
         return current_device()
     if isinstance(device, int):
-        idx = device
+        idx = current_device() if device == -1 else device  # -1: the current device, as CUDA's C++ API reads it
     else:
         d = torch.device(device) if isinstance(device, str) else device
         if not isinstance(d, torch.device):

@@ -78,6 +78,9 @@ def parse_condition(text: str) -> tuple[torch.dtype | None, int | None, str | No
         )
     if int(num) < 1:
         return None, None, f"'{shown}' holds for every call: drop the condition, or give a threshold of 1 or more"
+    if int(num) >= 2**63:
+        # element counts are int64: a larger threshold could never hold
+        return None, None, f"'{shown}' can never hold: give a threshold below 2**63 elements, or drop the rule"
     return None, int(num), None
 
 

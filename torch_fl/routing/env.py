@@ -10,6 +10,7 @@ import functools
 import os
 import warnings
 
+from torch_fl.routing import native_only
 from torch_fl.routing.config import LAYER_ENV, Rule, check_backend
 from torch_fl.vocab import ops
 from torch_fl.vocab.errors import ConfigError, Problem, RoutingError, shorten
@@ -103,6 +104,8 @@ def op_overrides(environ=None) -> list[Rule]:
             problems.append(Problem(where, None, f"empty backend; set one of the backends or unset {shorten(key)}."))
             continue
         msg = check_backend(value)
+        if msg is None and (why := native_only.route_problem(op, value)):
+            msg = f"{why}."  # a core or view operator: an error here as in a routing file
         if msg:
             problems.append(Problem(where, None, msg))
             continue

@@ -3,36 +3,20 @@
 from __future__ import annotations
 
 import difflib
+import re
 
 import torch
 
 from torch_fl.vocab.errors import shorten
 
+# Every dtype a flagos tensor can hold, by torch's own names (torch.float16, torch.half, torch.uint32, ...),
+# and the short names people write. Quantized dtypes (refused on flagos), bit containers and the sub-byte
+# integer shells are left out: no flagos call has them.
 _DTYPE_ALIASES = {
-    "float16": torch.float16,
-    "half": torch.float16,
-    "fp16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float32": torch.float32,
-    "float": torch.float32,
-    "fp32": torch.float32,
-    "float64": torch.float64,
-    "double": torch.float64,
-    "fp64": torch.float64,
-    "int8": torch.int8,
-    "uint8": torch.uint8,
-    "int16": torch.int16,
-    "int32": torch.int32,
-    "int": torch.int32,
-    "int64": torch.int64,
-    "long": torch.int64,
-    "bool": torch.bool,
-    "complex64": torch.complex64,
-    "complex128": torch.complex128,
-    "float8_e4m3fn": torch.float8_e4m3fn,
-    "float8_e5m2": torch.float8_e5m2,
-}
+    name: value
+    for name, value in vars(torch).items()
+    if isinstance(value, torch.dtype) and not re.fullmatch(r"q.*|bits?.*|u?int[1-7]", name)
+} | {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}
 
 
 def parse_dtype(text: str) -> torch.dtype:

@@ -184,13 +184,18 @@ def parse_op_key(op: str) -> tuple[str, torch.dtype | None]:
     dtype = None
     if text.endswith("]") and "[" in text:
         text, _, dt = text[:-1].partition("[")
+        if "," in dt or "=" in dt or ">" in dt:
+            raise RoutingError(
+                f"'{shorten(op)}': name one operator with at most one dtype (mm[bfloat16]); dtype lists and size "
+                "conditions (mm[bfloat16, numel>=65536]) are written in a routing file"
+            )
         try:
             dtype = parse_dtype(dt)
         except ValueError as e:
             raise RoutingError(str(e)) from None
     norm = normalize(text)
     if is_glob(norm):
-        raise RoutingError(f"'{shorten(op)}': set_route takes one operator, not a glob; put globs in a routing file")
+        raise RoutingError(f"'{shorten(op)}': name one operator, not a glob; globs are written in a routing file")
     if not is_known(norm):
         raise RoutingError(unknown_op_message(norm))
     if dtype is not None:

@@ -1,35 +1,29 @@
-// Sparse (COO, CSR, CSC, BSR, BSC) and quantized tensors on flagos. PyTorch
-// implements them per device (SparseCPU/SparseCUDA, QuantizedCPU/QuantizedCUDA
-// kernels) and has none for a PrivateUse1 device, so every operator that
-// would make or use one on flagos failed with PyTorch's "Could not run
-// 'aten::...' with arguments from the 'Sparseflagos' backend". The fallbacks
-// of their dispatch keys raise a NotImplementedError that names the
-// limitation and the ways out instead.
+// The fallbacks of the sparse and quantized dispatch keys of flagos: every
+// operator that would make or use such a tensor on flagos failed with
+// PyTorch's "Could not run 'aten::...' with arguments from the 'Sparseflagos'
+// backend"; they raise the refusal of tensor/unsupported_layouts.h instead.
 #include "ops/unsupported_layouts.h"
 
 #include "route/counters.h"
-
-#include <c10/util/Exception.h>
-
-#include <string>
+#include "tensor/unsupported_layouts.h"
 
 namespace torch_fl {
 namespace ops {
 
+namespace {
+
+std::string called_on(const c10::OperatorHandle& op) {
+  return "aten::" + route::overload_name(op.operator_name()) + " was called on one or would make one";
+}
+
+}  // namespace
+
 void refuse_sparse(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack*) {
-  TORCH_CHECK_NOT_IMPLEMENTED(false, "flagos: sparse tensors are not supported on flagos (aten::",
-                              route::overload_name(op.operator_name()),
-                              " was called on one or would make one): PyTorch implements sparse kernels per device, "
-                              "CPU and CUDA, and has none for another device. Keep the sparse tensor on the CPU, or "
-                              "make it dense (.to_dense()) and move the dense tensor to flagos.");
+  tensor::refuse_layout(tensor::Unsupported::kSparse, called_on(op));
 }
 
 void refuse_quantized(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack*) {
-  TORCH_CHECK_NOT_IMPLEMENTED(false, "flagos: quantized tensors are not supported on flagos (aten::",
-                              route::overload_name(op.operator_name()),
-                              " was called on one or would make one): PyTorch implements quantized kernels per "
-                              "device and has none for another device. Keep the quantized tensor on the CPU, or "
-                              "dequantize it (.dequantize()) and move the result to flagos.");
+  tensor::refuse_layout(tensor::Unsupported::kQuantized, called_on(op));
 }
 
 }  // namespace ops

@@ -13,6 +13,7 @@
 #include "tensor/alias_pool.h"
 #include "tensor/impl_fields.h"
 #include "tensor/python_object_hooks.h"
+#include "tensor/unsupported_layouts.h"
 
 #include <ATen/core/stack.h>
 
@@ -84,6 +85,10 @@ C10_NOINLINE void retag_host_memory(c10::StorageImpl* src, c10::DeviceIndex inde
 // cached device and its dispatch keys.
 void retag(c10::TensorImpl* impl, c10::StorageImpl* src, c10::DeviceIndex index) {
   const Backing& b = g_backing;
+  c10::DispatchKeySet& keys = ImplFields::keys(*impl);
+  if (C10_UNLIKELY(keys != b.fresh_native_keys && keys != b.fresh_native_inference_keys)) {
+    tensor::check_result_layout(keys);  // a quantized result, say: refused before anything changes
+  }
   const c10::Device device(kFlagos, index);
   if (C10_UNLIKELY(b.host)) {
     retag_host_memory(src, index);
@@ -92,7 +97,6 @@ void retag(c10::TensorImpl* impl, c10::StorageImpl* src, c10::DeviceIndex index)
   }
   src->set_allocator(b.flagos_allocator);
   ImplFields::device(*impl) = device;  // what set_storage_keep_dtype() would read back from the storage
-  c10::DispatchKeySet& keys = ImplFields::keys(*impl);
   if (C10_LIKELY(keys == b.fresh_native_keys)) {
     keys = b.fresh_flagos_keys;  // what _change_backend_component_keys makes of them (init)
   } else if (keys == b.fresh_native_inference_keys) {

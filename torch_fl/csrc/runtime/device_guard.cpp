@@ -120,6 +120,9 @@ struct FlagosGuardImpl final : c10::impl::DeviceGuardImplInterface {
   void record(void** event, const c10::Stream& s, const c10::DeviceIndex index, const c10::EventFlag flag)
       const override {
     if (g_backing.host) {
+      // CUDA's guard refuses an event of one device recorded on another's stream; so does this one.
+      TORCH_CHECK(index == -1 || index == s.device_index(), "Event device index ", std::to_string(index),
+                  " does not match recording stream's device index ", std::to_string(s.device_index()), ".");
       // Host work is synchronous: an event is the moment it was recorded.
       if (*event == nullptr) {
         *event = new HostEvent();
@@ -152,9 +155,12 @@ struct FlagosGuardImpl final : c10::impl::DeviceGuardImplInterface {
   bool queryStream(const c10::Stream& s) const override {
     return g_backing.host ? true : g_backing.guard->queryStream(to_native_stream(s));
   }
+  // Host work is synchronous: the synchronizations only check their device index, as CUDA's do.
   void synchronizeStream(const c10::Stream& s) const override {
     if (!g_backing.host) {
       g_backing.guard->synchronizeStream(to_native_stream(s));
+    } else {
+      index_or_current(s.device_index());
     }
   }
   void synchronizeEvent(void* event) const override {
@@ -165,6 +171,8 @@ struct FlagosGuardImpl final : c10::impl::DeviceGuardImplInterface {
   void synchronizeDevice(const c10::DeviceIndex index) const override {
     if (!g_backing.host) {
       g_backing.guard->synchronizeDevice(index);
+    } else {
+      index_or_current(index);
     }
   }
   void recordDataPtrOnStream(const c10::DataPtr& data, const c10::Stream& s) const override {
@@ -214,7 +222,8 @@ void invalid_device_index(c10::DeviceIndex index) {
 }
 
 c10::DeviceIndex index_or_current(c10::DeviceIndex index) {
-  const c10::DeviceIndex i = index < 0 ? current_device() : index;
+  // -1 alone means the current device (c10's "no index"); -2 is out of range, as on CUDA.
+  const c10::DeviceIndex i = index == -1 ? current_device() : index;
   check_device_index(i);
   return i;
 }

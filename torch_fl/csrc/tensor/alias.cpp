@@ -2,6 +2,8 @@
 // (tensor/alias.h says how an alias is made and recognised).
 #include "tensor/alias.h"
 
+#include "tensor/unsupported_layouts.h"
+
 #include "runtime/allocator.h"
 #include "runtime/device.h"
 
@@ -136,7 +138,13 @@ at::Tensor flagos_alias(const at::Tensor& native, c10::DeviceIndex index) {
   return tensor_over(wrap_native_storage(src, index, /*may_steal=*/false), flagos_key(), native);
 }
 
+c10::StorageImpl* storage_of_slow(const at::Tensor& t) {
+  check_result_layout(t.key_set());
+  return t.storage().unsafeGetStorageImpl();
+}
+
 at::Tensor adopt_result_slow(at::Tensor&& native, c10::DeviceIndex index) {
+  check_result_layout(native.key_set());
   c10::StorageImpl* src = storage_of(native);
   if (auto original = aliased_flagos_storage(src)) {
     return tensor_over(std::move(original), flagos_key(), native);

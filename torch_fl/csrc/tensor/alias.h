@@ -71,11 +71,13 @@ inline bool same_geometry(const c10::TensorImpl& a, const c10::TensorImpl& b) {
 }
 
 // The storage of a tensor without the access check of TensorImpl::storage();
-// a tensor that has none (a wrapper that must not be unwrapped) still gets
-// that check's error.
+// a tensor that has none gets the refusal of its layout where flagos does not
+// hold it (a sparse or mkldnn result, tensor/unsupported_layouts.h), else that
+// check's error (a wrapper that must not be unwrapped).
+C10_NOINLINE c10::StorageImpl* storage_of_slow(const at::Tensor& t);
 inline c10::StorageImpl* storage_of(const at::Tensor& t) {
   c10::StorageImpl* st = t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
-  return C10_LIKELY(st != nullptr) ? st : t.storage().unsafeGetStorageImpl();
+  return C10_LIKELY(st != nullptr) ? st : storage_of_slow(t);
 }
 
 // True when only `t` holds its TensorImpl, apart from, possibly, the tensor's

@@ -4,3 +4,4 @@
 // thread's pools and the Python hooks' defaults.
 #include "tensor/alias.cpp"
 #include "tensor/alias_pool.cpp"
+#include "tensor/unsupported_layouts.cpp"
