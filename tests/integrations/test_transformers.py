@@ -58,9 +58,15 @@ def test_loading_onto_flagos(program, tmp_path):
     assert "cpu" in placed and placed - {"cpu"}, got["max_memory"]
     for name in ("flagos", "flagos:0", "auto", "max_memory"):
         assert got[name]["tokens"] == got["cpu_tokens"], name
+    last = f"flagos:{torch_fl.flagos.device_count() - 1}"
     assert got["pipeline_device"] == "flagos:0"
+    assert (got["pipeline_index"], got["pipeline_default"]) == (last, "flagos:0")
+    assert got["pipeline_mapped"] == ["flagos:0", "flagos:0"]
     for name in ("integrations.load_file", "safetensors.load_file"):
         assert got[name] == {"devices": ["flagos:0"], "equal": True}, name
+    assert got["safe_open"] == {"devices": [last], "equal": True}
+    assert got["dispatched"]["devices"] == sorted({"flagos:0", last}), got["dispatched"]
+    assert got["dispatched"]["tokens"] == got["cpu_tokens"]
 
 
 def _numbers(run: dict) -> dict:

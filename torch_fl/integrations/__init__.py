@@ -28,10 +28,12 @@ from torch_fl._import_hook import when_imported
 ADAPTERS = {
     "transformers": (
         "Trainer trains on flagos (TrainingArguments picks cuda or cpu), bf16=True on host backing, "
-        "from_pretrained(device_map='flagos') and model.train() with the kernels package",
+        "from_pretrained(device_map='flagos') and model.train() with the kernels package, pipeline(device=i) "
+        "and pipeline() on flagos:i (an index names cuda:i or the CPU)",
         [
             ("transformers.training_args", "torch_fl.integrations.transformers:install_training_args"),
             ("transformers.integrations.hub_kernels", "torch_fl.integrations.transformers:install_hub_kernels"),
+            ("transformers.pipelines.base", "torch_fl.integrations.transformers:install_pipelines"),
         ],
     ),
     "accelerate": (
@@ -40,8 +42,9 @@ ADAPTERS = {
         [("accelerate.state", "torch_fl.integrations.accelerate:install")],
     ),
     "safetensors": (
-        "safetensors.torch.load_file(path, device='flagos')",
-        [("safetensors.torch", "torch_fl.integrations.safetensors:install")],
+        "safetensors.torch.load_file(path, device='flagos') and safe_open(path, 'pt', device='flagos'), which "
+        "accelerate's device maps over several devices and PEFT's torch_device load through",
+        [("safetensors", "torch_fl.integrations.safetensors:install")],
     ),
 }
 
@@ -84,6 +87,9 @@ def _installer(spec: str):
     return install
 
 
+_noticed: set[str] = set()
+
+
 def _notice(name: str):
     """The once-per-library message for a library imported without its adapter."""
 
@@ -91,7 +97,8 @@ def _notice(name: str):
         # accelerate's adapter covers launched runs of several processes (one process finds flagos through
         # torch.accelerator): the notice waits for a launcher's WORLD_SIZE, not every transformers import
         launched = int(os.environ.get("WORLD_SIZE", "1") or "1") > 1
-        if name not in _enabled and (name != "accelerate" or launched):
+        if name not in _enabled and name not in _noticed and (name != "accelerate" or launched):
+            _noticed.add(name)
             warnings.warn(
                 f"torch_fl: {name} does not reach flagos by itself for: {ADAPTERS[name][0]}. "
                 "Call torch_fl.integrations.enable() (or set FLAGOS_INTEGRATIONS=1) to install torch_fl's "
@@ -116,10 +123,11 @@ def _startup() -> None:
     # refuses 'flagos' with an error of its own, and torch_fl.integrations.load_file is the documented path.
     # A library imported before torch_fl gets no notice: the enable() that usually follows `import torch_fl`
     # has not run yet, and the notice would name an opt-in the next line makes.
-    for name in ("transformers", "accelerate"):
-        module = ADAPTERS[name][1][0][0]
-        if name not in _enabled and choice != "0" and module not in sys.modules:
-            when_imported(module, _notice(name))
+    # transformers' notice comes with the first of its training arguments and its pipelines.
+    for name, modules in (("transformers", (0, 2)), ("accelerate", (0,))):
+        for module in (ADAPTERS[name][1][i][0] for i in modules):
+            if name not in _enabled and choice != "0" and module not in sys.modules:
+                when_imported(module, _notice(name))
 
 
 def load_file(filename, device="flagos"):

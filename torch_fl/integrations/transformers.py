@@ -1,4 +1,4 @@
-"""The transformers adapter (opt-in: torch_fl.integrations.enable()). Three gaps, each where transformers
+"""The transformers adapter (opt-in: torch_fl.integrations.enable()). Four gaps, each where transformers
 names its devices in code (transformers 5.x):
 
 - `TrainingArguments` picks its device from a fixed list (cuda first, else ACCELERATE_TORCH_DEVICE or cpu)
@@ -10,6 +10,9 @@ names its devices in code (transformers 5.x):
   depends on it) and hands kernels the device type as a string, which kernels checks against its own list
   ('Unsupported device type flagos'). Handed as a torch.device, kernels finds no kernel for flagos and keeps
   each layer's own forward, as it does on any device without a hub kernel.
+- `pipeline(device=i)`, `pipeline()` (device 0) and a pipeline over a model loaded with a device map (its
+  first device, an index) turn an index into a device from a fixed list (cuda, npu, xpu, ...; else the CPU):
+  the adapter makes it flagos:i when flagos is torch.accelerator's device, as cuda:i on a GPU.
 """
 
 from __future__ import annotations
@@ -93,3 +96,32 @@ def install_hub_kernels(hub_kernels) -> None:
         patched = _device_type_for_kernels(hub_kernels.get_device_type)
         patched._torch_fl = True
         hub_kernels.get_device_type = patched
+
+
+def _pipeline_on_flagos(original):
+    @functools.wraps(original)
+    def __init__(self, *args, device=None, **kwargs):
+        acc = torch.accelerator.current_accelerator()
+        if acc is None or acc.type != DEVICE_NAME:
+            return original(self, *args, device=device, **kwargs)
+        if isinstance(device, int) and device >= 0:
+            device = torch.device(DEVICE_NAME, device)
+        model = args[0] if args else kwargs.get("model")
+        device_map = getattr(model, "hf_device_map", None)
+        if device is None and device_map is None:
+            device = torch.device(DEVICE_NAME, 0)  # transformers' default device 0, as cuda:0 on a GPU
+        original(self, *args, device=device, **kwargs)
+        first = next(iter(device_map.values()), None) if device is None and device_map else None
+        if isinstance(first, int):  # the map's first device, an accelerator index: where inputs go
+            self.device = torch.device(DEVICE_NAME, first)
+
+    return __init__
+
+
+def install_pipelines(pipelines_base) -> None:
+    """The pipeline part; `pipelines_base` is the imported transformers.pipelines.base module."""
+    cls = pipelines_base.Pipeline
+    if not getattr(cls.__init__, "_torch_fl", False):
+        patched = _pipeline_on_flagos(cls.__init__)
+        patched._torch_fl = True
+        cls.__init__ = patched

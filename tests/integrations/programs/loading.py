@@ -49,6 +49,13 @@ from transformers import pipeline  # noqa: E402
 
 pipe = pipeline("text-generation", model=path, device="flagos")
 out["pipeline_device"] = str(pipe.model.device)
+# An index and no device at all name flagos:i as they name cuda:i on a GPU; a device-mapped model's pipeline
+# sends its inputs to the map's first device.
+last = torch.flagos.device_count() - 1
+out["pipeline_index"] = str(pipeline("text-generation", model=path, device=last).model.device)
+out["pipeline_default"] = str(pipeline("text-generation", model=path).model.device)
+mapped = pipeline("text-generation", model=path, device_map="auto")
+out["pipeline_mapped"] = [str(mapped.device), str(mapped.model.device)]
 
 import safetensors.torch  # noqa: E402
 
@@ -63,4 +70,24 @@ for label, load in [
         "devices": sorted({str(t.device) for t in tensors.values()}),
         "equal": all(torch.equal(tensors[k].cpu(), v) for k, v in reference.items()),
     }
+
+# safe_open onto a flagos device: whole tensors and slices, as accelerate's and PEFT's loaders read them.
+from safetensors import safe_open  # noqa: E402
+
+with safe_open(file, framework="pt", device=f"flagos:{last}") as f:
+    name = next(iter(f.keys()))
+    whole, rows = f.get_tensor(name), f.get_slice(name)[:2]
+out["safe_open"] = {
+    "devices": sorted({str(whole.device), str(rows.device)}),
+    "equal": torch.equal(whole.cpu(), reference[name]) and torch.equal(rows.cpu(), reference[name][:2]),
+}
+
+# accelerate's loader with a device map over two devices opens the file once per device (safe_open).
+from accelerate import init_empty_weights, load_checkpoint_and_dispatch  # noqa: E402
+from transformers import AutoConfig  # noqa: E402
+
+with init_empty_weights():
+    empty = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+dispatched = load_checkpoint_and_dispatch(empty, file, device_map={"model": 0, "lm_head": last})
+out["dispatched"] = {"devices": sorted({str(p.device) for p in dispatched.parameters()}), "tokens": greedy(dispatched)}
 result(out)
