@@ -1,6 +1,7 @@
 """Trainer under the launchers people use, two processes: torchrun, torchrun as two nodes on this machine,
 and accelerate launch. DDP over the "flagos" process-group backend (gloo on host memory, NCCL on GPUs):
-every rank ends with the weights of the same run on the CPU (gloo)."""
+every rank ends with the weights of the same run on the CPU (gloo). accelerate with an FSDP plugin shards
+on flagos, and its collectives take NCCL's forms."""
 
 from __future__ import annotations
 
@@ -74,3 +75,28 @@ def test_ddp_trainer(how, cpu_reference, tmp_path):
     for r in got:
         assert r["processes"] == 2 and r["backend"] == "flagos", r
         assert abs(r["checksum"] - cpu_reference) <= 1e-4 * abs(cpu_reference), (r, cpu_reference)
+
+
+def test_accelerate_fsdp_and_collectives(tmp_path):
+    from tests.integrations.conftest import run_program
+
+    needs_devices(2)
+    pytest.importorskip("accelerate")
+    got = {}
+    for side in ("cpu", "flagos"):
+        folder = tmp_path / side
+        folder.mkdir()
+        launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+        launcher += ["--main_process_port", str(free_port())]
+        flags = ["--cpu"] if side == "cpu" else []
+        finished = run_program("launched_accelerate.py", str(folder), *flags, launcher=launcher)
+        assert finished.proc.returncode == 0, finished.tail()
+        got[side] = ranks(folder)
+    for r, (cpu, flagos) in enumerate(zip(got["cpu"], got["flagos"], strict=True)):
+        # the plugin is honoured (it was dropped for DDP), and FSDP trains to DDP's weights
+        assert (flagos["distributed_type"], flagos["device"]) == ("DistributedType.FSDP", f"flagos:{r}"), flagos
+        if r == 0:  # FSDP's full state dict is gathered to rank 0
+            assert abs(flagos["checksum"] - cpu["checksum"]) <= 1e-4 * abs(cpu["checksum"]), (flagos, cpu)
+        assert flagos["gather"] == cpu["gather"] == [[0, 0], [1, 1]]
+        assert flagos["pad_gather"] == cpu["pad_gather"] and len(flagos["pad_gather"]) == 4
+        assert flagos["mean"] == cpu["mean"], (flagos, cpu)

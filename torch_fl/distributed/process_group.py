@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
 
 from torch_fl._core import DEVICE_NAME
-from torch_fl.distributed import inner
+from torch_fl.distributed import inner, nccl_rules
 from torch_fl.distributed.backend_view import BackendView
 from torch_fl.distributed.tensors import native, native_device, natives, nested
 from torch_fl.distributed.work import flagos_work
@@ -108,23 +108,38 @@ class FlagosProcessGroup(dist.ProcessGroup):
 
     def allreduce(self, tensors, opts=None):
         tensors = _listed(tensors)
-        work = self._inner.allreduce(natives(tensors), _reduce_opts(opts, c10d.AllreduceOptions))
-        return flagos_work(work, tensors)
+        opts = _reduce_opts(opts, c10d.AllreduceOptions)
+        if nccl_rules.integer_average(opts, tensors):
+            return flagos_work(
+                nccl_rules.averaged(lambda s: self._inner.allreduce(s, opts), tensors, self.size()), tensors
+            )
+        return flagos_work(self._inner.allreduce(natives(tensors), opts), tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):
-        work = self._inner.allreduce_coalesced(natives(tensors), _reduce_opts(opts, c10d.AllreduceCoalescedOptions))
-        return flagos_work(work, list(tensors))
+        tensors = list(tensors)
+        opts = _reduce_opts(opts, c10d.AllreduceCoalescedOptions)
+        if nccl_rules.integer_average(opts, tensors):
+            run = lambda s: self._inner.allreduce_coalesced(s, opts)  # noqa: E731
+            return flagos_work(nccl_rules.averaged(run, tensors, self.size()), tensors)
+        return flagos_work(self._inner.allreduce_coalesced(natives(tensors), opts), tensors)
 
     def reduce(self, tensors, opts=None):
         tensors = _listed(tensors)
-        return flagos_work(self._inner.reduce(natives(tensors), _or(opts, c10d.ReduceOptions)), tensors)
+        opts = _or(opts, c10d.ReduceOptions)
+        if nccl_rules.integer_average(opts, tensors):  # the root's tensors hold the result, the others' are inputs
+            run = lambda s: self._inner.reduce(s, opts)  # noqa: E731
+            return flagos_work(nccl_rules.averaged(run, tensors, self.size(), self.rank() == opts.rootRank), tensors)
+        return flagos_work(self._inner.reduce(natives(tensors), opts), tensors)
 
     def allgather(self, output_lists, inputs, opts=None):
         work = self._inner.allgather(nested(output_lists), natives(inputs), _or(opts, c10d.AllgatherOptions))
         return flagos_work(work, _flat(output_lists))
 
     def all_gather_single(self, output, input, opts=None):
-        work = self._all_gather_single(native(output), native(input), _or(opts, c10d.AllgatherOptions))
+        out, part = native(output), native(input)
+        work = self._all_gather_single(
+            nccl_rules.stacked(out, part, self.size()), part, _or(opts, c10d.AllgatherOptions)
+        )
         return flagos_work(work, [output])
 
     _allgather_base = all_gather_single
@@ -134,7 +149,9 @@ class FlagosProcessGroup(dist.ProcessGroup):
         return flagos_work(work, _flat(output_lists))
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
-        work = self._all_gather_single_coalesced(natives(outputs), natives(inputs), _or(opts, c10d.AllgatherOptions))
+        parts = natives(inputs)
+        outs = [nccl_rules.stacked(o, p, self.size()) for o, p in zip(natives(outputs), parts, strict=True)]
+        work = self._all_gather_single_coalesced(outs, parts, _or(opts, c10d.AllgatherOptions))
         return flagos_work(work, list(outputs))
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
@@ -148,19 +165,31 @@ class FlagosProcessGroup(dist.ProcessGroup):
         return flagos_work(work, list(outputs))
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
-        work = self._inner.reduce_scatter(natives(outputs), nested(input_lists), _or(opts, c10d.ReduceScatterOptions))
-        return flagos_work(work, list(outputs))
+        outputs, opts = list(outputs), _or(opts, c10d.ReduceScatterOptions)
+        inputs = nested(input_lists)
+        if nccl_rules.integer_average(opts, outputs):
+            run = lambda s: self._inner.reduce_scatter(s, inputs, opts)  # noqa: E731
+            return flagos_work(nccl_rules.averaged(run, outputs, self.size()), outputs)
+        return flagos_work(self._inner.reduce_scatter(natives(outputs), inputs, opts), outputs)
 
     def reduce_scatter_single(self, output, input, opts=None):
-        work = self._reduce_scatter_single(native(output), native(input), _or(opts, c10d.ReduceScatterOptions))
-        return flagos_work(work, [output])
+        opts = _or(opts, c10d.ReduceScatterOptions)
+        part = nccl_rules.stacked(native(input), native(output), self.size())
+        if nccl_rules.integer_average(opts, [output]):
+            run = lambda s: self._reduce_scatter_single(s[0], part, opts)  # noqa: E731
+            return flagos_work(nccl_rules.averaged(run, [output], self.size()), [output])
+        return flagos_work(self._reduce_scatter_single(native(output), part, opts), [output])
 
     _reduce_scatter_base = reduce_scatter_single
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
-        opts = _or(opts, c10d.ReduceScatterOptions)
-        work = self._reduce_scatter_single_coalesced(natives(outputs), natives(inputs), opts)
-        return flagos_work(work, list(outputs))
+        outputs, opts = list(outputs), _or(opts, c10d.ReduceScatterOptions)
+        outs = natives(outputs)
+        ins = [nccl_rules.stacked(i, o, self.size()) for i, o in zip(natives(inputs), outs, strict=True)]
+        if nccl_rules.integer_average(opts, outputs):
+            run = lambda s: self._reduce_scatter_single_coalesced(s, ins, opts)  # noqa: E731
+            return flagos_work(nccl_rules.averaged(run, outputs, self.size()), outputs)
+        return flagos_work(self._reduce_scatter_single_coalesced(outs, ins, opts), outputs)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 

@@ -37,8 +37,8 @@ ADAPTERS = {
         ],
     ),
     "accelerate": (
-        "accelerate launch / torchrun with several processes: DDP over the flagos backend "
-        "(accelerate otherwise runs each process alone)",
+        "accelerate launch / torchrun with several processes: DDP over the flagos backend, or FSDP2 with an "
+        "FSDP plugin (accelerate otherwise runs each process alone)",
         [("accelerate.state", "torch_fl.integrations.accelerate:install")],
     ),
     "safetensors": (

@@ -11,12 +11,15 @@ Two gaps, where accelerate names its devices in code:
   and then runs each process alone with no error (or, on a GPU machine, over CUDA). With the adapter a
   multi-process flagos run is accelerate's device-agnostic DDP set-up (the one it uses for CPUs: DDP and
   barriers without device_ids) over the "flagos" process-group backend (NCCL on a GPU, gloo on host
-  memory), each process on flagos:LOCAL_RANK.
+  memory), each process on flagos:LOCAL_RANK. accelerate turns such a run into FSDP (a plugin, or
+  `accelerate launch --use_fsdp`) only for its GPU-like types and would drop the plugin silently: the
+  adapter turns it into FSDP as accelerate does for those (FSDP2's fully_shard runs on flagos).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 
 import torch
@@ -62,7 +65,26 @@ def install(state_module) -> None:
             return
         set_device(self)
 
+    state_cls = state_module.AcceleratorState
+    state_init = state_cls.__init__
+
+    @functools.wraps(state_init)
+    def _state_init(self, *args, **kwargs):
+        first = not state_cls._shared_state
+        state_init(self, *args, **kwargs)
+        plugin = inspect.signature(state_init).bind(self, *args, **kwargs).arguments.get("fsdp_plugin")
+        wanted = plugin is not None or os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+        flagos_run = getattr(self, "_torch_fl_flagos", False) and self.distributed_type == DistributedType.MULTI_CPU
+        if first and wanted and flagos_run:
+            # what AcceleratorState.__init__ does for its GPU-like types
+            self.distributed_type = DistributedType.FSDP
+            if self._mixed_precision != "no" and plugin is not None:
+                plugin.set_mixed_precision(self._mixed_precision)
+            self.fsdp_plugin = plugin
+            cls._shared_state["distributed_type"] = self.distributed_type
+
     _prepare_backend._torch_fl = True
+    state_cls.__init__ = _state_init
     cls._prepare_backend = _prepare_backend
     cls.set_device = _set_device
     if isinstance(default_device, property):

@@ -46,6 +46,8 @@ def collectives(dev: torch.device) -> dict:
     out = torch.empty(6, device=dev)
     dist.reduce_scatter_tensor(out, torch.cat([t(k) for k in range(w)]))
     R["reduce_scatter_tensor"] = out
+    if dist.get_backend() != "gloo":
+        R.update(nccl_forms(dev, t, r, w))
     out = torch.empty(2 * w, device=dev)
     dist.all_to_all_single(out, t(n=2 * w))
     R["all_to_all_single"] = out
@@ -114,4 +116,27 @@ def collectives(dev: torch.device) -> dict:
         x = t()
         dist.all_reduce(x, group=sub)
         R["new_group_all_reduce"] = x
+    return R
+
+
+def nccl_forms(dev: torch.device, t, r: int, w: int) -> dict:
+    """NCCL's forms, which libraries use with any backend not named "gloo" (accelerate's gather, Lightning's
+    metric sync): a gathered (scattered) tensor of another shape than the parts stacked, and an integer
+    average (C's division, toward zero). A group named "gloo" keeps gloo's stricter rules."""
+    R = {}
+    out = torch.empty(6 * w, device=dev)
+    dist.all_gather_into_tensor(out, t().view(2, 3))
+    R["all_gather_into_tensor_flat"] = out
+    out = torch.empty(2, 3, device=dev)
+    dist.reduce_scatter_tensor(out, torch.cat([t(k) for k in range(w)]))
+    R["reduce_scatter_tensor_flat"] = out
+    x = torch.tensor([r + 1, -(r + 1), 7 * r], device=dev)
+    dist.all_reduce(x, op=dist.ReduceOp.AVG)
+    R["all_reduce_avg_int"] = x
+    x = torch.tensor([r + 1, 2 * r], device=dev)
+    dist.reduce(x, dst=0, op=dist.ReduceOp.AVG)
+    R["reduce_avg_int"] = x
+    out = torch.empty(2, dtype=torch.int64, device=dev)
+    dist.reduce_scatter_tensor(out, torch.arange(2 * w, device=dev) * (r + 1), op=dist.ReduceOp.AVG)
+    R["reduce_scatter_tensor_avg_int"] = out
     return R

@@ -7,7 +7,12 @@ import torch
 from tests.integration.distributed.common import LR, STEPS, batch, loss_of, make_net, rank_tensor, uses_branch
 
 
-def collectives(w: int, r: int) -> dict:
+def _average(parts: list[torch.Tensor]) -> torch.Tensor:
+    return torch.div(sum(parts), len(parts), rounding_mode="trunc")
+
+
+def collectives(w: int, r: int, gloo_group: bool = False) -> dict:
+    """`gloo_group`: the group is named "gloo", which keeps gloo's rules (no NCCL forms are run)."""
     ts = [rank_tensor(q) for q in range(w)]
     total = sum(ts)
     uneven_in = [100 * q + torch.arange(sum(j + 1 for j in range(w)), dtype=torch.float32) for q in range(w)]
@@ -38,6 +43,15 @@ def collectives(w: int, r: int) -> dict:
         "broadcast_object_list": [{"from": w - 1}, (w - 1) * 2],
         "scatter_object_list": f"item{r}",
     }
+    if not gloo_group:  # NCCL's forms (cases_collectives.nccl_forms); integer averages round toward zero
+        ref["all_gather_into_tensor_flat"] = torch.cat(ts)
+        ref["reduce_scatter_tensor_flat"] = sum(rank_tensor(q, r) for q in range(w)).view(2, 3)
+        ref["all_reduce_avg_int"] = _average([torch.tensor([q + 1, -(q + 1), 7 * q]) for q in range(w)])
+        ref["reduce_scatter_tensor_avg_int"] = _average(
+            [torch.arange(2 * w)[2 * r : 2 * r + 2] * (q + 1) for q in range(w)]
+        )
+        if r == 0:
+            ref["reduce_avg_int"] = _average([torch.tensor([q + 1, 2 * q]) for q in range(w)])
     if r == 0:
         ref["reduce"] = total
         ref["gather"] = torch.stack(ts)
