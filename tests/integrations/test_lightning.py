@@ -61,6 +61,8 @@ class Regression(L.LightningModule):
         self.seen_dtypes.add(out.dtype)
         if torch.distributed.is_initialized():
             self.backend = torch.distributed.get_backend()
+        # a metric synced across ranks per epoch: Lightning averages its int64 batch count (ReduceOp.AVG)
+        self.log("samples", torch.tensor(x.shape[0], device=x.device), sync_dist=True, on_epoch=True)
         return torch.nn.functional.mse_loss(out.float(), y)
 
     def configure_optimizers(self):
