@@ -19,7 +19,15 @@ import torch
 from tests.fuzz.env import DT, Dev, Env, V
 from tests.fuzz.runner import execute
 from tests.fuzz.steps import Func, Method, New, Step
-from tests.fuzz.undefined import cpu_values_put, fill_path, foreach_undefined, is_float, is_foreach, overlap_undefined
+from tests.fuzz.undefined import (
+    cpu_values_put,
+    cuda_judges_cpu_tensor,
+    fill_path,
+    foreach_undefined,
+    is_float,
+    is_foreach,
+    overlap_undefined,
+)
 
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
 DTYPE_WEIGHTS = (6, 2, 2, 1, 4, 2, 1, 1, 2, 2)
@@ -67,11 +75,13 @@ class GeneratorBase:
             risky = overlap_undefined(step.written(env), step.read(env))
             # never kept: a _foreach call whose tensors meet, a write to overlapping elements that the
             # reference rejects on a path flagos does not take (0-dim CPU values fill_, others copy_), and
-            # an index_put of CPU values, which CUDA and flagos refuse
+            # an index_put of CPU values, which CUDA and flagos refuse, and on a GPU any call mixing in a CPU
+            # tensor (CUDA's kernels judge it)
             never = (
                 (is_foreach(step) and foreach_undefined(step, env))
                 or (risky and fill_path(step, env))
                 or cpu_values_put(step, env)
+                or cuda_judges_cpu_tensor(step, env)
             )
         except Exception:  # noqa: BLE001  (e.g. a key that raises: the step raises when run)
             risky = never = False

@@ -58,7 +58,8 @@ What they avoid or leave out:
   operators (flagos' generators are its own), and values that round differently (inputs are small
   integers, exact in every dtype; scalars are multiples of 0.5);
 * calls mixing tensors of two flagos devices, or of flagos and a non-scalar CPU tensor: they raise on
-  flagos and cannot on the CPU reference (tests/integration/test_device_mismatch.py covers them);
+  flagos and cannot on the CPU reference (tests/integration/test_device_mismatch.py covers them); on a
+  CUDA backing, calls mixing in any CPU tensor (CUDA's kernels judge a 0-dim one per operator);
 * autograd beyond version counters and views (no requires_grad, no backward), torch.compile, streams and
   events, non_blocking copies, storage and resize_/set_ operations, sparse, complex and quantized tensors,
   and larger tensors (where kernels take other paths).

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import torch
 
+import torch_fl
 from tests.fuzz.env import Env, V, refs_in, storage_key
-from tests.fuzz.steps import Func, SetItem, Step
+from tests.fuzz.steps import Func, Method, SetItem, Step
 
 
 def is_float(dtype: torch.dtype) -> bool:
@@ -114,3 +115,16 @@ def cpu_values_put(step: Step, env: Env) -> bool:
         return False
     advanced = any(isinstance(k, V) for k in step.key)
     return advanced and env.dev[step.value.i] == "cpu" and env.t[step.value.i].dim() > 0
+
+
+def cuda_judges_cpu_tensor(step: Step, env: Env) -> bool:
+    """On a CUDA backing, a call taking a flagos tensor and a CPU one (a copy_ aside): CUDA's own kernels decide
+    by their device checks, which take a 0-dim CPU tensor in TensorIterator operators and refuse it in others
+    (clamp_'s min, masked_fill_'s mask); the CPU reference cannot judge those. On host backing the check is
+    flagos's own (route/device_check), and the step is kept."""
+    if torch_fl.backing() != "cuda" or not isinstance(step, (Func, Method)) or step.name == "copy_":
+        return False
+    devs = {env.dev[i] for i in refs_in((step.args, step.kwargs)) if i in env.dev}
+    if isinstance(step, Method):
+        devs.add(env.dev[step.on])
+    return "cpu" in devs and len(devs) > 1

@@ -188,12 +188,16 @@ def test_index_add_of_a_dtype_triton_has_no_atomic_add_for_runs_natively(routing
         ("mul_.Tensor", "mul_", lambda x: x.mul_(torch.tensor(1.5, device=x.device))),
         ("clamp_", "clamp_", lambda x: x.bool().clamp_(min=1, max=1)),
         ("add.out", "add_out", lambda x: torch.add(x, 0.5, out=x)),
+        # rejected by their dtypes (the meta kernel's verdict), in place or not
+        ("neg_", "neg_", lambda x: x.bool().neg_()),
+        ("neg", "neg", lambda x: torch.neg(x.bool())),
     ],
 )
 def test_in_place_and_out_calls_pytorch_rejects_raise_pytorchs_error(routing_state, op, name, call):
-    """FlagGems' in-place and out= kernels do not all check type promotion: an int64 `x.mul_(float)` ran on
-    them where CUDA raises "result type Float can't be cast to the desired output type Long". Such calls
-    never reach FlagGems; the native route raises PyTorch's error and writes nothing."""
+    """FlagGems' pointwise kernels do not all check dtypes: an int64 `x.mul_(float)` ran on them where CUDA
+    raises "result type Float can't be cast to the desired output type Long", a bool `neg_` where it raises
+    "Negation ... on a bool tensor is not supported". Such calls never reach FlagGems; the native route
+    raises PyTorch's error and writes nothing."""
     calls = []
     fn = flag_gems_function("ops/stand_in.py", f"def {name}(*a, **k):\n    calls.append(1)\n", name, calls=calls)
     flaggems.LOADER.use_module(flag_gems_with({op: fn}))

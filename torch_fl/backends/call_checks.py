@@ -1,15 +1,18 @@
 """PyTorch's own checks of a call, made without running it.
 
-A backend kernel of another project (FlagGems) may accept calls that PyTorch's kernels reject, such as an
-in-place `mul_` whose result type cannot be cast to its integer `self`; that cast is checked by the CPU and
-CUDA kernels only (the meta kernels accept it), so cast_check makes it with PyTorch's own type promotion,
-before FlagGems' in-place/out= kernels run (backends/flaggems_defects.py). The meta kernels carry PyTorch's
-other checks (shapes, out= types) and read or write nothing: the error policy (routing/policy.py) asks them
-whether a call that raised on a backend was the caller's mistake.
+A backend kernel of another project (FlagGems) may accept calls that PyTorch's kernels reject: a bool
+`neg_`, or an in-place `mul_` whose result type cannot be cast to its integer `self`. pointwise_check makes
+PyTorch's checks before FlagGems' pointwise kernels run (backends/flaggems_defects.py): the dtypes a call
+brings, judged once per dtype signature by PyTorch's meta kernel on one-element tensors, and the result
+cast, which the CPU and CUDA kernels check but the meta kernels do not (`aten::mul_` on meta accepts
+int64 * float), made with PyTorch's own type promotion. The meta kernels carry PyTorch's other checks
+(shapes, out= types) and read or write nothing: the error policy (routing/policy.py) asks them whether a
+call that raised on a backend was the caller's mistake.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -41,18 +44,56 @@ def rejected_by_meta(op: str, args, kwargs) -> bool:
     return False
 
 
-def cast_check(op: str) -> Callable[[tuple, dict], str | None] | None:
-    """For a pointwise operator that writes its result to `self` (in-place) or `out`, a check(args, kwargs)
-    giving PyTorch's error when the promoted type of the call's inputs cannot be cast to that tensor's dtype
-    (`int64.mul_(float)`), else None; None for any other operator. Made once per operator: a call pays only
-    for the promotion."""
+def _one_element(a):
+    """`a` with every tensor replaced by a one-element meta tensor of its dtype and number of dimensions: what
+    PyTorch's type checks of a pointwise operator see, with nothing to broadcast."""
+    if isinstance(a, torch.Tensor):
+        return torch.empty((1,) * a.dim(), dtype=a.dtype, device="meta")
+    if isinstance(a, (list, tuple)):
+        return type(a)(_one_element(x) for x in a)
+    return a
+
+
+def _signature(a):
+    """What a pointwise call's dtype checks depend on: each tensor's dtype and whether it is 0-dim (a 0-dim
+    tensor promotes as a scalar), and the type of every other argument."""
+    if isinstance(a, torch.Tensor):
+        return (a.dtype, a.dim() == 0)
+    if isinstance(a, (list, tuple)):
+        return tuple(_signature(x) for x in a)
+    return type(a)
+
+
+def pointwise_check(op: str) -> Callable[[tuple, dict], str | None] | None:
+    """For a pointwise operator, a check(args, kwargs) giving PyTorch's error for a call it rejects by its
+    dtypes (a bool `neg_`; the meta kernel's verdict, once per dtype signature) or, where the result goes to
+    `self` (in-place) or `out`, by a promoted type that tensor cannot hold (`int64.mul_(float)`), else None;
+    None for any other operator. Made once per operator: a call pays a signature lookup and the promotion."""
     name, overload = ops.split(op)
     packet = getattr(getattr(torch.ops.aten, name, None), overload or "default", None)
     if packet is None or torch.Tag.pointwise not in packet.tags:
         return None
     in_place = name.endswith("_")
+    verdicts: dict = {}
+
+    def by_dtypes(args: tuple, kwargs: dict) -> str | None:
+        key = (_signature(args), tuple((k, _signature(v)) for k, v in kwargs.items()))
+        if key not in verdicts:
+            try:
+                with warnings.catch_warnings():  # an out= of another rank is resized here: not the call's warning
+                    warnings.simplefilter("ignore")
+                    packet(*_one_element(args), **{k: _one_element(v) for k, v in kwargs.items()})
+                verdicts[key] = None
+            except NotImplementedError:
+                verdicts[key] = None  # no meta kernel: the backend's kernel decides
+            except Exception as e:  # noqa: BLE001  (PyTorch's own rejection, which CUDA's kernel raises too)
+                verdicts[key] = str(e).split("\n", 1)[0]
+        return verdicts[key]
 
     def check(args: tuple, kwargs: dict) -> str | None:
+        why = by_dtypes(args, kwargs)
+        if why is not None:
+            return why
         out = kwargs.get("out")
         if isinstance(out, torch.Tensor):
             inputs = [*args, *(v for k, v in kwargs.items() if k != "out")]

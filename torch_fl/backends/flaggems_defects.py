@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from torch_fl.backends.call_checks import cast_check
+from torch_fl.backends.call_checks import pointwise_check
 from torch_fl.vocab.errors import KernelRefused
 
 
@@ -120,12 +120,12 @@ def guarded(fn, op: str | None = None):
     """`fn` itself, or a wrapper that raises FlagGemsDefect for the calls it must not run (the checks run on
     the Python path and when replay records a signature; replays run only signatures that passed them):
     - the calls a function with a known defect gets wrong;
-    - for a pointwise operator that writes its result (`op` in-place or out=), the calls whose result type its
-      output cannot hold, which PyTorch's kernels reject and FlagGems' do not all check: an integer
-      `x.mul_(float_tensor)` or a bool `b.clamp_(min=1)` would write where CUDA raises. The error policy then
-      runs the native route, which raises PyTorch's error, writing nothing."""
+    - for a pointwise operator `op`, the calls PyTorch's kernels reject by their dtypes and FlagGems' do not
+      all check: a bool `neg_`, an integer `x.mul_(float_tensor)` or a bool `b.clamp_(min=1)` would run where
+      CUDA raises (call_checks.pointwise_check). The error policy then runs the native route, which raises
+      PyTorch's error, writing nothing."""
     check = _DEFECTS.get(location(fn))
-    cast = None if op is None else cast_check(op)
+    cast = None if op is None else pointwise_check(op)
     if check is None and cast is None:
         return fn
 

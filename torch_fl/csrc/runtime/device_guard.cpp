@@ -169,10 +169,9 @@ struct FlagosGuardImpl final : c10::impl::DeviceGuardImplInterface {
     }
   }
   void synchronizeDevice(const c10::DeviceIndex index) const override {
+    const c10::DeviceIndex checked = index_or_current(index);  // CUDA's raises for an invalid index too
     if (!g_backing.host) {
-      g_backing.guard->synchronizeDevice(index);
-    } else {
-      index_or_current(index);
+      g_backing.guard->synchronizeDevice(checked);
     }
   }
   void recordDataPtrOnStream(const c10::DataPtr& data, const c10::Stream& s) const override {
