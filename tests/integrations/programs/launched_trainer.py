@@ -45,3 +45,4 @@ with open(os.path.join(outdir, f"rank{state.process_index}.json"), "w") as f:
         },
         f,
     )
+state.destroy_process_group()  # before the exit: torch's gloo can abort at an exit that leaves the group up
