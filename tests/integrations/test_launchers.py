@@ -90,7 +90,8 @@ def test_accelerate_fsdp_and_collectives(tmp_path):
         launcher += ["--main_process_port", str(free_port())]
         flags = ["--cpu"] if side == "cpu" else []
         finished = run_program("launched_accelerate.py", str(folder), *flags, launcher=launcher)
-        assert finished.proc.returncode == 0, finished.tail()
+        ranks_said = [line for line in finished.output.splitlines() if line.startswith("[rank") or "terminate" in line]
+        assert finished.proc.returncode == 0, (side, ranks_said[-40:], finished.tail())
         got[side] = ranks(folder)
     for r, (cpu, flagos) in enumerate(zip(got["cpu"], got["flagos"], strict=True)):
         # the plugin is honoured (it was dropped for DDP), and FSDP trains to DDP's weights

@@ -46,6 +46,10 @@ out = {
 }
 with open(os.path.join(sys.argv[1], f"rank{r}.json"), "w") as f:
     json.dump(out, f)
-# The group is destroyed before the interpreter exits: torch's gloo can abort at an exit that leaves it up
-# ("terminate called without an active exception"), with or without torch_fl.
-acc.end_training()
+acc.wait_for_everyone()
+# Every rank has written its results. The process ends here, without the interpreter's teardown: torch
+# 2.13's gloo sometimes aborts in it ("terminate called without an active exception"; plain torch without
+# torch_fl too), which would fail the launch after the work is done.
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
