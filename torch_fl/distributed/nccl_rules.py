@@ -30,9 +30,18 @@ def stacked(gathered: torch.Tensor, part: torch.Tensor, size: int) -> torch.Tens
     return gathered if gathered.shape == shape else gathered.view(shape)
 
 
+def reduction(run, tensors: list[torch.Tensor], opts, size: int, write_back: bool = True):
+    """The Work of `run(native tensors)`, a reduction of `tensors` with `opts`: as it is, or, for an AVG of
+    integer tensors on host memory, NCCL's average through gloo's sum (averaged()). `write_back=False`: a
+    reduce's rank other than the root, whose tensors are inputs left alone."""
+    if integer_average(opts, tensors):
+        return averaged(run, tensors, size, write_back)
+    return run([native(t) for t in tensors])
+
+
 def integer_average(opts, tensors: list[torch.Tensor]) -> bool:
     """Whether a reduction is an AVG of integer tensors that gloo cannot do (host memory); if so, `opts`
-    now asks for their sum, and the caller runs it through averaged()."""
+    now asks for their sum."""
     if backing() != "cpu" or opts.reduceOp != dist.ReduceOp.AVG:
         return False
     if all(t.is_floating_point() or t.is_complex() for t in tensors):
@@ -44,8 +53,7 @@ def integer_average(opts, tensors: list[torch.Tensor]) -> bool:
 def averaged(run, tensors: list[torch.Tensor], size: int, write_back: bool = True):
     """NCCL's AVG through gloo's SUM: `run(sums)` sums into native copies of `tensors` and returns its Work;
     once it completes, `tensors` get the sums divided by the group's size (integers toward zero). The copies
-    keep gloo's later copies out of the results (its Work writes its outputs again at every wait()).
-    `write_back=False`: a reduce's rank other than the root, whose tensors are inputs left alone."""
+    keep gloo's later copies out of the results (its Work writes its outputs again at every wait())."""
     sums = [native(t).clone() for t in tensors]
     work = run(sums)
     work.wait()

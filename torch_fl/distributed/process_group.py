@@ -106,30 +106,22 @@ class FlagosProcessGroup(dist.ProcessGroup):
         tensors = _listed(tensors)
         return flagos_work(self._inner.broadcast(natives(tensors), _or(opts, c10d.BroadcastOptions)), tensors)
 
+    # The reductions run through nccl_rules.reduction: NCCL's integer average on host memory too.
     def allreduce(self, tensors, opts=None):
-        tensors = _listed(tensors)
-        opts = _reduce_opts(opts, c10d.AllreduceOptions)
-        if nccl_rules.integer_average(opts, tensors):
-            return flagos_work(
-                nccl_rules.averaged(lambda s: self._inner.allreduce(s, opts), tensors, self.size()), tensors
-            )
-        return flagos_work(self._inner.allreduce(natives(tensors), opts), tensors)
+        tensors, opts = _listed(tensors), _reduce_opts(opts, c10d.AllreduceOptions)
+        work = nccl_rules.reduction(lambda s: self._inner.allreduce(s, opts), tensors, opts, self.size())
+        return flagos_work(work, tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):
-        tensors = list(tensors)
-        opts = _reduce_opts(opts, c10d.AllreduceCoalescedOptions)
-        if nccl_rules.integer_average(opts, tensors):
-            run = lambda s: self._inner.allreduce_coalesced(s, opts)  # noqa: E731
-            return flagos_work(nccl_rules.averaged(run, tensors, self.size()), tensors)
-        return flagos_work(self._inner.allreduce_coalesced(natives(tensors), opts), tensors)
+        tensors, opts = list(tensors), _reduce_opts(opts, c10d.AllreduceCoalescedOptions)
+        work = nccl_rules.reduction(lambda s: self._inner.allreduce_coalesced(s, opts), tensors, opts, self.size())
+        return flagos_work(work, tensors)
 
     def reduce(self, tensors, opts=None):
-        tensors = _listed(tensors)
-        opts = _or(opts, c10d.ReduceOptions)
-        if nccl_rules.integer_average(opts, tensors):  # the root's tensors hold the result, the others' are inputs
-            run = lambda s: self._inner.reduce(s, opts)  # noqa: E731
-            return flagos_work(nccl_rules.averaged(run, tensors, self.size(), self.rank() == opts.rootRank), tensors)
-        return flagos_work(self._inner.reduce(natives(tensors), opts), tensors)
+        tensors, opts = _listed(tensors), _or(opts, c10d.ReduceOptions)
+        root = self.rank() == opts.rootRank  # only the root's tensors hold the result
+        work = nccl_rules.reduction(lambda s: self._inner.reduce(s, opts), tensors, opts, self.size(), root)
+        return flagos_work(work, tensors)
 
     def allgather(self, output_lists, inputs, opts=None):
         work = self._inner.allgather(nested(output_lists), natives(inputs), _or(opts, c10d.AllgatherOptions))
@@ -165,31 +157,25 @@ class FlagosProcessGroup(dist.ProcessGroup):
         return flagos_work(work, list(outputs))
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
-        outputs, opts = list(outputs), _or(opts, c10d.ReduceScatterOptions)
-        inputs = nested(input_lists)
-        if nccl_rules.integer_average(opts, outputs):
-            run = lambda s: self._inner.reduce_scatter(s, inputs, opts)  # noqa: E731
-            return flagos_work(nccl_rules.averaged(run, outputs, self.size()), outputs)
-        return flagos_work(self._inner.reduce_scatter(natives(outputs), inputs, opts), outputs)
+        outputs, opts, inputs = list(outputs), _or(opts, c10d.ReduceScatterOptions), nested(input_lists)
+        work = nccl_rules.reduction(lambda s: self._inner.reduce_scatter(s, inputs, opts), outputs, opts, self.size())
+        return flagos_work(work, outputs)
 
     def reduce_scatter_single(self, output, input, opts=None):
         opts = _or(opts, c10d.ReduceScatterOptions)
         part = nccl_rules.stacked(native(input), native(output), self.size())
-        if nccl_rules.integer_average(opts, [output]):
-            run = lambda s: self._reduce_scatter_single(s[0], part, opts)  # noqa: E731
-            return flagos_work(nccl_rules.averaged(run, [output], self.size()), [output])
-        return flagos_work(self._reduce_scatter_single(native(output), part, opts), [output])
+        work = nccl_rules.reduction(
+            lambda s: self._reduce_scatter_single(s[0], part, opts), [output], opts, self.size()
+        )
+        return flagos_work(work, [output])
 
     _reduce_scatter_base = reduce_scatter_single
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         outputs, opts = list(outputs), _or(opts, c10d.ReduceScatterOptions)
-        outs = natives(outputs)
-        ins = [nccl_rules.stacked(i, o, self.size()) for i, o in zip(natives(inputs), outs, strict=True)]
-        if nccl_rules.integer_average(opts, outputs):
-            run = lambda s: self._reduce_scatter_single_coalesced(s, ins, opts)  # noqa: E731
-            return flagos_work(nccl_rules.averaged(run, outputs, self.size()), outputs)
-        return flagos_work(self._reduce_scatter_single_coalesced(outs, ins, opts), outputs)
+        ins = [nccl_rules.stacked(i, native(o), self.size()) for i, o in zip(natives(inputs), outputs, strict=True)]
+        run = lambda s: self._reduce_scatter_single_coalesced(s, ins, opts)  # noqa: E731
+        return flagos_work(nccl_rules.reduction(run, outputs, opts, self.size()), outputs)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 

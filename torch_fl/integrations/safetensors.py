@@ -36,11 +36,12 @@ class FlagosSafeOpen:
     def __init__(self, opener, filename, framework: str, device: torch.device, **kwargs):
         index = device.index if device.index is not None else torch.flagos.current_device()
         self._device = torch.device(DEVICE_NAME, index)
-        native = "cpu" if backing() == "cpu" else f"cuda:{index}"
+        self._host = backing() == "cpu"
+        native = "cpu" if self._host else f"cuda:{index}"
         self._file = opener(filename, framework=framework, device=native, **kwargs)
 
     def _on_flagos(self, tensor: torch.Tensor) -> torch.Tensor:
-        return tensor.to(self._device) if backing() == "cpu" else as_flagos(tensor)
+        return tensor.to(self._device) if self._host else as_flagos(tensor)
 
     def get_tensor(self, name: str) -> torch.Tensor:
         return self._on_flagos(self._file.get_tensor(name))
