@@ -2,7 +2,8 @@
 
 Counts, with the core's alias pool counters, the borrows of a routed call's flagos arguments and the misses (a
 new alias made, or another reshaped) of a forward and a greedy decode of the Qwen3-0.6B architecture (fewer
-layers, a small vocabulary), after a warm-up and after another batch shape. Counts, not timings.
+layers, a small vocabulary), after a warm-up and after another batch shape, and of a training step (forward,
+backward, gradient clipping, AdamW over every parameter in lists). Counts, not timings.
 
     python -m benchmarks.alias_pool [--layers 4] [--batch 8] [--length 512] [--out PATH]
 """
@@ -57,6 +58,16 @@ def main(argv=None) -> int:
     prefill(other)  # another shape fills the pool, then the first again
     rows["prefill after another shape"] = measure(prefill, warmups=1)
     rows["decode"] = measure(lambda: workloads.greedy(model, prompt, args.decode_tokens), warmups=1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batch = ids[:2, :64]
+
+    def train_step():
+        model(input_ids=batch, labels=batch).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+
+    rows["training step"] = measure(train_step, warmups=2)
     report = {"backing": torch_fl.backing(), "args": {k: v for k, v in vars(args).items() if k != "out"}}
     print(f"wrote {common.write('alias-pool', {**report, 'rows': rows}, args.out)}")
     return 0

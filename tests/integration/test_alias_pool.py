@@ -142,6 +142,40 @@ def test_a_repeated_forward_makes_and_reshapes_no_alias():
     assert after[1:] == warm[1:]
 
 
+def test_an_optimizer_step_makes_no_alias_once_warm():
+    # AdamW's fused and _foreach kernels take every parameter in lists: the borrows past a call's first few
+    # are pooled by their position in the call, so a warm step makes no alias (it once made one per tensor),
+    # and a position that meets another geometry (the next list op) is reshaped, with the right values.
+    shapes = [(3, 5), (5,), (2, 3, 4), (5, 3), (7,), (3, 5)] * 6  # 36 tensors, repeated geometries
+    params = {d: [torch.nn.Parameter(torch.randn(s, generator=torch.Generator().manual_seed(i)).to(d))
+                  for i, s in enumerate(shapes)] for d in (NATIVE, "flagos")}  # fmt: skip
+    opts = {d: torch.optim.AdamW(p, lr=0.1, foreach=True) for d, p in params.items()}
+
+    def step(d):
+        for p in params[d]:
+            p.grad = p.detach() * 0.5 + 1
+        torch.nn.utils.clip_grad_norm_(params[d], 1.0)
+        opts[d].step()
+
+    for _ in range(2):
+        step(NATIVE)
+        step("flagos")
+    before = pool_stats()
+    step("flagos")
+    after = pool_stats()
+    step(NATIVE)
+    assert after[0] > before[0] + 5 * len(shapes)  # the step's lists went through the pool
+    assert after[1] == before[1]  # no alias made
+    for n, f in zip(params[NATIVE], params["flagos"], strict=True):
+        torch.testing.assert_close(f.detach().cpu(), n.detach().cpu())
+    # Another call of other lengths and geometries at the same positions gets its own values.
+    xs = [torch.arange(6.0 + k).reshape(-1)[: 2 + k % 5] for k in range(40)]
+    for n, f in zip(torch._foreach_mul([x.to(NATIVE) for x in xs], 3.0),
+                    torch._foreach_mul([x.to("flagos") for x in xs], 3.0), strict=True):  # fmt: skip
+        assert f.shape == n.shape
+        torch.testing.assert_close(f.cpu(), n.cpu(), rtol=0, atol=0)
+
+
 def test_a_kernel_that_raises_leaves_the_pool_usable():
     # The aliases of a call whose kernel raises are dropped and their slots freed: left marked as out on a
     # borrow, a few such calls would leave a geometry no slot, and every later borrow of it a new alias.

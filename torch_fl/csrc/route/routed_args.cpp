@@ -169,10 +169,11 @@ const at::Tensor& RoutedArgs::borrow_held(const at::Tensor& t, bool keep) {
     pool.count_unkeyed();
     return borrow_new(t, keep, AliasPool::kNoHome);
   }
-  const size_t key = AliasPool::key(like);
   bool shaped = false;
   size_t home = AliasPool::kNoHome;
-  at::Tensor alias = pool.take(like, key, shaped, home);
+  // A long call's later borrows (an optimizer's lists) by their position in it.
+  at::Tensor alias = C10_LIKELY(n < AliasPool::kKeyedBorrows) ? pool.take(like, AliasPool::key(like), shaped, home)
+                                                               : pool.take_at(n, like, shaped, home);
   if (C10_UNLIKELY(!alias.defined())) {
     return borrow_new(t, keep, home);
   }

@@ -16,6 +16,13 @@
 // alias from each other on every use. benchmarks/alias_pool.py counts the
 // misses of a model's repeated forward (torch_fl._C._alias_pool_stats).
 //
+// A long call (a _foreach operator's or a fused optimizer's lists: AdamW's
+// hold four tensors per parameter) would take every slot of its keys and
+// make a new alias for each tensor beyond them. Its borrows past the first
+// kKeyedBorrows are pooled by their position in the call instead (take_at):
+// the next optimizer step brings the same geometry to the same position, and
+// a position that meets another geometry reshapes its alias, never makes one.
+//
 // Header-only: the per-call path (route/routed_args.cpp) inlines the pool's
 // helpers, and the thread's pool lookup, into its borrow and release.
 #pragma once
@@ -27,6 +34,7 @@
 
 #include <cstdint>
 #include <tuple>
+#include <vector>
 
 namespace torch_fl {
 namespace tensor {
@@ -87,20 +95,43 @@ class AliasPool {
     return take_miss(k, shaped, home);
   }
 
+  // A call's borrows from this one on (by their position in the call) are
+  // pooled by position: see take_at.
+  static constexpr size_t kKeyedBorrows = 16;
+  // An alias for the call's borrow at `position` (>= kKeyedBorrows) of `like`
+  // (plain), with its `home`: the one the borrow at that position had last
+  // (`shaped` set where its geometry matches), else undefined (make a new one).
+  at::Tensor take_at(size_t position, const c10::TensorImpl& like, bool& shaped, size_t& home) {
+    const size_t i = position - kKeyedBorrows;
+    ++borrows_;
+    if (C10_UNLIKELY(i >= positions_.size())) {
+      return grow_positions(i, home);
+    }
+    home = kPositionHome + i;
+    at::Tensor& a = positions_[i];
+    if (C10_UNLIKELY(!a.defined())) {
+      ++made_;
+      return {};
+    }
+    shaped = same_plain_geometry(*a.unsafeGetTensorImpl(), like);
+    reshaped_ += shaped ? 0 : 1;
+    return std::move(a);
+  }
+
   // Brings a borrowed alias home after the call (or keeps it spare).
   void give(at::Tensor&& alias, size_t home) {
-    if (C10_LIKELY(home != kNoHome)) {
+    if (C10_LIKELY(home < kPositionHome)) {
       slots_[home].alias = std::move(alias);
       slots_[home].out = false;
       return;
     }
-    give_spare(std::move(alias));
+    give_elsewhere(std::move(alias), home);
   }
 
   // The alias borrowed from `home` does not come back (something else still
   // holds it, or the kernel raised): the slot is free for a new one.
   void vacate(size_t home) {
-    if (home != kNoHome) {
+    if (home < kPositionHome) {
       slots_[home].out = false;
     }
   }
@@ -178,10 +209,24 @@ class AliasPool {
     ++reshaped_;
     return std::move(slots_[j].alias);
   }
-  C10_NOINLINE void give_spare(at::Tensor&& alias) {
-    if (spare_.size() < kSpare) {
+  C10_NOINLINE void give_elsewhere(at::Tensor&& alias, size_t home) {
+    if (home != kNoHome) {
+      positions_[home - kPositionHome] = std::move(alias);
+    } else if (spare_.size() < kSpare) {
       spare_.push_back(std::move(alias));
     }
+  }
+  // A position past those pooled so far: pooled from now on, up to kPositions
+  // (a longer call's last borrows get aliases of no home).
+  C10_NOINLINE at::Tensor grow_positions(size_t i, size_t& home) {
+    ++made_;
+    if (i >= kPositions) {
+      home = kNoHome;
+      return {};
+    }
+    positions_.resize(i + 1);
+    home = kPositionHome + i;
+    return {};
   }
 
   // 256 slots: a layer of Qwen3-0.6B borrows ~45 distinct geometries; decode
@@ -191,6 +236,10 @@ class AliasPool {
   static constexpr size_t kSlots = size_t{1} << kSlotBits;
   static constexpr size_t kProbe = 4;  // slots per key: q, k and v of one shape in one call
   static constexpr size_t kSpare = 16;
+  // Homes from kPositionHome on are positions_[home - kPositionHome].
+  static constexpr size_t kPositionHome = kSlots + kProbe;
+  // AdamW over 1,600 parameter tensors borrows 8,000 (Qwen3-0.6B: 311, 1,555).
+  static constexpr size_t kPositions = 8192;
   // A slot in 16 bytes, so that the four a key probes span one or two cache
   // lines (separate arrays of aliases, flags and times took three or more).
   struct Slot {
@@ -201,7 +250,8 @@ class AliasPool {
   static_assert(sizeof(Slot) == 16);
   alignas(64) Slot slots_[kSlots + kProbe - 1];
   uint64_t borrows_ = 0;  // every borrow: the clock of Slot::used
-  c10::SmallVector<at::Tensor, kSpare> spare_;  // aliases without a home: a list's many tensors of one shape
+  c10::SmallVector<at::Tensor, kSpare> spare_;  // aliases without a home
+  std::vector<at::Tensor> positions_;            // a long call's, by borrow position from kKeyedBorrows on
   int64_t made_ = 0;
   int64_t reshaped_ = 0;
   bool python_;
