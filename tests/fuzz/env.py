@@ -3,7 +3,8 @@
 Steps name their arguments through small markers (`V(i)` for variable `t{i}`, `DT`, `Dev`, `MF` for a dtype,
 a logical device and a memory format by name) so that a program prints as the Python that builds it; `fmt`
 renders an argument as the torch code it stands for. `Env` holds a run's variables and resolves the markers:
-on flagos to the devices they name, on the reference run every device to the CPU.
+on flagos to the devices they name, on the reference run every device to the CPU (or, to ask what CUDA's own
+kernels do, the flagos devices to the GPU).
 """
 
 from __future__ import annotations
@@ -126,8 +127,9 @@ def ints(shape, dtype, seed: int) -> torch.Tensor:
 class Env:
     """Variables of a run: tensors, their logical devices, the current flagos device, routes set."""
 
-    def __init__(self, flagos: bool):
+    def __init__(self, flagos: bool, native: str = "cpu"):
         self.flagos = flagos
+        self.native = torch.device(native)  # where a reference run puts the flagos devices' tensors
         self.t: dict[int, torch.Tensor] = {}
         self.dev: dict[int, str] = {}
         self.current = 0
@@ -141,8 +143,10 @@ class Env:
         return f"d{self.current}" if name == "cur" else name
 
     def device(self, name: str) -> torch.device:
-        if not self.flagos or name == "cpu":
+        if name == "cpu":
             return torch.device("cpu")
+        if not self.flagos:
+            return self.native
         return torch.device("flagos") if name == "cur" else torch.device("flagos", int(name[1]))
 
     def value(self, x: Any) -> Any:

@@ -73,10 +73,13 @@ def _record(step: Step, env: Env, r: Any, snapshot: bool) -> Record:
     return Record("ok", "", result, strides, step.strided(), sharing, values)
 
 
-def run(program: list[Step], flagos: bool, snapshot_every_step: bool = True, calls: bool = False) -> list[Record]:
-    """Run `program` on flagos (or on the CPU, the reference); one Record per step (with the aten overloads
-    each step calls if `calls`: only on the CPU, where a dispatch mode changes nothing under test)."""
-    env = Env(flagos)
+def run(
+    program: list[Step], flagos: bool, snapshot_every_step: bool = True, calls: bool = False, native: str = "cpu"
+) -> list[Record]:
+    """Run `program` on flagos (or on the CPU, the reference; `native="cuda"`: the flagos devices' tensors on
+    the GPU instead); one Record per step (with the aten overloads each step calls if `calls`: only on the CPU,
+    where a dispatch mode changes nothing under test)."""
+    env = Env(flagos, native)
     records = []
     versions: dict[int, int | None] = {}
     try:

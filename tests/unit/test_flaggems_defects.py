@@ -216,3 +216,79 @@ def test_in_place_and_out_calls_pytorch_rejects_raise_pytorchs_error(routing_sta
         assert row(op, "flaggems_python") is None or row(op, "flaggems_python").fallbacks == 0
     finally:
         flaggems.LOADER.reset()
+
+
+@pytest.mark.parametrize(
+    ("what", "self_dtype", "values_dtype", "index_dtype", "accumulate"),
+    [
+        ("values of another dtype", torch.int8, torch.int32, torch.int64, False),
+        ("an int8 index (FlagGems: a mask)", torch.float32, torch.float32, torch.int8, False),
+        ("a uint8 mask (FlagGems: indices)", torch.float32, torch.float32, torch.uint8, False),
+        ("accumulate into int8 (no atomic_add)", torch.int8, torch.int8, torch.int64, True),
+    ],
+)
+def test_index_put_calls_flaggems_gets_wrong_never_reach_it(
+    routing_state, what, self_dtype, values_dtype, index_dtype, accumulate
+):
+    """FlagGems' index_put_ wrote int32 values into an int8 tensor where PyTorch raises, read an int8 index
+    as a mask and a uint8 mask as indices, and failed to compile an int8 accumulation (the differential
+    fuzzer's seeds 291 and 402 on the H200). Each runs as the native route runs it: PyTorch's result or
+    PyTorch's error, nothing written by FlagGems."""
+    calls = []
+    source = "def index_put_(inp, indices, values, accumulate=False):\n    calls.append(1)\n    return inp\n"
+    fn = flag_gems_function("ops/index_put.py", source, "index_put_", calls=calls)
+    flaggems.LOADER.use_module(flag_gems_with({"index_put_": fn}))
+    try:
+        routing.set_route("index_put_", "flagos_python")
+        index = torch.tensor([1, 0, 1]).to(index_dtype)
+        x, values = torch.arange(3).to(self_dtype), torch.tensor([5, 6, 7]).to(values_dtype)
+
+        def call(d):
+            t = x.clone().to(d)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    t.index_put_((index.to(d),), values.to(d), accumulate=accumulate)
+            except (RuntimeError, IndexError) as e:
+                return type(e), str(e)
+            return t.cpu()
+
+        want, got = call("cpu"), call("flagos")
+        assert calls == []
+        if isinstance(want, tuple):
+            assert got == want
+        else:
+            assert torch.equal(got, want)
+        y = torch.zeros(3, device="flagos")  # a call FlagGems gets right reaches it
+        y.index_put_((torch.tensor([0, 2], device="flagos"),), torch.ones(2, device="flagos"))
+        assert calls == [1]
+    finally:
+        flaggems.LOADER.reset()
+
+
+def test_a_result_flaggems_hands_back_over_an_input_is_a_new_tensor(routing_state):
+    """FlagGems' cat of one tensor returns that tensor: writing to `torch.cat([x])` wrote to x (the fuzzer's
+    seed 325). An operator whose results PyTorch makes new gets a copy; a view operator keeps its view."""
+    source = "def cat(tensors, dim=0):\n    return tensors[0] if len(tensors) == 1 else torch.cat(tensors, dim)\n"
+    fn = flag_gems_function("ops/cat.py", source, "cat")
+    flaggems.LOADER.use_module(flag_gems_with({"cat": fn}))
+    try:
+        routing.set_route("cat", "flagos_python")
+        x = torch.arange(6.0, device="flagos").reshape(2, 3)
+        for inp, want_strides in ((x, (3, 1)), (x.t(), (2, 1))):
+            y = torch.cat([inp])
+            assert y.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+            assert y.stride() == want_strides and torch.equal(y.cpu(), inp.cpu())
+            y.add_(100)
+            assert x.cpu().tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+        assert torch.equal(torch.cat([x, x]).cpu(), torch.cat([x.cpu(), x.cpu()]))
+    finally:
+        flaggems.LOADER.reset()
+
+
+def test_fresh_results_is_made_for_operators_with_new_results_only():
+    from torch_fl.backends.call_checks import fresh_results
+
+    assert fresh_results("cat") is not None and fresh_results("add.Tensor") is not None
+    assert fresh_results("view") is None and fresh_results("add_.Tensor") is None
+    assert fresh_results("add.out") is None and fresh_results("transpose.int") is None

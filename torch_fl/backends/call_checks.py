@@ -7,7 +7,8 @@ brings, judged once per dtype signature by PyTorch's meta kernel on one-element 
 cast, which the CPU and CUDA kernels check but the meta kernels do not (`aten::mul_` on meta accepts
 int64 * float), made with PyTorch's own type promotion. The meta kernels carry PyTorch's other checks
 (shapes, out= types) and read or write nothing: the error policy (routing/policy.py) asks them whether a
-call that raised on a backend was the caller's mistake.
+call that raised on a backend was the caller's mistake. fresh_results makes a call's results new tensors
+where PyTorch's are: a backend kernel may hand back an input itself.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import warnings
 from collections.abc import Callable
 
 import torch
-from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes, suggest_memory_format
 
 from torch_fl.vocab import ops
 
@@ -62,6 +63,49 @@ def _signature(a):
     if isinstance(a, (list, tuple)):
         return tuple(_signature(x) for x in a)
     return type(a)
+
+
+def _storages(a, into: set) -> set:
+    """The data pointers of the storages of the tensors in `a` (nested lists too) with any bytes."""
+    if isinstance(a, torch.Tensor):
+        storage = a.untyped_storage()
+        if storage.nbytes():
+            into.add(storage.data_ptr())
+    elif isinstance(a, (list, tuple)):
+        for x in a:
+            _storages(x, into)
+    return into
+
+
+def fresh_results(op: str) -> Callable[[tuple, dict, object], object] | None:
+    """For an operator whose results are new tensors (its schema neither mutates nor aliases), a
+    fix(args, kwargs, result) that hands back a copy of each result a backend's kernel left over an input's
+    memory, as PyTorch's kernels never do (FlagGems' `cat` of one tensor returns that tensor: writing to the
+    result wrote to the input); None for any other operator. The copy takes the layout PyTorch's kernels
+    give a new tensor (contiguous, or channels-last for such an input)."""
+    name, overload = ops.split(op)
+    packet = getattr(getattr(torch.ops.aten, name, None), overload or "default", None)
+    schema = getattr(packet, "_schema", None)
+    if schema is None or schema.is_mutable or not schema.returns:
+        return None
+    if any(r.alias_info is not None for r in schema.returns):
+        return None
+
+    def copied(r, inputs: set):
+        if isinstance(r, torch.Tensor):
+            storage = r.untyped_storage()
+            if storage.nbytes() and storage.data_ptr() in inputs:
+                return r.clone(memory_format=suggest_memory_format(r))
+            return r
+        if isinstance(r, (list, tuple)):
+            return type(r)(copied(x, inputs) for x in r)
+        return r
+
+    def fix(args: tuple, kwargs: dict, result):
+        inputs = _storages(kwargs.values(), _storages(args, set()))
+        return copied(result, inputs) if inputs else result
+
+    return fix
 
 
 def pointwise_check(op: str) -> Callable[[tuple, dict], str | None] | None:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from torch_fl.backends.call_checks import pointwise_check
+from torch_fl.backends.call_checks import fresh_results, pointwise_check
 from torch_fl.vocab.errors import KernelRefused
 
 
@@ -82,6 +82,30 @@ def _atomic_add(name: str):
     return check
 
 
+_INDEX_DTYPES = (torch.int64, torch.int32, torch.bool)
+
+
+def _index_put(name: str):
+    """FlagGems' index_put family checks neither what PyTorch's index_put_ does nor its own limits: it writes
+    `values` of another dtype into `self` (PyTorch: "Index put requires the source and destination dtypes
+    match"), takes an int8 index for a mask and a uint8 mask for indices, and with `accumulate` adds with
+    Triton's atomic_add, which has no bool, 8- or 16-bit integer form (the kernel fails to compile)."""
+
+    def check(inp, indices, values, accumulate=False, *_, **__) -> str | None:
+        if not (isinstance(inp, torch.Tensor) and isinstance(values, torch.Tensor)):
+            return None
+        if values.dtype != inp.dtype:
+            return f"FlagGems' {name} writes {values.dtype} values into {inp.dtype} without PyTorch's dtype check"
+        for index in indices or ():
+            if isinstance(index, torch.Tensor) and index.dtype not in _INDEX_DTYPES:
+                return f"FlagGems' {name} reads a {index.dtype} index as PyTorch does not"
+        if accumulate and inp.dtype in (torch.bool, torch.uint8, torch.int8, torch.int16):
+            return f"FlagGems' {name} accumulates with Triton's atomic_add, which has no {inp.dtype} form"
+        return None
+
+    return check
+
+
 _HOPPER = "runtime/backend/_nvidia/hopper/ops/"
 
 #: (source file under flag_gems/, function name) -> check(*args, **kwargs): None for a call the function
@@ -96,6 +120,9 @@ _DEFECTS: dict[tuple[str, str], Callable[..., str | None]] = {
     (_HOPPER + "fill.py", "fill_tensor_out"): _flat("fill (out=)", "out"),
     ("ops/index_add.py", "index_add"): _atomic_add("index_add"),
     ("ops/index_add.py", "index_add_"): _atomic_add("index_add_"),
+    ("ops/index_put.py", "index_put"): _index_put("index_put"),
+    ("ops/index_put.py", "index_put_"): _index_put("index_put_"),
+    ("ops/index_put.py", "_index_put_impl_"): _index_put("_index_put_impl_"),
 }
 
 
@@ -123,10 +150,13 @@ def guarded(fn, op: str | None = None):
     - for a pointwise operator `op`, the calls PyTorch's kernels reject by their dtypes and FlagGems' do not
       all check: a bool `neg_`, an integer `x.mul_(float_tensor)` or a bool `b.clamp_(min=1)` would run where
       CUDA raises (call_checks.pointwise_check). The error policy then runs the native route, which raises
-      PyTorch's error, writing nothing."""
+      PyTorch's error, writing nothing;
+    - for an operator whose results are new tensors, a result the function left over an input's memory is
+      copied (call_checks.fresh_results: FlagGems' `cat` of one tensor returns that tensor)."""
     check = _DEFECTS.get(location(fn))
     cast = None if op is None else pointwise_check(op)
-    if check is None and cast is None:
+    fresh = None if op is None else fresh_results(op)
+    if check is None and cast is None and fresh is None:
         return fn
 
     @functools.wraps(fn)
@@ -136,6 +166,7 @@ def guarded(fn, op: str | None = None):
             why = cast(args, kwargs)
         if why is not None:
             raise FlagGemsDefect(why)
-        return fn(*args, **kwargs)
+        result = fn(*args, **kwargs)
+        return result if fresh is None else fresh(args, kwargs, result)
 
     return checked
