@@ -163,6 +163,18 @@ def test_set_route_refuses_a_native_only_op(routing_state):
     routing.set_route("_to_copy", "native")  # a native route is what it runs anyway
 
 
+def test_as_strided__stays_native_because_the_cpu_fallback_calls_it(routing_state):
+    # The fallback gives an in-place result its host geometry with as_strided_: routed to the fallback,
+    # as_strided_ called itself until the stack overflowed (a segfault), by set_route, env or glob alike.
+    with pytest.raises(RoutingError, match="cannot be routed to 'cpu_fallback'"):
+        routing.set_route("as_strided_", "cpu_fallback")
+    resolved, _ = rules.resolve(config.parse_text("as_strided* = cpu_fallback\n", "g.conf"))
+    assert "as_strided_" not in resolved and "as_strided_copy" in resolved
+    routing.set_route("unsqueeze_", "cpu_fallback")  # an in-place view the fallback runs, via as_strided_
+    x = torch.arange(6.0, device="flagos").reshape(2, 3)
+    assert x.unsqueeze_(0).as_strided_((2, 2), (1, 2)).cpu().tolist() == [[0.0, 2.0], [1.0, 3.0]]
+
+
 def test_a_glob_skips_native_only_ops_with_a_note():
     found = config.parse_text("* = cpu_fallback\n", "star.conf")
     resolved, notes = rules.resolve(found)

@@ -8,8 +8,8 @@ Two kinds, each with the reason routing errors and notes give:
   (at::native::cpu_fallback, which the `cpu_fallback` backend and the native route's
   last resort both run) moves the inputs to the host with at::_to_cpu (Tensor.cpu():
   to.dtype_layout -> _to_copy -> empty_strided + copy_ -> _copy_from), writes
-  in-place/out= results back with _copy_from_and_resize, and moves results back
-  with Tensor.to(device) (to.device -> _to_copy). `tensor.cpu()` and
+  in-place/out= results back with _copy_from_and_resize (and their geometry with
+  as_strided_), and moves results back with Tensor.to(device) (to.device -> _to_copy). `tensor.cpu()` and
   `.to("flagos")` take the same path. Routed to cpu_fallback, one of these makes the
   fallback call itself (unbounded recursion) or hand back host tensors; routed to
   another backend, device transfers would leave the core.
@@ -48,6 +48,7 @@ TRANSFER_OPS = frozenset(
         "empty.memory_format",  # _to_copy's result
         "empty_strided",
         "resize_",  # _copy_from_and_resize
+        "as_strided_",  # the fallback gives an in-place result its host geometry with it (take_resized)
     }
 )
 
