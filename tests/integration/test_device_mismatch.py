@@ -89,7 +89,37 @@ def test_cpu_scalars_mix_as_on_cuda(two):
     torch.testing.assert_close((s * f1).cpu(), torch.full((2, 2), 2.0))
     torch.testing.assert_close(torch.where(f1 > 0, f1, torch.tensor(0.0)).cpu(), torch.ones(2, 2))
     f1.masked_fill_(f1 > 5, torch.tensor(7.0))
-    f1.clamp_(min=torch.tensor(0.0))
+    torch.testing.assert_close(torch.lerp(f1, f1 * 3, torch.tensor(0.5)).cpu(), torch.full((2, 2), 2.0))
+
+
+# Operators whose CUDA kernels check every tensor's device (no `device_check: NoCheck` in PyTorch's
+# native_functions.yaml), given a 0-dim CPU tensor that is not a wrapped number: CUDA raises, and host memory's
+# CPU kernels took it (and users' code then failed on a GPU).
+CPU_SCALAR_REFUSED = {
+    "index_select": lambda f: f.index_select(0, torch.tensor(1)),
+    "gather": lambda f: f.flatten().gather(0, torch.tensor(1)),
+    "cross_entropy (nll_loss_forward)": lambda f: torch.nn.functional.cross_entropy(f[0], torch.tensor(1)),
+    "clamp.Tensor": lambda f: torch.clamp(f, min=torch.tensor(0.0)),
+    "take": lambda f: f.take(torch.tensor(0)),
+    # TensorIterator takes a CPU scalar as an input, never as the self it writes
+    "cpu scalar += flagos": lambda f: torch.tensor(0.0).add_(f.sum()),
+}
+
+
+@pytest.mark.parametrize("call", CPU_SCALAR_REFUSED.values(), ids=CPU_SCALAR_REFUSED.keys())
+def test_a_cpu_scalar_is_refused_where_cudas_kernel_checks_its_device(call):
+    f = torch.ones(2, 2, device="flagos")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        call(f)
+
+
+def test_the_operators_cuda_checks_come_from_pytorchs_own_table():
+    from torch_fl.vocab import device_checks
+
+    checked = set(device_checks.checked_ops())
+    assert {"index_select", "gather", "nll_loss_forward", "clamp.Tensor", "take"} <= checked
+    # TensorIterator's operators and the copies take CPU scalars
+    assert not {"add.Tensor", "add_.Tensor", "mul.Tensor", "where.self", "lerp.Tensor", "copy_"} & checked
 
 
 def test_copies_cross_devices(two):

@@ -31,6 +31,7 @@ from torch_fl.routing import config, env, planner, registry, rules
 from torch_fl.routing.explain import Explanation
 from torch_fl.routing.explain import explain as _explain
 from torch_fl.routing.state import LOCK, STATE
+from torch_fl.vocab import device_checks
 from torch_fl.vocab.dtypes import dtype_name
 from torch_fl.vocab.errors import ConfigError, FallbackWarning, Problem, RoutingError
 from torch_fl.vocab.ops import parse_op_key
@@ -255,6 +256,7 @@ def _startup(environ=None) -> None:
     """Read config and env once (at `import torch_fl`), validate, register kernels."""
     environ = os.environ if environ is None else environ
     graphs.route_counts = _route_counts  # the device API counts captured routed calls through routing
+    _C._set_checked_ops(device_checks.checked_ops())  # CPU scalars refused where CUDA's kernels refuse them
     env.warn_unknown_variables(environ)  # a misspelt FLAGOS_STRICT would otherwise be ignored silently
     log_dispatch = env.flag(environ, "FLAGOS_LOG_DISPATCH")
     log_fallback = env.flag(environ, "FLAGOS_LOG_FALLBACK")

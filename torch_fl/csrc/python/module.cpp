@@ -10,6 +10,7 @@
 #include "python/replay_plan.h"
 #include "python/work_future.h"
 #include "route/counters.h"
+#include "route/device_check.h"
 #include "route/dtype_gaps.h"
 #include "route/register.h"
 #include "runtime/allocator.h"
@@ -110,6 +111,8 @@ void bind_module(py::module& m) {
   m.def("_set_log_dispatch", [](bool on) { route::g_route_flags.log_dispatch = on; });
   m.def("_set_log_fallback", [](bool on) { route::g_route_flags.log_fallback = on; });
   m.def("_set_strict", [](bool on) { route::g_route_flags.strict = on; });
+  m.def("_set_checked_ops", &route::set_checked_ops, py::arg("names"),
+        "The operators whose CUDA kernels check every tensor's device (torch_fl/vocab/device_checks.py)");
   m.def("_host_dtype_gaps", &route::registered_dtype_gaps,
         "The operator/dtype pairs the host backing runs widened because the CPU lacks CUDA's kernel "
         "(\"op.overload: dtypes -> wide dtype\"); empty on a CUDA backing.");

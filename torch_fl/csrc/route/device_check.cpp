@@ -8,6 +8,9 @@
 #include <c10/util/Exception.h>
 
 #include <cstring>
+#include <string>
+#include <unordered_set>
+#include <vector>
 
 namespace torch_fl {
 namespace route {
@@ -90,6 +93,33 @@ Mixes mixes_of(const c10::OperatorName& op) {
   return Mixes::kNothing;
 }
 
+// set_checked_ops' names, read only after import has set them.
+std::unordered_set<std::string>& checked_ops() {
+  static std::unordered_set<std::string> names;
+  return names;
+}
+
+// Whether `op`'s CUDA kernel checks every tensor's device, CPU scalars
+// included: asked only for calls that noted a CPU scalar.
+bool checks_every_device(const c10::OperatorName& op) {
+  const std::string& name = op.name;
+  if (name.rfind("aten::", 0) != 0) {
+    return false;
+  }
+  std::string key = name.substr(6);
+  if (!op.overload_name.empty()) {
+    key += ".";
+    key += op.overload_name;
+  }
+  return checked_ops().count(key) != 0;
+}
+
+// Whether `op` writes its first argument (`self` of an in-place operator).
+bool writes_self(const c10::OperatorHandle& op) {
+  const auto& args = op.schema().arguments();
+  return !args.empty() && args[0].alias_info() != nullptr && args[0].alias_info()->isWrite();
+}
+
 [[noreturn]] void raise(const c10::OperatorHandle& op, c10::Device first, c10::Device second) {
   const auto& name = op.operator_name();
   // PyTorch's wording (TensorIterator), the same on every backing, and the operator it came from.
@@ -129,6 +159,14 @@ void DeviceCheck::note_index(c10::Device device, bool flagos_before) {
   noted_ = true;
 }
 
+void DeviceCheck::note_cpu_scalar(bool flagos_before) {
+  if (!cpu_scalar_) {
+    cpu_scalar_first_ = !flagos_before;
+    cpu_scalar_ = true;
+  }
+  noted_ = true;
+}
+
 void DeviceCheck::decide(const c10::OperatorHandle& op, c10::DeviceIndex first) const {
   if (first < 0) {
     return;  // no flagos tensor: the call is another device's (a device argument made it flagos's)
@@ -153,6 +191,19 @@ void DeviceCheck::decide(const c10::OperatorHandle& op, c10::DeviceIndex first) 
     }
     raise(op, flagos, c10::Device(c10::kCPU));
   }
+  // A CPU scalar: an input of a TensorIterator operator, but not the self it
+  // writes, nor an argument of an operator whose CUDA wrapper checks devices.
+  if (cpu_scalar_ && mixes == Mixes::kNothing &&
+      ((cpu_scalar_first_ && writes_self(op)) || checks_every_device(op.operator_name()))) {
+    if (cpu_scalar_first_) {
+      raise(op, c10::Device(c10::kCPU), flagos);
+    }
+    raise(op, flagos, c10::Device(c10::kCPU));
+  }
+}
+
+void set_checked_ops(const std::vector<std::string>& names) {
+  checked_ops() = std::unordered_set<std::string>(names.begin(), names.end());
 }
 
 void check_devices(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t nargs) {

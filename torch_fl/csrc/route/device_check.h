@@ -5,11 +5,18 @@
 // mixes devices; the host backing's CPU kernels run flagos:0 + flagos:1 or
 // flagos + cpu without a word, on aliases that are all CPU tensors. So every
 // route checks here, with PyTorch's rule: every tensor on one device, except
-// CPU tensors of no dimensions (TensorIterator's CPU scalars: wrapped numbers,
+// CPU tensors of no dimensions read as inputs by an operator whose CUDA
+// kernel takes them (TensorIterator's CPU scalars: wrapped numbers,
 // torch.tensor(2.)), and except the operators that CUDA lets mix devices
 // (device_check.cpp lists them, with PyTorch's reason for each): copies, and
 // the indexing operators' CPU indices (the elements of their Tensor?[]
 // argument, which a CUDA kernel moves to its device).
+//
+// A CPU scalar other than a wrapped number is checked as CUDA checks it: an
+// operator whose CUDA wrapper checks every tensor's device (native_functions.
+// yaml without `device_check: NoCheck`: index_select, gather, nll_loss_forward;
+// set_checked_ops) refuses it, and so does TensorIterator as the `self` an
+// in-place operator writes (`cpu_total += flagos_loss`).
 //
 // The per-call part only notes: RoutedArgs compares each flagos argument's
 // index with the first one's and notes a tensor of another device while it
@@ -23,6 +30,8 @@
 #include <ATen/core/stack.h>
 #include <c10/core/Device.h>
 #include <c10/macros/Macros.h>
+#include <string>
+#include <vector>
 
 namespace torch_fl {
 namespace route {
@@ -38,8 +47,13 @@ class DeviceCheck {
   // An argument that is not a flagos tensor (undefined, a wrapped number, a
   // CPU or CUDA tensor); `flagos_before`: a flagos argument came before it.
   C10_ALWAYS_INLINE void other(const at::Tensor& t, bool flagos_before) {
-    if (t.defined() && !(t.is_cpu() && t.dim() == 0)) {
+    if (!t.defined()) {
+      return;
+    }
+    if (!(t.is_cpu() && t.dim() == 0)) {
       note_other(t.device(), flagos_before);
+    } else if (!t.unsafeGetTensorImpl()->is_wrapped_number()) {
+      note_cpu_scalar(flagos_before);
     }
   }
   // An element of a Tensor?[] argument: the indices of the indexing
@@ -63,6 +77,7 @@ class DeviceCheck {
   C10_NOINLINE void note_split(c10::DeviceIndex first, c10::DeviceIndex index);
   C10_NOINLINE void note_other(c10::Device device, bool flagos_before);
   C10_NOINLINE void note_index(c10::Device device, bool flagos_before);
+  C10_NOINLINE void note_cpu_scalar(bool flagos_before);
   C10_NOINLINE void decide(const c10::OperatorHandle& op, c10::DeviceIndex first) const;
 
   c10::DeviceIndex split_first_ = -1;  // two flagos indices: the first and the first other one
@@ -72,6 +87,8 @@ class DeviceCheck {
   bool other_first_ = false;  // it came before every flagos argument
   bool cpu_index_ = false;     // a CPU tensor among the elements of a Tensor?[] argument
   bool cpu_index_first_ = false;
+  bool cpu_scalar_ = false;  // a CPU tensor of no dimensions, not a wrapped number
+  bool cpu_scalar_first_ = false;
   bool noted_ = false;
 };
 
@@ -79,6 +96,11 @@ class DeviceCheck {
 // flagos tensors to a kernel themselves (the CPU fallback copies them to the
 // host first, where nothing would check them any more).
 void check_devices(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t nargs);
+
+// The operators whose CUDA kernels check every tensor's device, CPU scalars
+// included ("name" or "name.overload"; torch_fl/vocab/device_checks.py reads
+// them from PyTorch's native_functions.yaml at import).
+void set_checked_ops(const std::vector<std::string>& names);
 
 }  // namespace route
 }  // namespace torch_fl
