@@ -113,6 +113,21 @@ def test_an_event_of_one_device_is_not_recorded_on_another_device_s_stream():
     assert e.device == torch.device("flagos", 0)
 
 
+def test_events_of_two_devices_are_not_timed_against_each_other():
+    # CUDA refuses (invalid resource handle); host memory's events returned a number.
+    if torch.flagos.device_count() < 2:
+        pytest.skip("needs two flagos devices")
+    a, b, c = (torch.flagos.Event(enable_timing=True) for _ in range(3))
+    a.record(torch.flagos.Stream(device=0))
+    b.record(torch.flagos.Stream(device=1))
+    c.record(torch.flagos.Stream(device=0))
+    torch.flagos.synchronize(0)
+    torch.flagos.synchronize(1)
+    assert a.elapsed_time(c) >= 0
+    with pytest.raises(RuntimeError):
+        a.elapsed_time(b)
+
+
 @pytest.mark.parametrize(
     "call",
     [

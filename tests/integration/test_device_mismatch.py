@@ -113,6 +113,16 @@ def test_a_cpu_scalar_is_refused_where_cudas_kernel_checks_its_device(call):
         call(f)
 
 
+@pytest.mark.parametrize("name", ["_foreach_addcdiv_", "_foreach_addcmul"])
+def test_foreach_scalars_are_a_cpu_tensor_as_on_cuda(name):
+    # CUDA reads a _foreach addcdiv/addcmul's `scalars` on the host: a CPU tensor of one value per tensor.
+    xs = [torch.ones(2, device="flagos") for _ in range(2)]
+    scalars = torch.tensor([1.0, 2.0])
+    out = getattr(torch, name)(xs, xs, xs, scalars)
+    got = xs if name.endswith("_") else out
+    assert [t.cpu().tolist() for t in got] == [[2.0, 2.0], [3.0, 3.0]]
+
+
 def test_the_operators_cuda_checks_come_from_pytorchs_own_table():
     from torch_fl.vocab import device_checks
 

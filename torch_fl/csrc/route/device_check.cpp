@@ -77,6 +77,12 @@ constexpr Exemption kExemptions[] = {
     // pack_padded_sequence's lengths must be a CPU tensor (its own check says
     // so), with the input on the device.
     {"_pack_padded_sequence", nullptr, Mixes::kCpu},
+    // The scalars of a _foreach addcmul/addcdiv are a CPU tensor on CUDA
+    // (convert_tensor_to_scalar_list reads them on the host).
+    {"_foreach_addcmul", "Tensor", Mixes::kCpu},
+    {"_foreach_addcmul_", "Tensor", Mixes::kCpu},
+    {"_foreach_addcdiv", "Tensor", Mixes::kCpu},
+    {"_foreach_addcdiv_", "Tensor", Mixes::kCpu},
 };
 
 Mixes mixes_of(const c10::OperatorName& op) {

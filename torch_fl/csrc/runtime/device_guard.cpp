@@ -26,6 +26,7 @@ thread_local std::array<c10::StreamId, kMaxDevices> tls_host_stream{};
 
 struct HostEvent {
   std::chrono::steady_clock::time_point when;
+  c10::DeviceIndex index = -1;  // the device of the stream it was last recorded on
 };
 
 // ---------------------------------------------------------------- device guard
@@ -128,6 +129,7 @@ struct FlagosGuardImpl final : c10::impl::DeviceGuardImplInterface {
         *event = new HostEvent();
       }
       static_cast<HostEvent*>(*event)->when = std::chrono::steady_clock::now();
+      static_cast<HostEvent*>(*event)->index = s.device_index();
       return;
     }
     g_backing.guard->record(event, to_native_stream(s), index, flag);
@@ -182,7 +184,13 @@ struct FlagosGuardImpl final : c10::impl::DeviceGuardImplInterface {
   double elapsedTime(void* e1, void* e2, const c10::DeviceIndex index) const override {
     if (g_backing.host) {
       TORCH_CHECK(e1 && e2, "flagos: both events must be recorded before elapsed_time()");
-      auto d = static_cast<HostEvent*>(e2)->when - static_cast<HostEvent*>(e1)->when;
+      const auto* a = static_cast<HostEvent*>(e1);
+      const auto* b = static_cast<HostEvent*>(e2);
+      // CUDA cannot time events of two devices against each other (invalid resource handle).
+      TORCH_CHECK(a->index == b->index, "flagos: elapsed_time() of events recorded on two devices (flagos:",
+                  std::to_string(a->index), " and flagos:", std::to_string(b->index),
+                  "), which CUDA refuses too: record both on streams of one device");
+      auto d = b->when - a->when;
       return std::chrono::duration<double, std::milli>(d).count();
     }
     return g_backing.guard->elapsedTime(e1, e2, index);
