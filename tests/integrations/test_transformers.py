@@ -43,6 +43,17 @@ def test_trainer_trains_on_flagos_like_the_cpu(program, cpu_runs, tmp_path, flag
     assert got["resumed_checksum"] == got["checksum"]
 
 
+def test_resume_and_reentrant_checkpointing_are_exact_with_dropout(program, tmp_path):
+    # The checkpoint keeps flagos's generators (the Trainer saves a fixed list of devices'): the resumed run
+    # draws the same dropout masks. Reentrant checkpointing runs each layer's forward without a gradient and
+    # recomputes it with one: both draw attention's masks from flagos's generator, which it restores between.
+    plain = program("trainer.py", str(tmp_path / "plain"), "--dropout").result()
+    assert plain["resumed_loss"] == plain["loss"] and plain["resumed_checksum"] == plain["checksum"]
+    checkpointed = program("trainer.py", str(tmp_path / "gc"), "--dropout", "--gc").result()
+    assert close(checkpointed["loss"], plain["loss"], 1e-5), (checkpointed["loss"], plain["loss"])
+    assert checkpointed["resumed_loss"] == checkpointed["loss"]
+
+
 def test_without_the_opt_in_the_import_names_it(program, tmp_path):
     finished = program("trainer.py", str(tmp_path), "--no-opt-in")
     assert "IntegrationWarning" in finished.output and "torch_fl.integrations.enable()" in finished.output

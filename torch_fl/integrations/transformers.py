@@ -1,4 +1,4 @@
-"""The transformers adapter (opt-in: torch_fl.integrations.enable()). Four gaps, each where transformers
+"""The transformers adapter (opt-in: torch_fl.integrations.enable()). Five gaps, each where transformers
 names its devices in code (transformers 5.x):
 
 - `TrainingArguments` picks its device from a fixed list (cuda first, else ACCELERATE_TORCH_DEVICE or cpu)
@@ -13,6 +13,9 @@ names its devices in code (transformers 5.x):
 - `pipeline(device=i)`, `pipeline()` (device 0) and a pipeline over a model loaded with a device map (its
   first device, an index) turn an index into a device from a fixed list (cuda, npu, xpu, ...; else the CPU):
   the adapter makes it flagos:i when flagos is torch.accelerator's device, as cuda:i on a GPU.
+- A checkpoint's `rng_state.pth` holds the generators of a fixed list of devices (cuda, npu, hpu, ...): a
+  resumed run drew other dropout masks than the uninterrupted one. The Trainer's checkpoints also keep
+  flagos's generators (every device's, in flagos_rng_state.pth), and its resume restores them.
 """
 
 from __future__ import annotations
@@ -125,3 +128,47 @@ def install_pipelines(pipelines_base) -> None:
         patched = _pipeline_on_flagos(cls.__init__)
         patched._torch_fl = True
         cls.__init__ = patched
+
+
+def _rng_file(trainer, directory: str) -> str:
+    """This process's file of flagos generator states in a checkpoint directory, beside the Trainer's own
+    rng_state.pth (named per process as the Trainer names its own)."""
+    import os
+
+    name = (
+        "flagos_rng_state.pth" if trainer.args.world_size <= 1 else f"flagos_rng_state_{trainer.args.process_index}.pth"
+    )
+    return os.path.join(directory, name)
+
+
+def _save_rng_with_flagos(original):
+    @functools.wraps(original)
+    def _save_rng_state(self, output_dir: str) -> None:
+        original(self, output_dir)  # it makes output_dir
+        torch.save(torch.flagos.get_rng_state_all(), _rng_file(self, output_dir))
+
+    return _save_rng_state
+
+
+def _load_rng_with_flagos(original):
+    @functools.wraps(original)
+    def _load_rng_state(self, checkpoint) -> None:
+        original(self, checkpoint)
+        import os
+
+        if checkpoint is None or not os.path.isfile(_rng_file(self, checkpoint)):
+            return  # a checkpoint saved without the adapter: the Trainer restored what it saved
+        saved = torch.load(_rng_file(self, checkpoint), weights_only=True)
+        torch.flagos.set_rng_state_all(saved[: torch.flagos.device_count()])
+
+    return _load_rng_state
+
+
+def install_trainer(trainer_module) -> None:
+    """The checkpoint part; `trainer_module` is the imported transformers.trainer module."""
+    cls = trainer_module.Trainer
+    for name, wrap in (("_save_rng_state", _save_rng_with_flagos), ("_load_rng_state", _load_rng_with_flagos)):
+        if not getattr(getattr(cls, name), "_torch_fl", False):
+            patched = wrap(getattr(cls, name))
+            patched._torch_fl = True
+            setattr(cls, name, patched)

@@ -31,11 +31,11 @@ def opt_in() -> None:
         torch_fl.integrations.enable()
 
 
-def tiny_qwen3(seed: int = 0):
+def tiny_qwen3(seed: int = 0, **overrides):
     from transformers import AutoModelForCausalLM, Qwen3Config
 
     torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(Qwen3Config(**TINY_QWEN3))
+    return AutoModelForCausalLM.from_config(Qwen3Config(**{**TINY_QWEN3, **overrides}))
 
 
 def token_rows(n: int = 32, length: int = 16, seed: int = 1) -> list[dict]:

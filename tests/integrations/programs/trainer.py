@@ -1,8 +1,10 @@
 """A Hugging Face Trainer fine-tune as a user writes it: 8 steps of a tiny Qwen3 with gradient
 accumulation, clipping, evaluation and a checkpoint at step 4, then a second Trainer that resumes from
 that checkpoint. Prints the losses of both, the device the parameters trained on and a weight checksum.
+--dropout gives attention a dropout (its masks drawn from the device's generator, which the checkpoint
+keeps); with --gc, reentrant checkpointing recomputes each layer's forward with the same masks.
 
-    python trainer.py OUTDIR [--cpu] [--bf16] [--gc] [--no-opt-in]
+    python trainer.py OUTDIR [--cpu] [--bf16] [--gc] [--dropout] [--no-opt-in]
 """
 
 from __future__ import annotations
@@ -45,10 +47,15 @@ def trainer(run: str, seen: DeviceSeen) -> Trainer:
         bf16="--bf16" in sys.argv,
         use_cpu="--cpu" in sys.argv,
         gradient_checkpointing="--gc" in sys.argv,
+        gradient_checkpointing_kwargs={"use_reentrant": True} if "--dropout" in sys.argv else None,
         disable_tqdm=True,
     )
     return Trainer(
-        model=tiny_qwen3(), args=args, train_dataset=token_rows(), eval_dataset=token_rows(16, seed=2), callbacks=[seen]
+        model=tiny_qwen3(attention_dropout=0.3 if "--dropout" in sys.argv else 0.0),
+        args=args,
+        train_dataset=token_rows(),
+        eval_dataset=token_rows(16, seed=2),
+        callbacks=[seen],
     )
 
 

@@ -210,7 +210,11 @@ template <at::Tensor (*Decomposed)(const at::Tensor&, const at::Tensor&, const a
                                    const std::optional<at::Tensor>&, double, bool, std::optional<double>, bool)>
 at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
                 double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa) {
-  if (sdpa_shortcut_applies(q, k, v, mask)) {
+  // On host memory the backing kernel's dropout would draw from the CPU's
+  // default generator, not flagos:i's (a recomputed checkpoint then drops
+  // other elements than its forward did): the decomposition draws from
+  // flagos's. A CUDA kernel draws from cuda:i's, which flagos:i's wraps.
+  if ((dropout_p == 0.0 || !runtime::g_backing.host) && sdpa_shortcut_applies(q, k, v, mask)) {
     return sdpa_shortcut(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa);
   }
   return Decomposed(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa);
