@@ -22,6 +22,12 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 from torch_fl.vocab import ops
 
 
+def _packet(op: str):
+    """The aten overload packet of `op` ("add.Tensor", "mm"), or None where aten has no such overload."""
+    name, overload = ops.split(op)
+    return getattr(getattr(torch.ops.aten, name, None), overload or "default", None)
+
+
 def on_meta(a):
     """`a` with every tensor replaced by a meta tensor of the same geometry and dtype."""
     if isinstance(a, torch.Tensor):
@@ -34,8 +40,9 @@ def on_meta(a):
 def rejected_by_meta(op: str, args, kwargs) -> bool:
     """True when PyTorch's own checks reject the call, run on meta tensors of the same geometry: nothing is
     read or written. False where they accept it or cannot tell (no meta kernel)."""
-    name, overload = ops.split(op)
-    fn = getattr(getattr(torch.ops.aten, name), overload or "default")
+    fn = _packet(op)
+    if fn is None:
+        return False
     try:
         fn(*on_meta(args), **{k: on_meta(v) for k, v in kwargs.items()})
     except NotImplementedError:
@@ -83,9 +90,7 @@ def fresh_results(op: str) -> Callable[[tuple, dict, object], object] | None:
     memory, as PyTorch's kernels never do (FlagGems' `cat` of one tensor returns that tensor: writing to the
     result wrote to the input); None for any other operator. The copy takes the layout PyTorch's kernels
     give a new tensor (contiguous, or channels-last for such an input)."""
-    name, overload = ops.split(op)
-    packet = getattr(getattr(torch.ops.aten, name, None), overload or "default", None)
-    schema = getattr(packet, "_schema", None)
+    schema = getattr(_packet(op), "_schema", None)
     if schema is None or schema.is_mutable or not schema.returns:
         return None
     if any(r.alias_info is not None for r in schema.returns):
@@ -113,11 +118,10 @@ def pointwise_check(op: str) -> Callable[[tuple, dict], str | None] | None:
     dtypes (a bool `neg_`; the meta kernel's verdict, once per dtype signature) or, where the result goes to
     `self` (in-place) or `out`, by a promoted type that tensor cannot hold (`int64.mul_(float)`), else None;
     None for any other operator. Made once per operator: a call pays a signature lookup and the promotion."""
-    name, overload = ops.split(op)
-    packet = getattr(getattr(torch.ops.aten, name, None), overload or "default", None)
+    packet = _packet(op)
     if packet is None or torch.Tag.pointwise not in packet.tags:
         return None
-    in_place = name.endswith("_")
+    in_place = ops.split(op)[0].endswith("_")
     verdicts: dict = {}
 
     def by_dtypes(args: tuple, kwargs: dict) -> str | None:

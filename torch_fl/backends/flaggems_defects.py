@@ -70,12 +70,16 @@ def _flat(what: str, name: str, floating: bool = False) -> Callable[..., str | N
     return check
 
 
+# Triton's tl.atomic_add has 16-, 32- and 64-bit float and 32- and 64-bit integer forms only.
+_NO_ATOMIC_ADD = (torch.bool, torch.uint8, torch.int8, torch.int16)
+
+
 def _atomic_add(name: str):
     """FlagGems' index_add accumulates with Triton's tl.atomic_add, which Triton has for 16-, 32- and 64-bit
     floats and 32- and 64-bit integers only: for bool, 8- and 16-bit integers the kernel fails to compile."""
 
     def check(inp, *_, **__) -> str | None:
-        if isinstance(inp, torch.Tensor) and inp.dtype in (torch.bool, torch.uint8, torch.int8, torch.int16):
+        if isinstance(inp, torch.Tensor) and inp.dtype in _NO_ATOMIC_ADD:
             return f"FlagGems' {name} accumulates with Triton's atomic_add, which has no {inp.dtype} form"
         return None
 
@@ -99,7 +103,7 @@ def _index_put(name: str):
         for index in indices or ():
             if isinstance(index, torch.Tensor) and index.dtype not in _INDEX_DTYPES:
                 return f"FlagGems' {name} reads a {index.dtype} index as PyTorch does not"
-        if accumulate and inp.dtype in (torch.bool, torch.uint8, torch.int8, torch.int16):
+        if accumulate and inp.dtype in _NO_ATOMIC_ADD:
             return f"FlagGems' {name} accumulates with Triton's atomic_add, which has no {inp.dtype} form"
         return None
 

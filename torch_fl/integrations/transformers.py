@@ -21,6 +21,7 @@ names its devices in code (transformers 5.x):
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 import torch
@@ -133,8 +134,6 @@ def install_pipelines(pipelines_base) -> None:
 def _rng_file(trainer, directory: str) -> str:
     """This process's file of flagos generator states in a checkpoint directory, beside the Trainer's own
     rng_state.pth (named per process as the Trainer names its own)."""
-    import os
-
     name = (
         "flagos_rng_state.pth" if trainer.args.world_size <= 1 else f"flagos_rng_state_{trainer.args.process_index}.pth"
     )
@@ -154,8 +153,6 @@ def _load_rng_with_flagos(original):
     @functools.wraps(original)
     def _load_rng_state(self, checkpoint) -> None:
         original(self, checkpoint)
-        import os
-
         if checkpoint is None or not os.path.isfile(_rng_file(self, checkpoint)):
             return  # a checkpoint saved without the adapter: the Trainer restored what it saved
         saved = torch.load(_rng_file(self, checkpoint), weights_only=True)

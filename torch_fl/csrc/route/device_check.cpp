@@ -6,7 +6,10 @@
 #include "tensor/ivalue_tensors.h"
 
 #include <c10/util/Exception.h>
+#include <c10/util/flat_hash_map.h>
 
+#include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <unordered_set>
@@ -99,25 +102,43 @@ Mixes mixes_of(const c10::OperatorName& op) {
   return Mixes::kNothing;
 }
 
-// set_checked_ops' names, read only after import has set them.
+// set_checked_ops' names, read only after import has set them; `generation`
+// counts the sets, so that the threads' verdicts below are made again.
 std::unordered_set<std::string>& checked_ops() {
   static std::unordered_set<std::string> names;
   return names;
 }
+std::atomic<uint64_t> checked_generation{0};
 
 // Whether `op`'s CUDA kernel checks every tensor's device, CPU scalars
-// included: asked only for calls that noted a CPU scalar.
-bool checks_every_device(const c10::OperatorName& op) {
-  const std::string& name = op.name;
-  if (name.rfind("aten::", 0) != 0) {
-    return false;
+// included: asked only for calls that noted a CPU scalar (`x * torch.tensor(2.)`
+// asks on every call), so each thread keeps its verdict per operator and
+// builds the operator's name once.
+bool checks_every_device(const c10::OperatorHandle& op) {
+  thread_local ska::flat_hash_map<const c10::FunctionSchema*, bool> verdicts;
+  thread_local uint64_t generation = 0;
+  const uint64_t now = checked_generation.load(std::memory_order_acquire);
+  if (generation != now) {
+    verdicts.clear();
+    generation = now;
   }
-  std::string key = name.substr(6);
-  if (!op.overload_name.empty()) {
-    key += ".";
-    key += op.overload_name;
+  const c10::FunctionSchema* key = &op.schema();
+  const auto it = verdicts.find(key);
+  if (it != verdicts.end()) {
+    return it->second;
   }
-  return checked_ops().count(key) != 0;
+  const c10::OperatorName& name = op.operator_name();
+  bool checked = false;
+  if (name.name.rfind("aten::", 0) == 0) {
+    std::string entry = name.name.substr(6);
+    if (!name.overload_name.empty()) {
+      entry += ".";
+      entry += name.overload_name;
+    }
+    checked = checked_ops().count(entry) != 0;
+  }
+  verdicts.emplace(key, checked);
+  return checked;
 }
 
 // Whether `op` writes its first argument (`self` of an in-place operator).
@@ -200,7 +221,7 @@ void DeviceCheck::decide(const c10::OperatorHandle& op, c10::DeviceIndex first) 
   // A CPU scalar: an input of a TensorIterator operator, but not the self it
   // writes, nor an argument of an operator whose CUDA wrapper checks devices.
   if (cpu_scalar_ && mixes == Mixes::kNothing &&
-      ((cpu_scalar_first_ && writes_self(op)) || checks_every_device(op.operator_name()))) {
+      ((cpu_scalar_first_ && writes_self(op)) || checks_every_device(op))) {
     if (cpu_scalar_first_) {
       raise(op, c10::Device(c10::kCPU), flagos);
     }
@@ -210,6 +231,7 @@ void DeviceCheck::decide(const c10::OperatorHandle& op, c10::DeviceIndex first) 
 
 void set_checked_ops(const std::vector<std::string>& names) {
   checked_ops() = std::unordered_set<std::string>(names.begin(), names.end());
+  checked_generation.fetch_add(1, std::memory_order_release);
 }
 
 void check_devices(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t nargs) {
