@@ -322,3 +322,32 @@ def test_argreductions_of_non_contiguous_inputs_compile(name):
     fn = ARGREDUCES[name]
     x = torch.randn(4, 6, 5, device="flagos")
     torch.testing.assert_close(torch.compile(fn, fullgraph=True)(x).cpu(), fn(x).cpu())
+
+
+def test_reduce_overhead_outputs_are_copied_keeping_shared_storage_and_strides():
+    from torch_fl.compile.cudagraphs import fresh_copies
+
+    base = torch.arange(24.0, device="flagos").reshape(4, 6)
+    param = torch.ones(2, device="flagos")
+    outputs = [base, base.t(), base[1:, ::2], torch.ones(3, device="flagos"), 7, param]
+    fresh = fresh_copies(outputs, keep={param.untyped_storage().data_ptr()})
+    assert fresh[4] == 7 and fresh[5] is param  # a static input's memory is handed out as it is
+    for old, new in zip(outputs[:4], fresh[:4], strict=True):
+        assert new.device == old.device and new.stride() == old.stride() and torch.equal(new, old)
+        assert new.untyped_storage().data_ptr() != old.untyped_storage().data_ptr()
+    # the three views of one storage share one copy, as they shared the original
+    assert len({t.untyped_storage().data_ptr() for t in fresh[:3]}) == 1
+    base.zero_()
+    assert fresh[0].sum().item() == sum(range(24))
+
+
+def test_aligned_attention_mask_pads_rows_to_eight_and_passes_gradients():
+    from torch_fl.compile.attention import aligned_attention_mask
+
+    bias = torch.randn(2, 3, 5, 39, device="flagos", requires_grad=True)
+    out = aligned_attention_mask(bias)
+    assert out.shape == bias.shape and out.stride() == (3 * 5 * 40, 5 * 40, 40, 1)
+    assert torch.equal(out, bias)
+    weight = torch.randn(bias.shape, device="flagos")
+    (out * weight).sum().backward()
+    assert torch.equal(bias.grad, weight)

@@ -75,12 +75,30 @@ def _additive(mask, dtype, masked_value):
     return torch.where(mask.logical_not(), masked_value, torch.zeros((), dtype=dtype, device=mask.device))
 
 
+@torch.library.custom_op("torch_fl::aligned_attention_mask", mutates_args=())
+def aligned_attention_mask(mask: torch.Tensor) -> torch.Tensor:
+    """`mask` over memory whose rows are padded to a multiple of 8 elements. An operator of its own, not the pad
+    and slice it runs: inductor keeps an operator's output strides, but may lay out a slice it computes densely
+    (rows of 39), which the memory-efficient kernel refuses. Inductor's own alignment rule for SDPA's inputs
+    (lowering.sdpa_constraint) applies to 'cuda' tensors only."""
+    return _padded_rows(mask)
+
+
+def _padded_rows(mask):
+    last = mask.size(-1)
+    return torch.nn.functional.pad(mask, (0, -last % 8))[..., :last]
+
+
+aligned_attention_mask.register_fake(_padded_rows)
+# A learned additive bias (T5's position bias) takes the gradient of the mask it was read as.
+aligned_attention_mask.register_autograd(lambda ctx, grad: grad)
+
+
 def _aligned(mask, q, k):
     """The memory-efficient kernel wants mask strides that are multiples of 8 (csrc/ops/sdpa.cpp)."""
     aligned = mask.stride(-1) == 1 and all(mask.stride(i) % 8 == 0 for i in range(mask.dim() - 1))
     if not aligned:
-        last = mask.size(-1)
-        mask = torch.nn.functional.pad(mask, (0, 8 - last % 8))[..., :last]
+        mask = aligned_attention_mask(mask)
     return mask.expand(q.size(0), q.size(1), q.size(2), k.size(2))
 
 

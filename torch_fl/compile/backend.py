@@ -65,13 +65,12 @@ def _graph_pass():
 
 def register() -> None:
     """Register flagos's inductor backend and device lines (idempotent)."""
-    import importlib
-
     from torch._inductor.codegen import common
 
-    from torch_fl.compile.wrapper import FlagosDeviceOpOverrides, FlagosWrapperCodegen, install_cudagraph_note
+    from torch_fl.compile import cudagraphs
+    from torch_fl.compile.wrapper import FlagosDeviceOpOverrides, FlagosWrapperCodegen
 
-    install_cudagraph_note(importlib.import_module("torch._inductor.compile_fx"))
+    cudagraphs.install()
     if on_cuda():
         from torch_fl.compile import triton_target
 

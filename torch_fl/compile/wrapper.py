@@ -1,20 +1,17 @@
 """Inductor's Python wrapper for flagos graphs, and the device lines it writes (DeviceOpOverrides).
 
-The wrapper is PyTorch's own Python wrapper with three flagos rules:
+The wrapper is PyTorch's own Python wrapper with two flagos rules:
 - buffers are allocated on the flagos device by index (`empty_strided_flagos(size, stride, dtype, 1)`, torch_fl's
   C++ allocation function): inductor relies on a device guard for the index only on GPU device types, and host
   backing is not one;
 - on host backing the kernels are inductor's C++ kernels, called as on the CPU (they take the tensors' data
-  pointers, which are host memory);
-- `mode="reduce-overhead"` says that flagos graphs run without CUDA graphs (see install_cudagraph_note).
+  pointers, which are host memory).
 On a CUDA backing the kernels are Triton kernels launched on the current flagos stream, which is the current
 CUDA stream of the same index (flagos streams are CUDA streams).
 """
 
 from __future__ import annotations
 
-import functools
-import warnings
 from textwrap import dedent
 
 import torch
@@ -26,12 +23,6 @@ from torch_fl._core import DEVICE_NAME
 from torch_fl.flagos._device import on_cuda
 
 _CPU = torch.device("cpu")
-
-CUDAGRAPHS_UNSUPPORTED = (
-    "torch.compile(mode='reduce-overhead') asks for CUDA graphs, and inductor's CUDA graph trees support only "
-    "'cuda' devices (they capture with torch.cuda graphs and check every input is a CUDA tensor); flagos graphs "
-    "run without CUDA graphs. Use mode='default' or 'max-autotune-no-cudagraphs' to silence this."
-)
 
 
 class FlagosDeviceOpOverrides(DeviceOpOverrides):
@@ -62,32 +53,6 @@ class FlagosDeviceOpOverrides(DeviceOpOverrides):
 
     def cpp_kernel_type(self) -> str:
         return "void*"
-
-
-def _has_flagos_input(example_inputs) -> bool:
-    return any(isinstance(t, torch.Tensor) and t.device.type == DEVICE_NAME for t in example_inputs)
-
-
-def install_cudagraph_note(compile_fx_module) -> None:
-    """Warn when a graph with flagos inputs is compiled with CUDA graphs asked for (mode='reduce-overhead').
-
-    Wraps inductor's entry point, which torch.compile's inductor backend calls for every graph (also when the
-    compiled code comes from inductor's cache, where no wrapper is generated).
-    """
-    compile_fx = compile_fx_module.compile_fx
-    if getattr(compile_fx, "_flagos", False):
-        return
-
-    @functools.wraps(compile_fx)
-    def flagos_compile_fx(model_, example_inputs_, *args, **kwargs):
-        patches = kwargs.get("config_patches") or {}
-        cudagraphs = patches.get("triton.cudagraphs", inductor_config.triton.cudagraphs)
-        if cudagraphs and _has_flagos_input(example_inputs_):
-            warnings.warn(CUDAGRAPHS_UNSUPPORTED, UserWarning, stacklevel=2)
-        return compile_fx(model_, example_inputs_, *args, **kwargs)
-
-    flagos_compile_fx._flagos = True
-    compile_fx_module.compile_fx = flagos_compile_fx
 
 
 class _FlagosRules:

@@ -1,0 +1,170 @@
+"""torch.compile(mode="reduce-overhead") on flagos: inductor's CUDA graphs for flagos graphs.
+
+Inductor keeps CUDA graphs for graphs on one 'cuda' device (cudagraph_utils.check_multiple_devices_or_any_cpu_nodes)
+and wraps them in its cudagraph trees, which take only tensors whose `is_cuda` is true. On a CUDA backing a flagos
+graph is CUDA work (its memory comes from the CUDA caching allocator, its kernels run on the CUDA stream behind the
+current flagos stream), so torch_fl makes two changes when inductor is first imported:
+
+- the device check takes a graph on one flagos device as it takes one on one CUDA device;
+- such a graph is captured by inductor's other CUDA-graph implementation (compile_fx.cudagraphify_impl, what
+  `torch._inductor.config.triton.cudagraph_trees = False` selects): warmed up and captured on its first call, then
+  each call copies its new inputs into the captured ones and replays.
+
+That implementation hands back the same output tensors on every call, which the next call overwrites (the trees
+detect this). Here the outputs of inference graphs and of backward graphs (the gradients, which accumulate across
+micro-batches) are fresh tensors copied from the graph's memory (fresh_copies), so they stay valid after the next
+call. A training forward's outputs are the graph's own memory until its next call: its backward is compiled to read
+the saved activations there. Run a step's backward before the next forward of the same compiled model, as a
+training loop does (docs/compile.md).
+
+Graphs on other devices keep inductor's behaviour. On host backing there are no CUDA graphs: a flagos graph
+compiles without them, with a warning (CUDAGRAPHS_UNSUPPORTED).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import threading
+import warnings
+
+import torch
+from torch._inductor import config as inductor_config
+
+from torch_fl._core import DEVICE_NAME
+from torch_fl.flagos._device import on_cuda
+
+CUDAGRAPHS_UNSUPPORTED = (
+    "torch.compile(mode='reduce-overhead') asks for CUDA graphs, and flagos is backed by host memory in this "
+    "process (no usable GPU, or FLAGOS_ACCELERATOR=cpu): flagos graphs run without CUDA graphs. Run on a GPU "
+    "(FLAGOS_ACCELERATOR=auto or cuda) for CUDA graphs, or use mode='default' or 'max-autotune-no-cudagraphs' to "
+    "silence this."
+)
+
+
+def _has_flagos_tensor(values) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.device.type == DEVICE_NAME for t in values)
+
+
+def install() -> None:
+    """Route flagos graphs compiled with CUDA graphs (idempotent); see the module docstring."""
+    # By module path: torch._inductor's package namespace may bind a function of the same name.
+    compile_fx_module = importlib.import_module("torch._inductor.compile_fx")
+    cudagraph_utils_module = importlib.import_module("torch._inductor.cudagraph_utils")
+
+    compile_fx = compile_fx_module.compile_fx
+    if getattr(compile_fx, "_flagos", False):
+        return
+    if on_cuda():
+        cudagraph_utils_module.check_multiple_devices_or_any_cpu_nodes = _device_check(
+            cudagraph_utils_module.check_multiple_devices_or_any_cpu_nodes
+        )
+        compile_fx_module.cudagraphify = _cudagraphify(compile_fx_module.cudagraphify, compile_fx_module)
+
+    @functools.wraps(compile_fx)
+    def flagos_compile_fx(model_, example_inputs_, *args, **kwargs):
+        if not on_cuda():
+            patches = kwargs.get("config_patches") or {}
+            if patches.get("triton.cudagraphs", inductor_config.triton.cudagraphs) and _has_flagos_tensor(
+                example_inputs_
+            ):
+                warnings.warn(CUDAGRAPHS_UNSUPPORTED, UserWarning, stacklevel=2)
+        return compile_fx(model_, example_inputs_, *args, **kwargs)
+
+    flagos_compile_fx._flagos = True
+    compile_fx_module.compile_fx = flagos_compile_fx
+
+
+def _device_check(check):
+    """Inductor's check, with flagos:i read as the cuda:i behind it (a graph that also holds cuda:i tensors stays
+    on two devices, and is refused as before)."""
+
+    @functools.wraps(check)
+    def check_devices(device_node_mapping):
+        if any(d.type == DEVICE_NAME for d in device_node_mapping) and not any(
+            d.type == "cuda" for d in device_node_mapping
+        ):
+            device_node_mapping = {
+                torch.device("cuda", d.index) if d.type == DEVICE_NAME else d: node
+                for d, node in device_node_mapping.items()
+            }
+        return check(device_node_mapping)
+
+    return check_devices
+
+
+def _cudagraphify(cudagraphify, compile_fx_module):
+    """compile_fx.cudagraphify, choosing the implementation by the first call's inputs: flagos tensors take
+    cudagraphify_impl with fresh outputs, anything else inductor's choice."""
+
+    @functools.wraps(cudagraphify)
+    def flagos_cudagraphify(model, static_input_idxs=(), *, device_index, is_backward, is_inference, **kwargs):
+        inductors = cudagraphify(
+            model,
+            static_input_idxs,
+            device_index=device_index,
+            is_backward=is_backward,
+            is_inference=is_inference,
+            **kwargs,
+        )
+        # A training forward's outputs include the activations its backward reads; inductor compiles that backward
+        # to take them at the addresses the forward's graph wrote them to, so they are handed out as they are.
+        fresh = is_inference or is_backward
+        local = threading.local()
+
+        def run(new_inputs):
+            fn = getattr(local, "fn", None)
+            if fn is None:
+                if _has_flagos_tensor(new_inputs):
+                    # Outputs over a static input's memory (a parameter saved for the backward) stay as they are.
+                    static = {
+                        new_inputs[i].untyped_storage().data_ptr()
+                        for i in static_input_idxs
+                        if isinstance(new_inputs[i], torch.Tensor)
+                    }
+                    with torch._dynamo.utils.preserve_rng_state(), torch.cuda.device(device_index):
+                        fn = compile_fx_module.cudagraphify_impl(model, new_inputs, static_input_idxs)
+                    if fresh:
+                        fn = _fresh_outputs(fn, static)
+                else:
+                    fn = inductors
+                local.fn = fn
+            return fn(new_inputs)
+
+        return run
+
+    return flagos_cudagraphify
+
+
+def _fresh_outputs(replay, static):
+    def run(new_inputs):
+        return fresh_copies(replay(new_inputs), keep=static)
+
+    return run
+
+
+def fresh_copies(outputs, keep=frozenset()):
+    """Copies of `outputs` (a list or tuple; non-tensors pass through) in new memory, except tensors over the storages
+    whose data pointers are in `keep`. A contiguous tensor alone on its storage is cloned; tensors that share a storage
+    (or are not contiguous) are rebuilt over one copy of it, with their own offsets, sizes and strides, so they share
+    the copy as they shared the original."""
+    keys = [o.untyped_storage().data_ptr() if isinstance(o, torch.Tensor) else None for o in outputs]
+    copies = {}
+    fresh = []
+    for out, key in zip(outputs, keys, strict=True):
+        if key is None or key in keep:
+            fresh.append(out)
+        elif keys.count(key) == 1 and out.is_contiguous():
+            fresh.append(out.clone())
+        else:
+            copy = copies.get(key)
+            if copy is None:
+                storage = out.untyped_storage()
+                copy = copies[key] = torch.empty(storage.nbytes(), dtype=torch.uint8, device=out.device)
+                copy.copy_(torch.empty(0, dtype=torch.uint8, device=out.device).set_(storage))
+            fresh.append(
+                torch.empty(0, dtype=out.dtype, device=out.device).set_(
+                    copy.untyped_storage(), out.storage_offset(), out.size(), out.stride()
+                )
+            )
+    return fresh
