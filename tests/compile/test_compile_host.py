@@ -351,3 +351,82 @@ def test_aligned_attention_mask_pads_rows_to_eight_and_passes_gradients():
     weight = torch.randn(bias.shape, device="flagos")
     (out * weight).sum().backward()
     assert torch.equal(bias.grad, weight)
+
+
+# torch.flagos's device queries under Dynamo, as torch.cuda's (torch_fl/compile/device_api.py).
+DEVICE_QUERIES = {
+    "current_device": lambda t: t + torch.flagos.current_device(),
+    "device_count": lambda t: t * torch.flagos.device_count(),
+    "is_available": lambda t: t + 1 if torch.flagos.is_available() else t - 1,
+}
+
+
+@pytest.mark.parametrize("name", sorted(DEVICE_QUERIES))
+def test_device_queries_trace_without_graph_breaks(name):
+    """torch.flagos.current_device/device_count/is_available are folded into the graph (the first stopped
+    Dynamo at torch_fl._C's pybind function, a graph break: an error under fullgraph)."""
+    torch._dynamo.reset()
+    fn = DEVICE_QUERIES[name]
+    x = torch.randn(4, device="flagos")
+    torch.testing.assert_close(torch.compile(fn, fullgraph=True)(x), fn(x))
+
+
+def test_folded_current_device_is_guarded():
+    """The folded device index is guarded as torch.cuda.current_device's is: another current device
+    recompiles instead of reusing a graph with a stale index."""
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    last = torch.flagos.device_count() - 1
+    counter = CompileCounter()
+    compiled = torch.compile(lambda t: t * 0 + torch.flagos.current_device(), fullgraph=True, backend=counter)
+    x = torch.zeros(2, device="flagos")
+    assert compiled(x).tolist() == [0.0, 0.0]
+    with torch.flagos.device(last):
+        assert compiled(x).tolist() == [float(last)] * 2
+    assert compiled(x).tolist() == [0.0, 0.0]
+    assert counter.frame_count == (2 if last else 1)
+
+
+@pytest.mark.parametrize("device", [None, 0, "flagos", "flagos:0", torch.device("flagos", 0)])
+def test_current_stream_traces(device):
+    torch._dynamo.reset()
+
+    def fn(t):
+        return t + 1, torch.flagos.current_stream(device)
+
+    x = torch.randn(4, device="flagos")
+    out, stream = torch.compile(fn, fullgraph=True)(x)
+    want_out, want_stream = fn(x)
+    torch.testing.assert_close(out, want_out)
+    assert stream == want_stream and stream.device == torch.device("flagos", 0)
+
+
+@pytest.mark.skipif(torch.flagos.device_count() < 2, reason="needs two flagos devices (FLAGOS_HOST_DEVICES=2)")
+def test_current_stream_of_another_device_is_a_graph_break():
+    """Dynamo's stream stack would answer with the current device's stream, silently (as it does for
+    torch.cuda.current_stream(1)): flagos's is a graph break there (an error under fullgraph) and runs eagerly."""
+    torch._dynamo.reset()
+    x = torch.randn(4, device="flagos")
+
+    def fn(t):
+        return t + 1, torch.flagos.current_stream(1)
+
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="other than the current one runs eagerly"):
+        torch.compile(fn, fullgraph=True, backend="eager")(x)
+    torch._dynamo.reset()
+    _, stream = torch.compile(fn, backend="eager")(x)
+    assert stream == torch.flagos.current_stream(1) and stream.device == torch.device("flagos", 1)
+
+
+def test_stream_context_compiles_as_a_graph_break():
+    torch._dynamo.reset()
+    side = torch.flagos.Stream()
+
+    def fn(t):
+        with torch.flagos.stream(side):
+            y = t * 2
+        return y + 1
+
+    x = torch.randn(4, device="flagos")
+    torch.testing.assert_close(torch.compile(fn)(x), x * 2 + 1)

@@ -5,6 +5,7 @@ inductor module it belongs to (importing those at `import torch_fl` would cost m
 `torch.compile(model)` works on flagos tensors with nothing else to call.
 
 - device_interface: streams, events, devices, synchronisation and properties (torch.flagos's) for Dynamo;
+- device_api: torch.flagos.current_device/device_count/is_available/current_stream/stream traceable by Dynamo;
 - backend: inductor's Triton codegen on a CUDA backing, its C++/OpenMP codegen on host backing;
 - wrapper: the generated Python wrapper's flagos rules and device lines;
 - triton_target: on a CUDA backing, inductor's GPU paths and Triton's CUDA target for flagos;
@@ -38,6 +39,12 @@ def _rng_state_runs_eagerly(module) -> None:
     from torch_fl.compile import rng_state
 
     rng_state.install(module)
+
+
+def _device_api_traceable(module) -> None:
+    from torch_fl.compile import device_api
+
+    device_api.install(module)
 
 
 def _compile_window(module) -> None:
@@ -109,6 +116,7 @@ def install() -> None:
     """Register flagos with Dynamo and inductor as soon as each is imported (now, if it already is)."""
     when_imported(_DYNAMO_MODULE, _register_device_interface)
     when_imported(_DYNAMO_PACKAGE, _rng_state_runs_eagerly)
+    when_imported(_DYNAMO_PACKAGE, _device_api_traceable)
     when_imported(_CALLBACK_MODULE, _compile_window)
     when_imported(_FAKE_KERNELS_MODULE, _fake_convolutions)
     when_imported(_INDUCTOR_MODULE, _register_inductor)
@@ -120,6 +128,7 @@ def register() -> None:
 
     _register_device_interface(importlib.import_module(_DYNAMO_MODULE))
     _rng_state_runs_eagerly(importlib.import_module(_DYNAMO_PACKAGE))
+    _device_api_traceable(importlib.import_module(_DYNAMO_PACKAGE))
     _compile_window(importlib.import_module(_CALLBACK_MODULE))
     _fake_convolutions(importlib.import_module(_FAKE_KERNELS_MODULE))
     _register_inductor(importlib.import_module(_INDUCTOR_MODULE))

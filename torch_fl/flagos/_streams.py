@@ -79,7 +79,12 @@ class Event(metaclass=_OnFlagos):
 
 
 def current_stream(device=None) -> torch.Stream:
-    return torch.accelerator.current_stream(_index(device))
+    # What torch.accelerator.current_stream(index) calls once it has checked the index (_index checks it).
+    # Not that function itself: Dynamo models it on its stream stack, where a device none of whose streams is
+    # there gets the current device's stream. Dynamo compiles this frame on its own after a graph break at a
+    # call of it (torch_fl/compile/device_api.py breaks there for another device); the C binding it runs
+    # eagerly. Traced calls of torch.flagos.current_stream take device_api's substitute instead.
+    return torch._C._accelerator_getStream(_index(device))
 
 
 def default_stream(device=None) -> torch.Stream:
