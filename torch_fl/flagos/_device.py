@@ -106,15 +106,16 @@ class device(contextlib.ContextDecorator):  # noqa: N801  (named like torch.cuda
         self.idx = -1 if device is None or (isinstance(device, int) and device < 0) else _index(device)
         self.prev = -1
 
+    # One C call each way (what torch.accelerator.device_index uses), as torch.cuda.device's _exchange_device:
+    # inductor's compiled flagos graphs enter this guard on every call.
     def __enter__(self):
-        self.prev = current_device()
         if self.idx >= 0:
-            set_device(self.idx)
+            self.prev = torch._C._accelerator_exchangeDevice(self.idx)
         return self
 
     def __exit__(self, *exc):
         if self.idx >= 0:
-            set_device(self.prev)
+            torch._C._accelerator_maybeExchangeDevice(self.prev)
         return False
 
 
