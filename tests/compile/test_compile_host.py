@@ -430,3 +430,20 @@ def test_stream_context_compiles_as_a_graph_break():
 
     x = torch.randn(4, device="flagos")
     torch.testing.assert_close(torch.compile(fn)(x), x * 2 + 1)
+
+
+def test_inductor_allocation_function_places_buffers_and_names_bad_arguments():
+    from torch_fl._C import _empty_strided
+
+    t = _empty_strided((4, 6), (1, 4), torch.float16, -1)
+    assert (t.device, t.shape, t.stride(), t.dtype) == (torch.device("flagos", 0), (4, 6), (1, 4), torch.float16)
+    last = torch.flagos.device_count() - 1
+    assert _empty_strided([3], [1], torch.int64, last).device == torch.device("flagos", last)
+    with pytest.raises(TypeError, match="size must be a tuple of ints, got float at position 1"):
+        _empty_strided((4, 2.0), (2, 1), torch.float32, 0)
+    with pytest.raises(TypeError, match="dtype must be a torch.dtype"):
+        _empty_strided((4,), (1,), "float32", 0)
+    with pytest.raises(RuntimeError, match="2 sizes and 1 strides"):
+        _empty_strided((4, 2), (1,), torch.float32, 0)
+    with pytest.raises(torch.AcceleratorError, match="out of range"):
+        _empty_strided((4,), (1,), torch.float32, last + 1)

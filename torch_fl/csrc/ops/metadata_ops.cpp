@@ -239,8 +239,13 @@ at::Tensor efficientzerotensor(at::IntArrayRef size, std::optional<at::ScalarTyp
 
 at::Tensor empty_strided_on(at::IntArrayRef size, at::IntArrayRef stride, at::ScalarType dtype,
                             c10::DeviceIndex index) {
-  const c10::Device device = index < 0 ? c10::Device(kFlagos) : c10::Device(kFlagos, index);
-  return empty_strided_unfilled(size, stride, dtype, std::nullopt, device, std::nullopt);
+  // Inductor's buffers are on the current device nearly always: then no device guard (it would set the device
+  // twice per buffer, and the allocator allocates on the current device anyway).
+  if (index < 0 || index == runtime::current_device()) {
+    return at::detail::empty_strided_generic(size, stride, flagos_allocator(),
+                                             c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype);
+  }
+  return empty_strided_unfilled(size, stride, dtype, std::nullopt, c10::Device(kFlagos, index), std::nullopt);
 }
 
 }  // namespace ops

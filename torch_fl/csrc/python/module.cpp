@@ -151,9 +151,15 @@ void bind_module(py::module& m) {
         "(csrc/replay/README.md): what torch_fl.replay.input_tensors must agree with.");
   // What torch._C._dynamo.guards._empty_strided_cuda is for CUDA: the buffers of inductor's wrappers, without
   // the Python argument parser and the dispatcher (a compiled graph allocates hundreds per call).
-  m.def("_empty_strided", &empty_strided_from_python, py::arg("size"), py::arg("stride"), py::arg("dtype"),
-        py::arg("index"),
-        "An uninitialized flagos tensor of these sizes, strides and dtype on flagos:index (inductor's wrappers).");
+  static PyMethodDef fast_functions[] = {
+      {"_empty_strided", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&empty_strided_from_python)),
+       METH_FASTCALL,
+       "_empty_strided(size, stride, dtype, index): an uninitialized flagos tensor of these sizes, strides and dtype "
+       "on flagos:index (inductor's wrappers)."},
+      {nullptr, nullptr, 0, nullptr}};
+  if (PyModule_AddFunctions(m.ptr(), fast_functions) != 0) {
+    throw py::error_already_set();
+  }
 }
 
 }  // namespace python

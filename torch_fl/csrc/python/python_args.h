@@ -78,11 +78,13 @@ py::object run_native_from_python(const std::string& name, const std::string& ov
 py::object call_dtype(const std::string& name, const std::string& overload, const py::args& args,
                       const py::kwargs& kwargs);
 
-// torch_fl._C._empty_strided: an uninitialized flagos tensor on flagos:index
-// (-1: the current device) for inductor's wrappers (ops::empty_strided_on),
-// `dtype` a torch.dtype.
-at::Tensor empty_strided_from_python(const std::vector<int64_t>& size, const std::vector<int64_t>& stride,
-                                     py::handle dtype, int64_t index);
+// torch_fl._C._empty_strided(size, stride, dtype, index): an uninitialized
+// flagos tensor on flagos:index (-1: the current device) for inductor's
+// wrappers (ops::empty_strided_on), `dtype` a torch.dtype. Inductor calls it
+// for every buffer of every compiled call, so it is a CPython fast-call
+// function reading its tuples in place (as Dynamo's empty_strided_cuda is),
+// not a pybind one converting them to vectors.
+PyObject* empty_strided_from_python(PyObject* module, PyObject* const* args, Py_ssize_t nargs);
 
 }  // namespace python
 }  // namespace torch_fl
