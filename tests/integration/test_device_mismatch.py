@@ -113,6 +113,66 @@ def test_a_cpu_scalar_is_refused_where_cudas_kernel_checks_its_device(call):
         call(f)
 
 
+# What an operator writes (out=, the self of an in-place operator) is on the device it computes on: TensorIterator
+# takes a 0-dim CPU tensor as an input only, and CUDA raises for one as an output. flagos wrote into the CPU tensor.
+def _scalar(f):
+    return f.sum()  # a 0-dim flagos tensor
+
+
+CPU_OUTPUT_REFUSED = {
+    "exp.out 0-dim (boxed route)": lambda f, c: torch.exp(_scalar(f), out=c),
+    "maximum.out 0-dim (boxed route)": lambda f, c: torch.maximum(_scalar(f), _scalar(f), out=c),
+    "mul.out 0-dim": lambda f, c: torch.mul(_scalar(f), 2, out=c),
+    "add_ 0-dim (typed route)": lambda f, c: c.add_(_scalar(f)),
+    "mul_ 0-dim (typed route)": lambda f, c: c.mul_(_scalar(f)),
+    "mm.out 0-dim (typed route)": lambda f, c: torch.mm(f, f, out=c),
+    "index.Tensor_out 0-dim (CPU indices mix)": lambda f, c: torch.ops.aten.index.Tensor_out(
+        f.flatten(), [torch.tensor(0)], out=c
+    ),
+    "exp.out 1-dim": lambda f, c: torch.exp(f.flatten(), out=c.expand(4).contiguous()),
+}
+
+
+@pytest.mark.parametrize("call", CPU_OUTPUT_REFUSED.values(), ids=CPU_OUTPUT_REFUSED.keys())
+def test_a_cpu_tensor_is_refused_as_what_an_operator_writes(call):
+    f = torch.ones(2, 2, device="flagos")
+    c = torch.tensor(5.0)
+    with pytest.raises(RuntimeError, match=r"flagos:0 and cpu! \(in aten::.* it writes its argument '(out|self)'"):
+        call(f, c)
+    assert c.item() == 5.0  # nothing was written
+    # as an input, the same CPU scalar mixes
+    out = torch.empty((), device="flagos")
+    assert torch.exp(c, out=out).device == out.device and out.cpu().item() == pytest.approx(148.4131591)
+
+
+@pytest.mark.usefixtures("routing_state")
+def test_the_cpu_fallback_route_refuses_a_cpu_output_too():
+    f = torch.ones(2, device="flagos")
+    c = torch.tensor(5.0)
+    with routing.route({"exp.out": "cpu_fallback"}):
+        with pytest.raises(
+            RuntimeError, match=r"flagos:0 and cpu! \(in aten::exp\.out on flagos: it writes its argument 'out'"
+        ):
+            torch.exp(f.sum(), out=c)
+    assert c.item() == 5.0
+
+
+@pytest.mark.parametrize(
+    "op,call",
+    [
+        ("mul_.Tensor", lambda f, c: c.mul_(f.sum())),  # PyRoute's typed front
+        ("abs.out", lambda f, c: torch.abs(f.sum(), out=c)),  # its boxed kernel
+    ],
+)
+def test_a_python_route_refuses_a_cpu_output_too(fake_gems, op, call):  # noqa: F811
+    routing.set_route(op, "flaggems")
+    f = torch.ones(2, device="flagos")
+    c = torch.tensor(5.0)
+    with pytest.raises(RuntimeError, match="flagos:0 and cpu! .* it writes its argument"):
+        call(f, c)
+    assert c.item() == 5.0 and fake_gems.calls == []  # the backend never saw the call
+
+
 @pytest.mark.parametrize("name", ["_foreach_addcdiv_", "_foreach_addcmul"])
 def test_foreach_scalars_are_a_cpu_tensor_as_on_cuda(name):
     # CUDA reads a _foreach addcdiv/addcmul's `scalars` on the host: a CPU tensor of one value per tensor.

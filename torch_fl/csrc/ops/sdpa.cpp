@@ -135,12 +135,13 @@ at::Tensor sdpa_shortcut(const at::Tensor& q, const at::Tensor& k, const at::Ten
   a.reserve(4);
   at::Tensor out;
   {
-    const auto qa = a.arg(q);
-    const auto ka = a.arg(k);
-    const auto va = a.arg(v);
+    // Their positions in scaled_dot_product_attention's schema.
+    const auto qa = a.arg(q, 0);
+    const auto ka = a.arg(k, 1);
+    const auto va = a.arg(v, 2);
     std::optional<at::Tensor> m;
     if (mask.has_value() && mask->defined()) {
-      m = a.arg_value(*mask);
+      m = a.arg_value(*mask, 3);
     }
     a.check_devices(*sdpa_handle);
     try {

@@ -12,6 +12,7 @@
 
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 
 namespace torch_fl {
 namespace python {
@@ -20,13 +21,14 @@ namespace {
 
 // A Python argument of a typed call: flagos tensors as their borrowed
 // aliases (from the Python pool), the rest as the boxed route converts them.
+// `pos`: the argument's position in the schema (route::RoutedArgs::arg).
 template <class T>
-py::object py_arg(route::RoutedArgs&, const T& v) {
+py::object py_arg(route::RoutedArgs&, const T& v, size_t) {
   return torch::jit::toPyObject(c10::IValue(v));
 }
 // A scalar argument (add's alpha) as the Python number the boxed route makes
 // of it, without the IValue round trip for the common kinds.
-py::object py_arg(route::RoutedArgs&, const c10::Scalar& v) {
+py::object py_arg(route::RoutedArgs&, const c10::Scalar& v, size_t) {
   if (v.isSymbolic()) {
     return torch::jit::toPyObject(c10::IValue(v));
   }
@@ -41,8 +43,8 @@ py::object py_arg(route::RoutedArgs&, const c10::Scalar& v) {
 py::object py_tensor(const at::Tensor& t) {
   return py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
 }
-py::object py_arg(route::RoutedArgs& a, const at::Tensor& t) {
-  const c10::MaybeOwned<at::Tensor> given = a.arg(t);  // a flagos tensor's alias; another itself, noted as foreign
+py::object py_arg(route::RoutedArgs& a, const at::Tensor& t, size_t pos) {
+  const c10::MaybeOwned<at::Tensor> given = a.arg(t, pos);  // a flagos tensor's alias; another itself, noted as foreign
   if (given->unsafeGetTensorImpl() != t.unsafeGetTensorImpl()) {
     return py_tensor(*given);
   }
@@ -50,25 +52,25 @@ py::object py_arg(route::RoutedArgs& a, const at::Tensor& t) {
   // wrapped-number tensor) as the Python number it was.
   return torch::jit::toPyObject(c10::IValue(t));
 }
-py::object py_arg(route::RoutedArgs& a, const std::optional<at::Tensor>& t) {
-  return t.has_value() ? py_tensor(a.arg_value(*t)) : py::none();
+py::object py_arg(route::RoutedArgs& a, const std::optional<at::Tensor>& t, size_t pos) {
+  return t.has_value() ? py_tensor(a.arg_value(*t, pos)) : py::none();
 }
 template <class List>
-py::object py_list(route::RoutedArgs& a, const List& list) {
+py::object py_list(route::RoutedArgs& a, const List& list, size_t pos) {
   py::list out(list.size());
   size_t i = 0;
   for (const at::Tensor& t : list) {
-    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i++), py_tensor(a.arg_value(t)).release().ptr());
+    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i++), py_tensor(a.arg_value(t, pos)).release().ptr());
   }
   return out;
 }
-py::object py_arg(route::RoutedArgs& a, at::TensorList list) {
-  return py_list(a, list);
+py::object py_arg(route::RoutedArgs& a, at::TensorList list, size_t pos) {
+  return py_list(a, list, pos);
 }
-py::object py_arg(route::RoutedArgs& a, const at::ITensorListRef& list) {
-  return py_list(a, list);
+py::object py_arg(route::RoutedArgs& a, const at::ITensorListRef& list, size_t pos) {
+  return py_list(a, list, pos);
 }
-py::object py_arg(route::RoutedArgs& a, const c10::List<std::optional<at::Tensor>>& list) {
+py::object py_arg(route::RoutedArgs& a, const c10::List<std::optional<at::Tensor>>& list, size_t) {
   py::list out(list.size());
   for (size_t i = 0; i < list.size(); ++i) {
     const std::optional<at::Tensor> t = list.get(i);
@@ -79,7 +81,7 @@ py::object py_arg(route::RoutedArgs& a, const c10::List<std::optional<at::Tensor
   }
   return out;
 }
-py::object py_arg(route::RoutedArgs& a, std::optional<at::Device> d) {
+py::object py_arg(route::RoutedArgs& a, std::optional<at::Device> d, size_t) {
   return torch::jit::toPyObject(c10::IValue(a.device_arg(d)));
 }
 
@@ -180,7 +182,7 @@ struct PyFront<Op, Ret(Args...)> {
     route::RoutedArgs routed(tensor::python_alias_pool());
     routed.reserve((route::typed::tensors_in(args) + ... + size_t{0}));
     c10::SmallVector<py::object, 8> objects;
-    (objects.push_back(py_arg(routed, args)), ...);  // left to right: the first flagos tensor names the device
+    push_args(routed, objects, std::index_sequence_for<Args...>{}, args...);
     routed.check_devices(*handle);
     if (C10_UNLIKELY(mutates && routed.shares_storage())) {
       route::check_written_overlaps(*handle, c10::impl::boxArgs<Args...>(args...));
@@ -243,6 +245,13 @@ struct PyFront<Op, Ret(Args...)> {
   }
 
  private:
+
+  // Left to right: the first flagos tensor names the device.
+  template <size_t... I>
+  static void push_args(route::RoutedArgs& routed, c10::SmallVector<py::object, 8>& objects, std::index_sequence<I...>,
+                        const Args&... args) {
+    (objects.push_back(py_arg(routed, args, I)), ...);
+  }
 
   static py::object call_fn(const Target& t, const c10::SmallVector<py::object, 8>& objects,
                             c10::DeviceIndex index) {

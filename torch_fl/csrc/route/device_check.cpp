@@ -103,48 +103,65 @@ Mixes mixes_of(const c10::OperatorName& op) {
 }
 
 // set_checked_ops' names, read only after import has set them; `generation`
-// counts the sets, so that the threads' verdicts below are made again.
+// counts the sets, so that the threads' facts below are made again.
 std::unordered_set<std::string>& checked_ops() {
   static std::unordered_set<std::string> names;
   return names;
 }
 std::atomic<uint64_t> checked_generation{0};
 
-// Whether `op`'s CUDA kernel checks every tensor's device, CPU scalars
-// included: asked only for calls that noted a CPU scalar (`x * torch.tensor(2.)`
-// asks on every call), so each thread keeps its verdict per operator and
-// builds the operator's name once.
-bool checks_every_device(const c10::OperatorHandle& op) {
-  thread_local ska::flat_hash_map<const c10::FunctionSchema*, bool> verdicts;
+// The bit of a schema position in DeviceCheck's masks: no ATen schema has 64
+// arguments, and one that had would share the last bit (refused rather than
+// let through).
+constexpr uint64_t arg_bit(size_t position) {
+  return uint64_t{1} << (position < 63 ? position : 63);
+}
+
+// What the decision needs to know of an operator, made once per operator and
+// thread: asked only for calls that noted something, but `x * torch.tensor(2.)`
+// notes on every call, so it must not cost the operator's name built and
+// looked up, nor a walk over its schema, each time.
+struct OpFacts {
+  Mixes mixes = Mixes::kNothing;
+  // Its CUDA kernel checks every tensor's device, CPU scalars included.
+  bool checks_every_device = false;
+  // The positions of the arguments it writes (alias info with a write:
+  // out=, the self of an in-place operator, a _foreach_*_ list).
+  uint64_t written = 0;
+};
+
+OpFacts facts_of(const c10::OperatorHandle& op) {
+  thread_local ska::flat_hash_map<const c10::FunctionSchema*, OpFacts> known;
   thread_local uint64_t generation = 0;
   const uint64_t now = checked_generation.load(std::memory_order_acquire);
   if (generation != now) {
-    verdicts.clear();
+    known.clear();
     generation = now;
   }
   const c10::FunctionSchema* key = &op.schema();
-  const auto it = verdicts.find(key);
-  if (it != verdicts.end()) {
+  const auto it = known.find(key);
+  if (it != known.end()) {
     return it->second;
   }
+  OpFacts facts;
   const c10::OperatorName& name = op.operator_name();
-  bool checked = false;
+  facts.mixes = mixes_of(name);
   if (name.name.rfind("aten::", 0) == 0) {
     std::string entry = name.name.substr(6);
     if (!name.overload_name.empty()) {
       entry += ".";
       entry += name.overload_name;
     }
-    checked = checked_ops().count(entry) != 0;
+    facts.checks_every_device = checked_ops().count(entry) != 0;
   }
-  verdicts.emplace(key, checked);
-  return checked;
-}
-
-// Whether `op` writes its first argument (`self` of an in-place operator).
-bool writes_self(const c10::OperatorHandle& op) {
   const auto& args = op.schema().arguments();
-  return !args.empty() && args[0].alias_info() != nullptr && args[0].alias_info()->isWrite();
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].alias_info() != nullptr && args[i].alias_info()->isWrite()) {
+      facts.written |= arg_bit(i);
+    }
+  }
+  known.emplace(key, facts);
+  return facts;
 }
 
 [[noreturn]] void raise(const c10::OperatorHandle& op, c10::Device first, c10::Device second) {
@@ -155,50 +172,96 @@ bool writes_self(const c10::OperatorHandle& op) {
               " on flagos: move the tensors to one device, e.g. with .to(\"", first, "\"))");
 }
 
+// A tensor of another device in an argument `op` writes (`written`: the
+// noted positions among them). TensorIterator names the common device first
+// and the output's second; the message names the argument and both ways out.
+[[noreturn]] void raise_written(const c10::OperatorHandle& op, c10::Device flagos, c10::Device other,
+                                uint64_t written) {
+  const auto& name = op.operator_name();
+  const auto& args = op.schema().arguments();
+  size_t position = 0;
+  while ((written & arg_bit(position)) == 0) {
+    ++position;
+  }
+  const std::string arg = position < args.size() ? args[position].name() : std::string("?");
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ", flagos, " and ",
+              other, "! (in ", name.name, name.overload_name.empty() ? "" : ".", name.overload_name,
+              " on flagos: it writes its argument '", arg, "', which is on ", other,
+              "; a CUDA kernel writes only to tensors on the device it runs on, and takes a CPU scalar as an input "
+              "only. Write into a tensor on ",
+              flagos, " and copy it to ", other, " after, or move the inputs to ", other, " with .to(\"", other,
+              "\") to run the operator there)");
+}
+
 }  // namespace
+
+void DeviceCheck::start_notes() {
+  if (!noted_) {
+    foreign_args_ = 0;
+    cpu_args_ = 0;
+    noted_ = true;
+  }
+}
 
 void DeviceCheck::note_split(c10::DeviceIndex first, c10::DeviceIndex index) {
   if (split_other_ < 0) {
     split_first_ = first;
     split_other_ = index;
   }
-  noted_ = true;
+  start_notes();
 }
 
-void DeviceCheck::note_other(c10::Device device, bool flagos_before) {
+void DeviceCheck::note_arg(c10::Device device, size_t arg) {
+  foreign_args_ |= arg_bit(arg);
+  if (device.is_cpu()) {
+    cpu_args_ |= arg_bit(arg);
+  } else if (non_cpu_.is_cpu()) {
+    non_cpu_ = device;
+  }
+}
+
+void DeviceCheck::note_device(c10::Device device, bool flagos_before) {
   if (!has_other_) {
     other_ = device;
     other_first_ = !flagos_before;
     has_other_ = true;
   }
-  noted_ = true;
+  start_notes();
+}
+
+void DeviceCheck::note_other(c10::Device device, bool flagos_before, size_t arg) {
+  note_device(device, flagos_before);
+  note_arg(device, arg);
 }
 
 void DeviceCheck::note_index(c10::Device device, bool flagos_before) {
   if (!device.is_cpu()) {
-    note_other(device, flagos_before);  // indices on another device are checked as any argument is
+    // Indices on another device are checked as any input is (no operator writes its indices).
+    note_device(device, flagos_before);
     return;
   }
   if (!cpu_index_) {
     cpu_index_first_ = !flagos_before;
     cpu_index_ = true;
   }
-  noted_ = true;
+  start_notes();
 }
 
-void DeviceCheck::note_cpu_scalar(bool flagos_before) {
+void DeviceCheck::note_cpu_scalar(bool flagos_before, size_t arg) {
   if (!cpu_scalar_) {
     cpu_scalar_first_ = !flagos_before;
     cpu_scalar_ = true;
   }
-  noted_ = true;
+  start_notes();
+  note_arg(c10::Device(c10::kCPU), arg);
 }
 
 void DeviceCheck::decide(const c10::OperatorHandle& op, c10::DeviceIndex first) const {
   if (first < 0) {
     return;  // no flagos tensor: the call is another device's (a device argument made it flagos's)
   }
-  const Mixes mixes = mixes_of(op.operator_name());
+  const OpFacts facts = facts_of(op);
+  const Mixes mixes = facts.mixes;
   if (mixes == Mixes::kAny) {
     return;
   }
@@ -206,6 +269,13 @@ void DeviceCheck::decide(const c10::OperatorHandle& op, c10::DeviceIndex first) 
     raise(op, c10::Device(kFlagos, split_first_), c10::Device(kFlagos, split_other_));
   }
   const c10::Device flagos(kFlagos, first);
+  // What the operator writes is on flagos, CPU scalar or not: a CUDA kernel
+  // takes a 0-dim CPU tensor as an input only (TensorIterator's CPU scalars
+  // are never outputs), and the operators that may mix take their CPU
+  // tensors as inputs too.
+  if (const uint64_t written = foreign_args_ & facts.written) {
+    raise_written(op, flagos, (written & cpu_args_) != 0 ? c10::Device(c10::kCPU) : non_cpu_, written);
+  }
   if (has_other_ && !(mixes == Mixes::kCpu && other_.is_cpu())) {
     if (other_first_) {
       raise(op, other_, flagos);
@@ -218,10 +288,9 @@ void DeviceCheck::decide(const c10::OperatorHandle& op, c10::DeviceIndex first) 
     }
     raise(op, flagos, c10::Device(c10::kCPU));
   }
-  // A CPU scalar: an input of a TensorIterator operator, but not the self it
-  // writes, nor an argument of an operator whose CUDA wrapper checks devices.
-  if (cpu_scalar_ && mixes == Mixes::kNothing &&
-      ((cpu_scalar_first_ && writes_self(op)) || checks_every_device(op))) {
+  // A CPU scalar input: taken by TensorIterator's operators, not by an
+  // operator whose CUDA wrapper checks every device.
+  if (cpu_scalar_ && mixes == Mixes::kNothing && facts.checks_every_device) {
     if (cpu_scalar_first_) {
       raise(op, c10::Device(c10::kCPU), flagos);
     }
@@ -237,6 +306,7 @@ void set_checked_ops(const std::vector<std::string>& names) {
 void check_devices(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t nargs) {
   DeviceCheck check;
   c10::DeviceIndex first = -1;
+  size_t arg = 0;
   auto see = [&](const at::Tensor& t) {
     if (t.defined() && t.device().type() == kFlagos) {
       if (first < 0) {
@@ -245,11 +315,13 @@ void check_devices(const c10::OperatorHandle& op, const torch::jit::Stack& stack
         check.flagos(first, t.device().index());
       }
     } else {
-      check.other(t, first >= 0);
+      check.other(t, first >= 0, arg);
     }
   };
-  for (size_t i = stack.size() - nargs; i < stack.size(); ++i) {
+  const size_t base = stack.size() - nargs;
+  for (size_t i = base; i < stack.size(); ++i) {
     const c10::IValue& v = stack[i];
+    arg = i - base;
     tensor::for_each_tensor(v, [&](const at::Tensor& t, tensor::TensorIn in) {
       if (in != tensor::TensorIn::kOptionalList) {
         see(t);

@@ -15,14 +15,19 @@
 // A CPU scalar other than a wrapped number is checked as CUDA checks it: an
 // operator whose CUDA wrapper checks every tensor's device (native_functions.
 // yaml without `device_check: NoCheck`: index_select, gather, nll_loss_forward;
-// set_checked_ops) refuses it, and so does TensorIterator as the `self` an
-// in-place operator writes (`cpu_total += flagos_loss`).
+// set_checked_ops) refuses it. And only inputs mix: a tensor of another
+// device in an argument the operator writes (its schema's `Tensor(a!)`: out=,
+// the self of an in-place operator) is refused whatever its shape, as
+// TensorIterator refuses an output that is not on the common device
+// (`torch.exp(x, out=torch.tensor(0.))`, `cpu_total += flagos_loss`).
 //
 // The per-call part only notes: RoutedArgs compares each flagos argument's
-// index with the first one's and notes a tensor of another device while it
-// unwraps the arguments (no pass of its own, no allocation); check() is one
-// test of a flag, and the decision, the operator's exemptions and the message
-// are out of line, for calls that noted something.
+// index with the first one's and notes a tensor of another device, with the
+// position of its argument in the schema, while it unwraps the arguments (no
+// pass of its own, no allocation); check() is one test of a flag, and the
+// decision, the operator's exemptions, which arguments it writes (a fact kept
+// per operator) and the message are out of line, for calls that noted
+// something.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -30,6 +35,7 @@
 #include <ATen/core/stack.h>
 #include <c10/core/Device.h>
 #include <c10/macros/Macros.h>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -45,15 +51,17 @@ class DeviceCheck {
     }
   }
   // An argument that is not a flagos tensor (undefined, a wrapped number, a
-  // CPU or CUDA tensor); `flagos_before`: a flagos argument came before it.
-  C10_ALWAYS_INLINE void other(const at::Tensor& t, bool flagos_before) {
+  // CPU or CUDA tensor); `flagos_before`: a flagos argument came before it;
+  // `arg`: the position in the schema of the argument it is (or is an
+  // element of), which tells an input from an argument the operator writes.
+  C10_ALWAYS_INLINE void other(const at::Tensor& t, bool flagos_before, size_t arg) {
     if (!t.defined()) {
       return;
     }
     if (!(t.is_cpu() && t.dim() == 0)) {
-      note_other(t.device(), flagos_before);
+      note_other(t.device(), flagos_before, arg);
     } else if (!t.unsafeGetTensorImpl()->is_wrapped_number()) {
-      note_cpu_scalar(flagos_before);
+      note_cpu_scalar(flagos_before, arg);
     }
   }
   // An element of a Tensor?[] argument: the indices of the indexing
@@ -75,14 +83,18 @@ class DeviceCheck {
 
  private:
   C10_NOINLINE void note_split(c10::DeviceIndex first, c10::DeviceIndex index);
-  C10_NOINLINE void note_other(c10::Device device, bool flagos_before);
+  C10_NOINLINE void note_other(c10::Device device, bool flagos_before, size_t arg);
   C10_NOINLINE void note_index(c10::Device device, bool flagos_before);
-  C10_NOINLINE void note_cpu_scalar(bool flagos_before);
+  C10_NOINLINE void note_cpu_scalar(bool flagos_before, size_t arg);
+  void start_notes();
+  void note_device(c10::Device device, bool flagos_before);
+  void note_arg(c10::Device device, size_t arg);
   C10_NOINLINE void decide(const c10::OperatorHandle& op, c10::DeviceIndex first) const;
 
   c10::DeviceIndex split_first_ = -1;  // two flagos indices: the first and the first other one
   c10::DeviceIndex split_other_ = -1;
   c10::Device other_{c10::kCPU};  // the first tensor of another device type
+  c10::Device non_cpu_{c10::kCPU};  // the first noted by other() on neither flagos nor the CPU (kCPU: none)
   bool has_other_ = false;
   bool other_first_ = false;  // it came before every flagos argument
   bool cpu_index_ = false;     // a CPU tensor among the elements of a Tensor?[] argument
@@ -90,6 +102,12 @@ class DeviceCheck {
   bool cpu_scalar_ = false;  // a CPU tensor of no dimensions, not a wrapped number
   bool cpu_scalar_first_ = false;
   bool noted_ = false;
+  // The schema positions of the arguments that hold a tensor noted by other()
+  // (bit min(position, 63)), and those of them on the CPU: checked against
+  // the arguments the operator writes. Set by the first note (start_notes()),
+  // read only once noted_: a call that notes nothing does not initialise them.
+  uint64_t foreign_args_;
+  uint64_t cpu_args_;
 };
 
 // The same check over a boxed call's arguments, for the routes that hand the

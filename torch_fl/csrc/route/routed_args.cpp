@@ -285,8 +285,8 @@ void RoutedArgs::reserve_exceeded() {
   TORCH_INTERNAL_ASSERT(false, "flagos: RoutedArgs::reserve() left no room for this tensor");
 }
 
-void RoutedArgs::note_foreign(const at::Tensor& t) {
-  devices_.other(t, index_ >= 0);
+void RoutedArgs::note_foreign(const at::Tensor& t, size_t pos) {
+  devices_.other(t, index_ >= 0, pos);
   // Tensors of the backing device type that the caller passed in themselves
   // (a CPU tensor on host backing, a CUDA tensor on a GPU): results that are,
   // or view, one of them stay as they are.
@@ -296,14 +296,15 @@ void RoutedArgs::note_foreign(const at::Tensor& t) {
 }
 
 void RoutedArgs::unwrap(torch::jit::Stack* stack, size_t nargs) {
-  for (size_t i = stack->size() - nargs; i < stack->size(); ++i) {
+  const size_t base = stack->size() - nargs;
+  for (size_t i = base; i < stack->size(); ++i) {
     c10::IValue& v = (*stack)[i];
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
       if (is_flagos(t)) {
         v = borrow_held(t, /*keep=*/true);  // the stack slot holding `t` is overwritten
       } else {
-        note_foreign(t);
+        note_foreign(t, i - base);
       }
     } else if (v.isTensorList()) {
       // The boxed list is this call's own: swap the elements in place.
@@ -313,7 +314,7 @@ void RoutedArgs::unwrap(torch::jit::Stack* stack, size_t nargs) {
         if (is_flagos(t)) {
           list.set(j, borrow_held(t, /*keep=*/true));
         } else {
-          note_foreign(t);
+          note_foreign(t, i - base);
         }
       }
     } else if (v.isOptionalTensorList()) {

@@ -79,24 +79,27 @@ class RoutedArgs {
   // The alias is handed out by reference to the copy this object holds (no
   // second reference to count up and down), so that copy must not move:
   // reserve() room for every tensor of the call before the first arg().
+  // `pos` is the argument's position in the operator's schema (that of the
+  // list for an element): the device check tells the arguments an operator
+  // writes from its inputs by it. Only a tensor of another device reads it.
   void reserve(size_t tensors) {
     borrowed_.reserve(tensors);
   }
   // Always inlined: left to the compiler, it becomes one shared function
   // called per argument (benchmarks/route_instructions.py counts the call).
-  C10_ALWAYS_INLINE c10::MaybeOwned<at::Tensor> arg(const at::Tensor& t, bool keep = false) {
+  C10_ALWAYS_INLINE c10::MaybeOwned<at::Tensor> arg(const at::Tensor& t, size_t pos, bool keep = false) {
     if (t.defined() && t.device().type() == kFlagos) {
       return c10::MaybeOwned<at::Tensor>::borrowed(borrow_held_reserved(t, keep));
     }
-    note_foreign(t);
+    note_foreign(t, pos);
     return c10::MaybeOwned<at::Tensor>::borrowed(t);
   }
   // The same for an element of a list the kernel takes by value.
-  C10_ALWAYS_INLINE at::Tensor arg_value(const at::Tensor& t, bool keep = false) {
+  C10_ALWAYS_INLINE at::Tensor arg_value(const at::Tensor& t, size_t pos, bool keep = false) {
     if (t.defined() && t.device().type() == kFlagos) {
       return borrow_held_reserved(t, keep);
     }
-    note_foreign(t);
+    note_foreign(t, pos);
     return t;
   }
   // The same for an element of a Tensor?[] argument (an indexing operator's
@@ -165,7 +168,7 @@ class RoutedArgs {
     return borrow_held(t, keep);
   }
   [[noreturn]] C10_NOINLINE static void reserve_exceeded();
-  void note_foreign(const at::Tensor& t);
+  void note_foreign(const at::Tensor& t, size_t pos);
   // The index of a flagos argument, the first one's (index_) or compared with it.
   C10_ALWAYS_INLINE void note_index(c10::DeviceIndex index) {
     if (index_ < 0) {

@@ -43,10 +43,11 @@ using typed::wrap;
 // ------------------------------------------------------------ arguments
 // How one parameter type is held during the call (Held) and handed to the
 // backing kernel (pass). Everything not listed passes through untouched.
+// map() is given the parameter's position in the schema (RoutedArgs::arg).
 template <class T>
 struct Param {
   using Held = T;
-  static T map(RoutedArgs&, T v) {
+  static T map(RoutedArgs&, T v, size_t) {
     return v;
   }
   static T pass(T v) {
@@ -61,8 +62,8 @@ struct Param {
 template <>
 struct Param<const at::Tensor&> {
   using Held = c10::MaybeOwned<at::Tensor>;
-  C10_ALWAYS_INLINE static Held map(RoutedArgs& a, const at::Tensor& t) {
-    return a.arg(t);
+  C10_ALWAYS_INLINE static Held map(RoutedArgs& a, const at::Tensor& t, size_t pos) {
+    return a.arg(t, pos);
   }
   static const at::Tensor& pass(const Held& t) {
     return *t;
@@ -72,8 +73,8 @@ struct Param<const at::Tensor&> {
 template <>
 struct Param<at::Tensor&> {
   using Held = c10::MaybeOwned<at::Tensor>;
-  C10_ALWAYS_INLINE static Held map(RoutedArgs& a, const at::Tensor& t) {
-    return a.arg(t);
+  C10_ALWAYS_INLINE static Held map(RoutedArgs& a, const at::Tensor& t, size_t pos) {
+    return a.arg(t, pos);
   }
   static at::Tensor& pass(const Held& t) {
     // Our own alias, or the caller's non-const tensor: writable either way.
@@ -84,9 +85,10 @@ struct Param<at::Tensor&> {
 template <>
 struct Param<const std::optional<at::Tensor>&> {
   using Held = std::optional<at::Tensor>;
-  C10_ALWAYS_INLINE static std::optional<at::Tensor> map(RoutedArgs& a, const std::optional<at::Tensor>& t) {
+  C10_ALWAYS_INLINE static std::optional<at::Tensor> map(RoutedArgs& a, const std::optional<at::Tensor>& t,
+                                                         size_t pos) {
     if (t.has_value()) {
-      return a.arg_value(*t);
+      return a.arg_value(*t, pos);
     }
     return t;
   }
@@ -98,11 +100,11 @@ struct Param<const std::optional<at::Tensor>&> {
 using HeldList = c10::SmallVector<at::Tensor, 8>;
 
 template <class List>
-HeldList map_list(RoutedArgs& a, const List& list) {
+HeldList map_list(RoutedArgs& a, const List& list, size_t pos) {
   HeldList out;
   out.reserve(list.size());
   for (const at::Tensor& t : list) {
-    out.push_back(a.arg_value(t));  // the list's own elements outlive the call
+    out.push_back(a.arg_value(t, pos));  // the list's own elements outlive the call
   }
   return out;
 }
@@ -110,8 +112,8 @@ HeldList map_list(RoutedArgs& a, const List& list) {
 template <>
 struct Param<at::TensorList> {
   using Held = HeldList;
-  static HeldList map(RoutedArgs& a, at::TensorList list) {
-    return map_list(a, list);
+  static HeldList map(RoutedArgs& a, at::TensorList list, size_t pos) {
+    return map_list(a, list, pos);
   }
   static at::TensorList pass(const HeldList& held) {
     return held;
@@ -121,8 +123,8 @@ struct Param<at::TensorList> {
 template <>
 struct Param<const at::ITensorListRef&> {
   using Held = HeldList;
-  static HeldList map(RoutedArgs& a, const at::ITensorListRef& list) {
-    return map_list(a, list);
+  static HeldList map(RoutedArgs& a, const at::ITensorListRef& list, size_t pos) {
+    return map_list(a, list, pos);
   }
   static at::ITensorListRef pass(const HeldList& held) {
     return at::ITensorListRef(at::TensorList(held));
@@ -132,7 +134,7 @@ struct Param<const at::ITensorListRef&> {
 template <>
 struct Param<const c10::List<std::optional<at::Tensor>>&> {
   using Held = c10::List<std::optional<at::Tensor>>;
-  static Held map(RoutedArgs& a, const c10::List<std::optional<at::Tensor>>& list) {
+  static Held map(RoutedArgs& a, const c10::List<std::optional<at::Tensor>>& list, size_t) {
     Held out;
     out.reserve(list.size());
     for (std::optional<at::Tensor> t : list) {  // a copy: the alias keeps what it borrows
@@ -148,7 +150,7 @@ struct Param<const c10::List<std::optional<at::Tensor>>&> {
 template <>
 struct Param<std::optional<at::Device>> {
   using Held = std::optional<at::Device>;
-  static Held map(RoutedArgs& a, std::optional<at::Device> d) {
+  static Held map(RoutedArgs& a, std::optional<at::Device> d, size_t) {
     return a.device_arg(d);
   }
   static Held pass(Held d) {
@@ -243,13 +245,18 @@ struct Typed<Op, Ret(Args...)> {
     }
   }
 
+  // Braced initialisation maps the arguments left to right, as the boxed
+  // route does (the first flagos argument names the result's device).
+  template <size_t... I>
+  C10_ALWAYS_INLINE static Held map_args(RoutedArgs& a, std::index_sequence<I...>, const Args&... args) {
+    return Held{Param<Args>::map(a, args, I)...};
+  }
+
   static Ret run(RoutedArgs& a, Args... args) {
-    // Braced initialisation maps the arguments left to right, as the boxed
-    // route does (the first flagos argument names the result's device).
-    a.reserve((tensors_in(args) + ... + size_t{0}));
-    Held held{Param<Args>::map(a, args)...};
-    a.check_devices(*handle);
     constexpr auto indices = std::index_sequence_for<Args...>{};
+    a.reserve((tensors_in(args) + ... + size_t{0}));
+    Held held = map_args(a, indices, args...);
+    a.check_devices(*handle);
     if constexpr (std::is_void_v<Ret>) {
       redispatch(a, held, indices);
       if (mutates) {
