@@ -173,6 +173,18 @@ def test_a_python_route_refuses_a_cpu_output_too(fake_gems, op, call):  # noqa: 
     assert c.item() == 5.0 and fake_gems.calls == []  # the backend never saw the call
 
 
+@pytest.mark.parametrize("name", ["_foreach_addcdiv_", "_foreach_addcmul_", "_foreach_addcdiv", "_foreach_addcmul"])
+def test_foreach_scalars_on_flagos_are_refused_as_on_cuda(name):
+    # CUDA reads the `scalars` tensor on the host: "Expected scalars to be on CPU, got cuda:0 instead."
+    xs = [torch.ones(2, device="flagos") for _ in range(2)]
+    with pytest.raises(RuntimeError, match=r"Expected scalars to be on CPU, got flagos:0 instead\..*scalars\.cpu\(\)"):
+        getattr(torch, name)(xs, xs, xs, torch.tensor([1.0, 2.0], device="flagos"))
+    assert [t.cpu().tolist() for t in xs] == [[1.0, 1.0], [1.0, 1.0]]
+    # the CPU `scalars` are the only CPU tensor such a call takes: the lists are checked as any call's
+    with mismatch("flagos:0", "cpu"):
+        getattr(torch, name)(xs, [torch.ones(2), xs[1]], xs, torch.tensor([1.0, 2.0]))
+
+
 @pytest.mark.parametrize("name", ["_foreach_addcdiv_", "_foreach_addcmul"])
 def test_foreach_scalars_are_a_cpu_tensor_as_on_cuda(name):
     # CUDA reads a _foreach addcdiv/addcmul's `scalars` on the host: a CPU tensor of one value per tensor.

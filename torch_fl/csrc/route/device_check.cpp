@@ -81,7 +81,10 @@ constexpr Exemption kExemptions[] = {
     // so), with the input on the device.
     {"_pack_padded_sequence", nullptr, Mixes::kCpu},
     // The scalars of a _foreach addcmul/addcdiv are a CPU tensor on CUDA
-    // (convert_tensor_to_scalar_list reads them on the host).
+    // (convert_tensor_to_scalar_list reads them on the host). The native
+    // route reads them before any check (route/foreach_scalars.cpp); these
+    // are for the routes that take the .Tensor overload whole (FlagGems, the
+    // CPU fallback).
     {"_foreach_addcmul", "Tensor", Mixes::kCpu},
     {"_foreach_addcmul_", "Tensor", Mixes::kCpu},
     {"_foreach_addcdiv", "Tensor", Mixes::kCpu},

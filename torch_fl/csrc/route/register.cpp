@@ -9,6 +9,7 @@
 
 #include "route/collectives.h"
 #include "route/dtype_gaps.h"
+#include "route/foreach_scalars.h"
 #include "route/host_rnn.h"
 #include "route/native_route.h"
 #include "route/typed_native.h"
@@ -68,6 +69,9 @@ void register_native_route() {
   // On host backing, CUDA's fused LSTM/GRU cells and a packed sequence's CPU
   // batch_sizes (route/host_rnn.cpp), and native_dropout.
   impl_all(direct_library, host_rnn_kernels());
+  // The _foreach addcmul/addcdiv scalars of a tensor, read on the host as on
+  // CUDA (route/foreach_scalars.cpp).
+  impl_all(direct_library, foreach_scalars_kernels());
   impl_all(direct_library, native_route_host_kernels());
   impl_all(direct_library, native_route_direct_kernels());
 

@@ -1,7 +1,7 @@
 // The build unit of route/, the per-call path: RoutedArgs, the typed native
 // kernels, the boxed native route and its counters, the device and overlap
 // checks (route/README.md), and the host-backing compositions registered with
-// the native route (dtype_gaps.cpp, host_rnn.cpp).
+// the native route (dtype_gaps.cpp, host_rnn.cpp, foreach_scalars.cpp).
 //
 // One unit because a routed call runs between long stretches of other code
 // that evict it from the instruction cache: its code should be few functions
@@ -28,6 +28,7 @@
 #include "route/typed_native.cpp"
 #include "route/native_route.cpp"
 #include "route/dtype_gaps.cpp"
+#include "route/foreach_scalars.cpp"
 #include "route/host_rnn.cpp"
 #include "route/collectives.cpp"
 #include "route/register.cpp"
