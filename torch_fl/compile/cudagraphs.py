@@ -5,17 +5,16 @@ and wraps them in its cudagraph trees, which take only tensors whose `is_cuda` i
 graph is CUDA work (its memory comes from the CUDA caching allocator, its kernels run on the CUDA stream behind the
 current flagos stream), so torch_fl makes two changes when inductor is first imported:
 
-- the device check takes a graph on one flagos device as it takes one on one CUDA device;
+- the device check takes an inference graph on one flagos device as it takes one on one CUDA device;
 - such a graph is captured by inductor's other CUDA-graph implementation (compile_fx.cudagraphify_impl, what
   `torch._inductor.config.triton.cudagraph_trees = False` selects): warmed up and captured on its first call, then
   each call copies its new inputs into the captured ones and replays.
 
 That implementation hands back the same output tensors on every call, which the next call overwrites (the trees
-detect this). Here the outputs of inference graphs and of backward graphs (the gradients, which accumulate across
-micro-batches) are fresh tensors copied from the graph's memory (fresh_copies), so they stay valid after the next
-call. A training forward's outputs are the graph's own memory until its next call: its backward is compiled to read
-the saved activations there. Run a step's backward before the next forward of the same compiled model, as a
-training loop does (docs/compile.md).
+detect this). Here each call's outputs are fresh tensors copied from the graph's memory (fresh_copies), so they stay
+valid after the next call. Training graphs (a forward that saves activations, its backward) run without CUDA graphs,
+with a warning (TRAINING_UNSUPPORTED): without the trees' bookkeeping a forward run again before its backward would
+overwrite the activations that backward reads, and gradients accumulated over micro-batches would be overwritten.
 
 Graphs on other devices keep inductor's behaviour. On host backing there are no CUDA graphs: a flagos graph
 compiles without them, with a warning (CUDAGRAPHS_UNSUPPORTED).
@@ -39,6 +38,14 @@ CUDAGRAPHS_UNSUPPORTED = (
     "process (no usable GPU, or FLAGOS_ACCELERATOR=cpu): flagos graphs run without CUDA graphs. Run on a GPU "
     "(FLAGOS_ACCELERATOR=auto or cuda) for CUDA graphs, or use mode='default' or 'max-autotune-no-cudagraphs' to "
     "silence this."
+)
+
+
+TRAINING_UNSUPPORTED = (
+    "torch.compile(mode='reduce-overhead'): this flagos graph is part of a training step (its forward saves "
+    "activations for a backward), and it runs without CUDA graphs: inductor's CUDA graph trees, which keep a "
+    "training step's memory safe across calls, take only 'cuda' tensors. Inference graphs (under torch.no_grad() "
+    "or torch.inference_mode()) are captured and replayed."
 )
 
 
@@ -76,14 +83,20 @@ def install() -> None:
 
 
 def _device_check(check):
-    """Inductor's check, with flagos:i read as the cuda:i behind it (a graph that also holds cuda:i tensors stays
-    on two devices, and is refused as before)."""
+    """Inductor's check, with flagos:i read as the cuda:i behind it for an inference graph (a graph that also holds
+    cuda:i tensors stays on two devices, and is refused as before); a training graph on flagos is refused with
+    TRAINING_UNSUPPORTED. Inductor asks while it lowers a graph, with the graph being lowered in V.graph."""
 
     @functools.wraps(check)
     def check_devices(device_node_mapping):
         if any(d.type == DEVICE_NAME for d in device_node_mapping) and not any(
             d.type == "cuda" for d in device_node_mapping
         ):
+            from torch._inductor.virtualized import V
+
+            if not getattr(V.graph, "is_inference", False):
+                warnings.warn(TRAINING_UNSUPPORTED, UserWarning, stacklevel=2)
+                return "a flagos training graph (inductor's CUDA graph trees take only 'cuda' tensors)"
             device_node_mapping = {
                 torch.device("cuda", d.index) if d.type == DEVICE_NAME else d: node
                 for d, node in device_node_mapping.items()
@@ -94,38 +107,28 @@ def _device_check(check):
 
 
 def _cudagraphify(cudagraphify, compile_fx_module):
-    """compile_fx.cudagraphify, choosing the implementation by the first call's inputs: flagos tensors take
-    cudagraphify_impl with fresh outputs, anything else inductor's choice."""
+    """compile_fx.cudagraphify, choosing the implementation by the first call's inputs: flagos tensors (an inference
+    graph: _device_check refuses the others) take cudagraphify_impl with fresh outputs, anything else inductor's
+    choice."""
 
     @functools.wraps(cudagraphify)
-    def flagos_cudagraphify(model, static_input_idxs=(), *, device_index, is_backward, is_inference, **kwargs):
-        inductors = cudagraphify(
-            model,
-            static_input_idxs,
-            device_index=device_index,
-            is_backward=is_backward,
-            is_inference=is_inference,
-            **kwargs,
-        )
-        # A training forward's outputs include the activations its backward reads; inductor compiles that backward
-        # to take them at the addresses the forward's graph wrote them to, so they are handed out as they are.
-        fresh = is_inference or is_backward
+    def flagos_cudagraphify(model, static_input_idxs=(), *, device_index, **kwargs):
+        inductors = cudagraphify(model, static_input_idxs, device_index=device_index, **kwargs)
         local = threading.local()
 
         def run(new_inputs):
             fn = getattr(local, "fn", None)
             if fn is None:
                 if _has_flagos_tensor(new_inputs):
-                    # Outputs over a static input's memory (a parameter saved for the backward) stay as they are.
+                    # Outputs over a static input's memory (a buffer the graph returns) stay as they are.
                     static = {
                         new_inputs[i].untyped_storage().data_ptr()
                         for i in static_input_idxs
                         if isinstance(new_inputs[i], torch.Tensor)
                     }
                     with torch._dynamo.utils.preserve_rng_state(), torch.cuda.device(device_index):
-                        fn = compile_fx_module.cudagraphify_impl(model, new_inputs, static_input_idxs)
-                    if fresh:
-                        fn = _fresh_outputs(fn, static)
+                        replay = compile_fx_module.cudagraphify_impl(model, new_inputs, static_input_idxs)
+                    fn = _fresh_outputs(replay, static)
                 else:
                     fn = inductors
                 local.fn = fn
