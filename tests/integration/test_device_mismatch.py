@@ -72,13 +72,15 @@ def test_flagos_with_a_cpu_tensor_raises(call):
         call(f, c)
 
 
-def test_the_first_device_is_named_first():
+def test_devices_are_named_in_cudas_order():
     f = torch.ones(3, device="flagos")
     c = torch.ones(3)
+    with mismatch("flagos:0", "cpu"):
+        c + f  # TensorIterator (no wrapper check) names the first non-CPU device first: CUDA's "cuda:0 and cpu!"
     with mismatch("cpu", "flagos:0"):
-        c + f  # dispatched to flagos, the CPU tensor first (TensorIterator names it first too)
+        torch.cat([c, f])  # a wrapper that checks every device names the first argument's device first
     with mismatch("cpu", "flagos:0"):
-        torch.cat([c, f])
+        torch.mm(c.view(1, 3), f.view(3, 1))
 
 
 def test_cpu_scalars_mix_as_on_cuda(two):

@@ -280,7 +280,10 @@ void DeviceCheck::decide(const c10::OperatorHandle& op, c10::DeviceIndex first) 
     raise_written(op, flagos, (written & cpu_args_) != 0 ? c10::Device(c10::kCPU) : non_cpu_, written);
   }
   if (has_other_ && !(mixes == Mixes::kCpu && other_.is_cpu())) {
-    if (other_first_) {
+    // Named in CUDA's order: a wrapper that checks every device names the
+    // first argument's device first; TensorIterator (the operators whose
+    // wrappers do not check) names the first non-CPU device first.
+    if (other_first_ && (facts.checks_every_device || !other_.is_cpu())) {
       raise(op, other_, flagos);
     }
     raise(op, flagos, other_);
