@@ -5,9 +5,10 @@ inductor module it belongs to (importing those at `import torch_fl` would cost m
 `torch.compile(model)` works on flagos tensors with nothing else to call.
 
 - device_interface: streams, events, devices, synchronisation and properties (torch.flagos's) for Dynamo;
-- device_api: torch.flagos.current_device/device_count/is_available/current_stream/stream traceable by Dynamo;
+- device_api: torch.flagos.current_device/device_count/is_available/current_stream traceable by Dynamo;
 - backend: inductor's Triton codegen on a CUDA backing, its C++/OpenMP codegen on host backing;
 - wrapper: the generated Python wrapper's flagos rules and device lines;
+- cudagraphs: mode='reduce-overhead' (inductor's CUDA graphs for flagos inference graphs on a CUDA backing);
 - triton_target: on a CUDA backing, inductor's GPU paths and Triton's CUDA target for flagos;
 - attention: scaled_dot_product_attention traceable on flagos (traced from metadata);
 - convolution: fake convolutions on flagos predict the backing kernel's output layout;
@@ -41,10 +42,10 @@ def _rng_state_runs_eagerly(module) -> None:
     rng_state.install(module)
 
 
-def _device_api_traceable(module) -> None:
+def _device_api_traceable(_dynamo) -> None:
     from torch_fl.compile import device_api
 
-    device_api.install(module)
+    device_api.install()
 
 
 def _compile_window(module) -> None:

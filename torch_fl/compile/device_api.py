@@ -73,8 +73,8 @@ def _current_stream(device=None) -> torch.Stream:
     return torch.accelerator.current_stream(torch.device(DEVICE_NAME, index))
 
 
-def install(dynamo=None) -> None:
-    """Register the substitutes with Dynamo (idempotent; `dynamo`: the imported torch._dynamo, unused)."""
+def install() -> None:
+    """Register the substitutes with Dynamo (idempotent)."""
     if _installed:
         return
     substitute = torch.compiler.substitute_in_graph
