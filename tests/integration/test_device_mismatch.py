@@ -142,9 +142,29 @@ def test_a_cpu_tensor_is_refused_as_what_an_operator_writes(call):
     with pytest.raises(RuntimeError, match=r"flagos:0 and cpu! \(in aten::.* it writes its argument '(out|self)'"):
         call(f, c)
     assert c.item() == 5.0  # nothing was written
-    # as an input, the same CPU scalar mixes
+    # as an input beside a flagos tensor, the same CPU scalar mixes
     out = torch.empty((), device="flagos")
-    assert torch.exp(c, out=out).device == out.device and out.cpu().item() == pytest.approx(148.4131591)
+    assert torch.mul(_scalar(f), c, out=out).device == out.device and out.cpu().item() == 20.0
+
+
+# TensorIterator computes on its output's device when no input is on one, and takes a CPU scalar only beside an
+# input on that device (at most one): CUDA raises for `torch.exp(torch.tensor(5.), out=cuda_tensor)`.
+CPU_INPUTS_ONLY = {
+    "exp.out": lambda c, out: torch.exp(c, out=out),
+    "sin.out": lambda c, out: torch.sin(c, out=out),
+    "div.out (two CPU scalars)": lambda c, out: torch.div(c, c, out=out),
+    "clamp.Tensor_out": lambda c, out: torch.clamp(c, min=c, max=c, out=out),
+}
+
+
+@pytest.mark.parametrize("call", CPU_INPUTS_ONLY.values(), ids=CPU_INPUTS_ONLY.keys())
+def test_an_out_call_whose_inputs_are_all_cpu_scalars_is_refused(call):
+    c = torch.tensor(5.0)
+    out = torch.zeros((), device="flagos")
+    with pytest.raises(RuntimeError, match=r"flagos:0 and cpu! \(in aten::.* its inputs are all on cpu"):
+        call(c, out)
+    assert out.cpu().item() == 0.0  # nothing was written
+    assert call(c.to("flagos"), out) is out  # the way out the message names
 
 
 @pytest.mark.usefixtures("routing_state")

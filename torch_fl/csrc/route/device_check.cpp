@@ -131,6 +131,9 @@ struct OpFacts {
   // The positions of the arguments it writes (alias info with a write:
   // out=, the self of an in-place operator, a _foreach_*_ list).
   uint64_t written = 0;
+  // An out= operator's tensor inputs (Tensor, Tensor?; not lists): where
+  // every one is a CPU scalar, the call has nothing on flagos to compute on.
+  uint64_t out_op_inputs = 0;
 };
 
 OpFacts facts_of(const c10::OperatorHandle& op) {
@@ -158,11 +161,25 @@ OpFacts facts_of(const c10::OperatorHandle& op) {
     facts.checks_every_device = checked_ops().count(entry) != 0;
   }
   const auto& args = op.schema().arguments();
+  bool has_out = false;
+  uint64_t tensor_inputs = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i].alias_info() != nullptr && args[i].alias_info()->isWrite()) {
       facts.written |= arg_bit(i);
     }
+    if (args[i].is_out()) {
+      has_out = true;
+      continue;
+    }
+    c10::TypePtr type = args[i].type();
+    if (const auto optional = type->cast<c10::OptionalType>()) {
+      type = optional->getElementType();
+    }
+    if (type->kind() == c10::TypeKind::TensorType) {
+      tensor_inputs |= arg_bit(i);
+    }
   }
+  facts.out_op_inputs = has_out ? tensor_inputs : 0;
   known.emplace(key, facts);
   return facts;
 }
@@ -194,6 +211,19 @@ OpFacts facts_of(const c10::OperatorHandle& op) {
               "only. Write into a tensor on ",
               flagos, " and copy it to ", other, " after, or move the inputs to ", other, " with .to(\"", other,
               "\") to run the operator there)");
+}
+
+// An out= call whose tensor inputs are all CPU scalars: TensorIterator
+// computes on the output's device and takes a CPU scalar beside a tensor of
+// that device, at most one, never as the whole input.
+[[noreturn]] void raise_inputs_on_cpu(const c10::OperatorHandle& op, c10::Device flagos) {
+  const auto& name = op.operator_name();
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ", flagos,
+              " and cpu! (in ", name.name, name.overload_name.empty() ? "" : ".", name.overload_name,
+              " on flagos: its inputs are all on cpu and its output on ", flagos,
+              "; a CUDA kernel takes a CPU scalar as an input only beside a tensor on its own device. Move the "
+              "inputs to ",
+              flagos, " with .to(\"", flagos, "\"), or write into a tensor on cpu)");
 }
 
 }  // namespace
@@ -278,6 +308,10 @@ void DeviceCheck::decide(const c10::OperatorHandle& op, c10::DeviceIndex first) 
   // tensors as inputs too.
   if (const uint64_t written = foreign_args_ & facts.written) {
     raise_written(op, flagos, (written & cpu_args_) != 0 ? c10::Device(c10::kCPU) : non_cpu_, written);
+  }
+  if (cpu_scalar_ && mixes == Mixes::kNothing && facts.out_op_inputs != 0 &&
+      (facts.out_op_inputs & ~cpu_args_) == 0) {
+    raise_inputs_on_cpu(op, flagos);
   }
   if (has_other_ && !(mixes == Mixes::kCpu && other_.is_cpu())) {
     // Named in CUDA's order: a wrapper that checks every device names the
