@@ -161,3 +161,26 @@ def test_reduce_overhead_dropout_draws_new_masks_each_replay():
     with torch.no_grad():
         outs = [compiled(x) for _ in range(4)]
     assert not torch.equal(outs[2], outs[3])  # two replays
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+@pytest.mark.parametrize("kv", [39, 40])
+def test_sdpa_with_a_mask_the_graph_computes_runs_the_memory_efficient_kernel(mode, kv):
+    # A decode step's mask, computed in the graph from the position (HF's static cache): inductor lays it out
+    # densely, and rows of 39 are not what the memory-efficient kernel accepts ("attn_bias is not correctly aligned").
+    torch._dynamo.reset()
+
+    def fn(q, k, v, pos):
+        keep = torch.arange(k.size(2), device=q.device) <= pos
+        mask = torch.zeros((), dtype=q.dtype, device=q.device).masked_fill(~keep, float("-inf"))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask[None, None, None, :])
+
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 4, 1, 16, generator=gen)
+    k, v = (torch.randn(1, 4, kv, 16, generator=gen) for _ in range(2))
+    compiled = torch.compile(fn, fullgraph=True, mode=mode)
+    with torch.no_grad():
+        for pos in (5, 20, kv - 1):
+            want = fn(q.cuda(), k.cuda(), v.cuda(), torch.tensor(pos, device="cuda"))
+            got = compiled(q.to("flagos"), k.to("flagos"), v.to("flagos"), torch.tensor(pos, device="flagos"))
+            torch.testing.assert_close(got.cpu(), want.cpu(), rtol=1e-4, atol=1e-4)

@@ -345,12 +345,23 @@ def test_aligned_attention_mask_pads_rows_to_eight_and_passes_gradients():
     from torch_fl.compile.attention import aligned_attention_mask
 
     bias = torch.randn(2, 3, 5, 39, device="flagos", requires_grad=True)
-    out = aligned_attention_mask(bias)
+    out = aligned_attention_mask(bias, [2, 3, 5, 39])
     assert out.shape == bias.shape and out.stride() == (3 * 5 * 40, 5 * 40, 40, 1)
     assert torch.equal(out, bias)
     weight = torch.randn(bias.shape, device="flagos")
     (out * weight).sum().backward()
     assert torch.equal(bias.grad, weight)
+
+
+def test_aligned_attention_mask_writes_out_broadcast_rows_and_sums_their_gradients():
+    from torch_fl.compile.attention import aligned_attention_mask
+
+    bias = torch.randn(1, 1, 1, 12, device="flagos", requires_grad=True)
+    out = aligned_attention_mask(bias, [2, 4, 3, 12])
+    assert out.stride() == (4 * 3 * 16, 3 * 16, 16, 1)
+    assert torch.equal(out, bias.expand(2, 4, 3, 12))
+    out.sum().backward()
+    assert torch.equal(bias.grad, torch.full_like(bias, 24.0))
 
 
 # torch.flagos's device queries under Dynamo, as torch.cuda's (torch_fl/compile/device_api.py).

@@ -76,30 +76,53 @@ def _additive(mask, dtype, masked_value):
 
 
 @torch.library.custom_op("torch_fl::aligned_attention_mask", mutates_args=())
-def aligned_attention_mask(mask: torch.Tensor) -> torch.Tensor:
-    """`mask` over memory whose rows are padded to a multiple of 8 elements. An operator of its own, not the pad
-    and slice it runs: inductor keeps an operator's output strides, but may lay out a slice it computes densely
-    (rows of 39), which the memory-efficient kernel refuses. Inductor's own alignment rule for SDPA's inputs
-    (lowering.sdpa_constraint) applies to 'cuda' tensors only."""
-    return _padded_rows(mask)
+def aligned_attention_mask(mask: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """`mask.expand(sizes)` in memory of its own whose rows are padded to a multiple of 8 elements, the layout the
+    memory-efficient kernel wants. An operator of its own, not the pad and slice it runs: inductor keeps an
+    operator's output strides, but lays out a slice or an expand it computes as it likes (densely: rows of 39),
+    and its own alignment rule for SDPA's inputs (lowering.sdpa_constraint) applies to 'cuda' tensors only."""
+    return _padded_rows(mask, sizes)
 
 
-def _padded_rows(mask):
-    last = mask.size(-1)
-    return torch.nn.functional.pad(mask, (0, -last % 8))[..., :last]
+def _padded_rows(mask, sizes):
+    last = sizes[-1]
+    rows = mask.new_empty((*sizes[:-1], last + -last % 8))[..., :last]
+    return rows.copy_(mask.expand(sizes))
+
+
+def _mask_grad(ctx, grad):
+    return grad.sum_to_size(ctx.shape), None
+
+
+def _keep_shape(ctx, inputs, output):
+    ctx.shape = inputs[0].shape
 
 
 aligned_attention_mask.register_fake(_padded_rows)
 # A learned additive bias (T5's position bias) takes the gradient of the mask it was read as.
-aligned_attention_mask.register_autograd(lambda ctx, grad: grad)
+aligned_attention_mask.register_autograd(_mask_grad, setup_context=_keep_shape)
 
 
 def _aligned(mask, q, k):
-    """The memory-efficient kernel wants mask strides that are multiples of 8 (csrc/ops/sdpa.cpp)."""
-    aligned = mask.stride(-1) == 1 and all(mask.stride(i) % 8 == 0 for i in range(mask.dim() - 1))
-    if not aligned:
-        mask = aligned_attention_mask(mask)
-    return mask.expand(q.size(0), q.size(1), q.size(2), k.size(2))
+    """The mask as the memory-efficient kernel takes it: 4-D, one row per query, row strides that are multiples of
+    8 (csrc/ops/sdpa.cpp), broadcast over batch and heads where it was (the kernel expands those itself). Inductor
+    lays out a mask the graph computes as it likes: one with a dimension expanded in the graph (stride 0), or with
+    rows of a length that is not a multiple of 8, is written out by aligned_attention_mask. A mask that takes a
+    gradient is written out over every batch and head (the kernel writes its gradient per batch and head)."""
+    while mask.dim() < 4:
+        mask = mask.unsqueeze(0)
+    if mask.requires_grad:
+        sizes = (q.size(0), q.size(1), q.size(2), k.size(2))
+    else:  # batch and heads stay broadcast, an expanded one (stride 0) back to one
+        mask = mask[tuple(slice(0, 1) if mask.stride(i) == 0 else slice(None) for i in range(2))]
+        sizes = (mask.size(0), mask.size(1), q.size(2), k.size(2))
+    aligned = (
+        tuple(mask.shape) == sizes
+        and mask.stride(-1) == 1
+        and all(mask.stride(i) % 8 == 0 and mask.stride(i) != 0 for i in range(3))
+        and k.size(2) % 8 == 0
+    )
+    return mask if aligned else aligned_attention_mask(mask, list(sizes))
 
 
 def _needs_lse(q, k, v) -> bool:
