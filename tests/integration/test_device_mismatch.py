@@ -115,6 +115,60 @@ def test_a_cpu_scalar_is_refused_where_cudas_kernel_checks_its_device(call):
         call(f)
 
 
+@pytest.fixture
+def checked_ops():
+    """Sets flagos's device-check entries for the test, then restores import's."""
+    from torch_fl.vocab import device_checks
+
+    yield torch_fl._C._set_checked_ops
+    torch_fl._C._set_checked_ops(device_checks.checked_ops() + device_checks.measured_entries())
+
+
+def test_an_entry_naming_arguments_refuses_a_cpu_scalar_in_those_only(checked_ops):
+    # masked_fill's CUDA kernel checks its mask's device, and takes a CPU scalar as the value (measured entries).
+    f = torch.zeros(3, device="flagos")
+    mask, value = torch.tensor(True), torch.tensor(2.0)
+    checked_ops([])
+    assert f.masked_fill(mask, 1.0).cpu().tolist() == [1.0, 1.0, 1.0]
+    checked_ops(["masked_fill.Tensor:mask", "masked_fill.Scalar:mask"])
+    for fill in (1.0, value):
+        with pytest.raises(RuntimeError, match=r"flagos:0 and cpu! \(in aten::masked_fill"):
+            f.masked_fill(mask, fill)
+    flagos_mask = mask.to("flagos")
+    assert f.masked_fill(flagos_mask, value).cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+# Kernels that check some arguments' devices themselves, measured on a GPU (torch_fl/vocab/cpu_scalar_checks.py):
+# the CPU scalar is refused there and taken elsewhere, as on CUDA.
+CPU_SCALAR_BY_ARGUMENT = {
+    "masked_fill mask": (lambda f, c: f.masked_fill(c > 0, 1.0), lambda f, c: f.masked_fill(f > 0, c)),
+    "logical_and self": (lambda f, c: torch.logical_and(c, f), lambda f, c: torch.logical_and(f, c)),
+    "addcdiv (addcmul takes it)": (lambda f, c: f.addcdiv(f, c), lambda f, c: f.addcmul(f, c)),
+    "embedding indices": (
+        lambda f, c: torch.nn.functional.embedding(c.long(), f),
+        lambda f, c: torch.nn.functional.embedding(c.long().to(f.device), f),
+    ),
+}
+
+
+@pytest.mark.parametrize("calls", CPU_SCALAR_BY_ARGUMENT.values(), ids=CPU_SCALAR_BY_ARGUMENT.keys())
+def test_a_cpu_scalar_is_refused_in_the_arguments_a_kernel_checks_itself(calls):
+    refused, taken = calls
+    f, c = torch.ones(2, 2, device="flagos"), torch.tensor(1.0)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        refused(f, c)
+    assert taken(f, c).device == f.device
+
+
+def test_the_measured_arguments_name_real_schema_arguments():
+    from torch_fl.vocab.cpu_scalar_checks import REFUSED
+
+    for op, args in REFUSED.items():
+        name, _, overload = op.partition(".")
+        schema = getattr(getattr(torch.ops.aten, name), overload or "default")._schema
+        assert set(args) <= {a.name for a in schema.arguments}, (op, args)
+
+
 # What an operator writes (out=, the self of an in-place operator) is on the device it computes on: TensorIterator
 # takes a 0-dim CPU tensor as an input only, and CUDA raises for one as an output. flagos wrote into the CPU tensor.
 def _scalar(f):

@@ -256,7 +256,9 @@ def _startup(environ=None) -> None:
     """Read config and env once (at `import torch_fl`), validate, register kernels."""
     environ = os.environ if environ is None else environ
     graphs.route_counts = _route_counts  # the device API counts captured routed calls through routing
-    _C._set_checked_ops(device_checks.checked_ops())  # CPU scalars refused where CUDA's kernels refuse them
+    # CPU scalars refused where CUDA's kernels refuse them: every argument of the yaml's checked operators, the
+    # measured arguments of the rest
+    _C._set_checked_ops(device_checks.checked_ops() + device_checks.measured_entries())
     env.warn_unknown_variables(environ)  # a misspelt FLAGOS_STRICT would otherwise be ignored silently
     log_dispatch = env.flag(environ, "FLAGOS_LOG_DISPATCH")
     log_fallback = env.flag(environ, "FLAGOS_LOG_FALLBACK")

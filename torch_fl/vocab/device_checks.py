@@ -9,7 +9,8 @@ memory the CPU's kernels would take it, and code that works there would fail on 
 
 The names come from the installed PyTorch's own native_functions.yaml (in its torchgen package), read
 once at import (a few milliseconds): the entries with a CUDA kernel (a `CUDA` dispatch key, or a
-structured delegate that has one) and no `device_check: NoCheck`.
+structured delegate that has one) and no `device_check: NoCheck`. The kernels that check some arguments'
+devices themselves (masked_fill's mask) are not in the yaml: measured_entries() names those arguments.
 """
 
 from __future__ import annotations
@@ -61,3 +62,11 @@ def checked_ops(path: str | None = None) -> list[str]:
     return sorted(
         name for name, _ in entries if name not in unchecked and (name in has_cuda or delegate.get(name) in has_cuda)
     )
+
+
+def measured_entries() -> list[str]:
+    """ "op.overload:arg,arg" for the arguments CUDA's kernels check themselves: measured on a GPU
+    (torch_fl/conformance/cpu_scalars.py), committed as torch_fl/vocab/cpu_scalar_checks.py."""
+    from torch_fl.vocab.cpu_scalar_checks import REFUSED
+
+    return [f"{op}:{','.join(args)}" for op, args in REFUSED.items()]

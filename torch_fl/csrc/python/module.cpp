@@ -112,7 +112,8 @@ void bind_module(py::module& m) {
   m.def("_set_log_fallback", [](bool on) { route::g_route_flags.log_fallback = on; });
   m.def("_set_strict", [](bool on) { route::g_route_flags.strict = on; });
   m.def("_set_checked_ops", &route::set_checked_ops, py::arg("names"),
-        "The operators whose CUDA kernels check every tensor's device (torch_fl/vocab/device_checks.py)");
+        "The operators whose CUDA kernels check every tensor's device, or (\"op:arg,arg\") the arguments whose "
+        "device a kernel checks itself (torch_fl/vocab/device_checks.py)");
   m.def("_host_dtype_gaps", &route::registered_dtype_gaps,
         "The operator/dtype pairs the host backing runs widened because the CPU lacks CUDA's kernel "
         "(\"op.overload: dtypes -> wide dtype\"); empty on a CUDA backing.");

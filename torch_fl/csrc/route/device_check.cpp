@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 namespace torch_fl {
@@ -107,9 +107,12 @@ Mixes mixes_of(const c10::OperatorName& op) {
 
 // set_checked_ops' names, read only after import has set them; `generation`
 // counts the sets, so that the threads' facts below are made again.
-std::unordered_set<std::string>& checked_ops() {
-  static std::unordered_set<std::string> names;
-  return names;
+// An entry names the operator ("name" or "name.overload"), and after a
+// colon the arguments a CPU scalar is refused in ("name.overload:mask,value");
+// none: every argument (its CUDA wrapper checks every device).
+std::unordered_map<std::string, std::vector<std::string>>& checked_ops() {
+  static std::unordered_map<std::string, std::vector<std::string>> entries;
+  return entries;
 }
 std::atomic<uint64_t> checked_generation{0};
 
@@ -128,6 +131,9 @@ struct OpFacts {
   Mixes mixes = Mixes::kNothing;
   // Its CUDA kernel checks every tensor's device, CPU scalars included.
   bool checks_every_device = false;
+  // The positions where its CUDA kernel refuses a CPU scalar (every one
+  // where it checks every device).
+  uint64_t refuses_cpu_scalar = 0;
   // The positions of the arguments it writes (alias info with a write:
   // out=, the self of an in-place operator, a _foreach_*_ list).
   uint64_t written = 0;
@@ -158,7 +164,17 @@ OpFacts facts_of(const c10::OperatorHandle& op) {
       entry += ".";
       entry += name.overload_name;
     }
-    facts.checks_every_device = checked_ops().count(entry) != 0;
+    const auto checked = checked_ops().find(entry);
+    if (checked != checked_ops().end()) {
+      facts.checks_every_device = checked->second.empty();
+      facts.refuses_cpu_scalar = facts.checks_every_device ? ~uint64_t{0} : 0;
+      for (const std::string& arg : checked->second) {
+        const auto position = op.schema().argumentIndexWithName(arg);
+        if (position.has_value()) {
+          facts.refuses_cpu_scalar |= arg_bit(*position);
+        }
+      }
+    }
   }
   const auto& args = op.schema().arguments();
   bool has_out = false;
@@ -329,8 +345,10 @@ void DeviceCheck::decide(const c10::OperatorHandle& op, c10::DeviceIndex first) 
     raise(op, flagos, c10::Device(c10::kCPU));
   }
   // A CPU scalar input: taken by TensorIterator's operators, not by an
-  // operator whose CUDA wrapper checks every device.
-  if (cpu_scalar_ && mixes == Mixes::kNothing && facts.checks_every_device) {
+  // operator whose CUDA wrapper checks every device, nor in the arguments
+  // whose devices a kernel checks itself.
+  if (cpu_scalar_ && (mixes == Mixes::kNothing || mixes == Mixes::kCpuIndices) &&
+      (cpu_args_ & facts.refuses_cpu_scalar) != 0) {
     if (cpu_scalar_first_) {
       raise(op, c10::Device(c10::kCPU), flagos);
     }
@@ -339,7 +357,17 @@ void DeviceCheck::decide(const c10::OperatorHandle& op, c10::DeviceIndex first) 
 }
 
 void set_checked_ops(const std::vector<std::string>& names) {
-  checked_ops() = std::unordered_set<std::string>(names.begin(), names.end());
+  std::unordered_map<std::string, std::vector<std::string>> entries;
+  for (const std::string& name : names) {
+    const size_t colon = name.find(':');
+    std::vector<std::string>& args = entries[name.substr(0, colon)];
+    for (size_t start = colon; start != std::string::npos;) {
+      const size_t end = name.find(',', start + 1);
+      args.push_back(name.substr(start + 1, end == std::string::npos ? std::string::npos : end - start - 1));
+      start = end;
+    }
+  }
+  checked_ops() = std::move(entries);
   checked_generation.fetch_add(1, std::memory_order_release);
 }
 

@@ -15,7 +15,9 @@
 // A CPU scalar other than a wrapped number is checked as CUDA checks it: an
 // operator whose CUDA wrapper checks every tensor's device (native_functions.
 // yaml without `device_check: NoCheck`: index_select, gather, nll_loss_forward;
-// set_checked_ops) refuses it. And only inputs mix: a tensor of another
+// set_checked_ops), and so does an argument whose device a kernel checks
+// itself (masked_fill's mask; measured on a GPU, set_checked_ops' "op:arg"
+// entries). And only inputs mix: a tensor of another
 // device in an argument the operator writes (its schema's `Tensor(a!)`: out=,
 // the self of an in-place operator) is refused whatever its shape, as
 // TensorIterator refuses an output that is not on the common device
@@ -117,7 +119,8 @@ void check_devices(const c10::OperatorHandle& op, const torch::jit::Stack& stack
 
 // The operators whose CUDA kernels check every tensor's device, CPU scalars
 // included ("name" or "name.overload"; torch_fl/vocab/device_checks.py reads
-// them from PyTorch's native_functions.yaml at import).
+// them from PyTorch's native_functions.yaml at import), and the arguments a
+// kernel checks itself ("name.overload:arg,arg", measured on a GPU).
 void set_checked_ops(const std::vector<std::string>& names);
 
 }  // namespace route
