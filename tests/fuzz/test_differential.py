@@ -61,7 +61,9 @@ What they avoid or leave out:
   integers, exact in every dtype; scalars are multiples of 0.5);
 * calls mixing tensors of two flagos devices, or of flagos and a non-scalar CPU tensor: they raise on
   flagos and cannot on the CPU reference (tests/integration/test_device_mismatch.py covers them); on a
-  CUDA backing, calls mixing in any CPU tensor (CUDA's kernels judge a 0-dim one per operator);
+  CUDA backing, calls mixing in any CPU tensor (CUDA's kernels judge a 0-dim one per operator). On host
+  backing a 0-dim CPU tensor mixes in, and flagos refusing it where CUDA does (its device check's rules,
+  tested against CUDA in test_device_mismatch.py) counts as agreement (compare.refused_as_on_cuda);
 * autograd beyond version counters and views (no requires_grad, no backward), torch.compile, streams and
   events, non_blocking copies, storage and resize_/set_ operations, sparse, complex and quantized tensors,
   and larger tensors (where kernels take other paths).
@@ -88,6 +90,7 @@ import time
 import pytest
 import torch
 
+import torch_fl
 from tests.fuzz import programs as P
 from tests.unit.routing_fixtures import fake_gems, flag_gems_with, routing_state  # noqa: F401
 from torch_fl import routing
@@ -209,3 +212,19 @@ def test_an_error_only_one_side_raises_is_a_difference():
     flaggems.LOADER.use_module(flag_gems_with({"add.Tensor": lambda a, b, alpha=1: a.clone()}))
     diff = P.compare([x, y, P.Route(op="add.Tensor", backend="flaggems"), add])
     assert diff is not None and diff.kind == "outcome" and diff.step == 3, diff
+
+
+@pytest.mark.skipif(torch_fl.backing() != "cpu", reason="host backing: the CPU is the reference for CPU scalars")
+def test_a_cpu_scalar_flagos_refuses_as_cuda_does_is_agreement_and_one_it_takes_is_compared():
+    x = P.New(out=0, shape=(3,), dtype="float32", dev="d0", seed=1)
+    c = P.New(out=1, shape=(), dtype="float32", dev="cpu", seed=2)
+    # clamp_'s CUDA wrapper checks every device: flagos raises, the CPU computes
+    clamp = P.Method(out=None, on=0, name="clamp_", kwargs={"min": P.V(1)})
+    assert P.run([x, c, clamp], flagos=True)[2].outcome == "raised RuntimeError"
+    assert P.compare([x, c, clamp]) is None
+    # mul takes a CPU scalar on CUDA too: a backend that drops it differs
+    mul = P.Func(out=2, name="mul", args=(P.V(0), P.V(1)))
+    assert P.compare([x, c, mul]) is None
+    flaggems.LOADER.use_module(flag_gems_with({"mul.Tensor": lambda a, b: a.clone()}))
+    diff = P.compare([x, c, P.Route(op="mul.Tensor", backend="flaggems"), mul])
+    assert diff is not None and diff.kind == "values", diff
