@@ -115,6 +115,15 @@ def test_a_cpu_scalar_is_refused_where_cudas_kernel_checks_its_device(call):
         call(f)
 
 
+def test_an_out_call_of_cpu_scalars_alone_runs_where_the_kernel_is_not_tensor_iterators():
+    # CUDA's where.self_out moves 0-dim CPU inputs to out's device; linspace's out= reads start and end on the host
+    c = torch.tensor(5.0)
+    out = torch.zeros((), device="flagos")
+    assert torch.where(c > 0, c, -c, out=out) is out and out.cpu().item() == 5.0
+    line = torch.zeros(3, device="flagos")
+    assert torch.linspace(-c, c, 3, out=line) is line and line.cpu().tolist() == [-5.0, 0.0, 5.0]
+
+
 @pytest.fixture
 def checked_ops():
     """Sets flagos's device-check entries for the test, then restores import's."""

@@ -15,6 +15,7 @@ devices themselves (masked_fill's mask) are not in the yaml: measured_entries() 
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -40,14 +41,20 @@ def _entries(lines):
         yield name, body
 
 
+@functools.lru_cache(maxsize=2)
+def _read(path: str | None) -> tuple:
+    """native_functions.yaml's entries; none where this PyTorch carries no native_functions.yaml."""
+    try:
+        with open(path or native_functions_path(), encoding="utf-8") as f:
+            return tuple(_entries(f))
+    except OSError:
+        return ()
+
+
 def checked_ops(path: str | None = None) -> list[str]:
     """The operators ("name" or "name.overload") whose CUDA kernels check every tensor's device; empty where
     this PyTorch carries no native_functions.yaml (the check then takes CPU scalars everywhere, as before)."""
-    try:
-        with open(path or native_functions_path(), encoding="utf-8") as f:
-            entries = list(_entries(f))
-    except OSError:
-        return []
+    entries = _read(path)
     has_cuda, unchecked, delegate = set(), set(), {}
     for name, body in entries:
         for line in body:
@@ -61,6 +68,17 @@ def checked_ops(path: str | None = None) -> list[str]:
                 delegate[name] = value.strip()
     return sorted(
         name for name, _ in entries if name not in unchecked and (name in has_cuda or delegate.get(name) in has_cuda)
+    )
+
+
+def tensor_iterator_ops(path: str | None = None) -> list[str]:
+    """The structured TensorIterator operators (`structured_inherits: TensorIteratorBase`): TensorIterator computes
+    on the output's device and takes a CPU scalar only beside an input there, so an out= call of one whose inputs
+    are all CPU scalars raises on CUDA. Other out= operators may take them all (where.self_out, linspace's)."""
+    return sorted(
+        name
+        for name, body in _read(path)
+        if any(line.replace(" ", "") == "structured_inherits:TensorIteratorBase" for line in body)
     )
 
 

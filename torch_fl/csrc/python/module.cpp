@@ -114,6 +114,8 @@ void bind_module(py::module& m) {
   m.def("_set_checked_ops", &route::set_checked_ops, py::arg("names"),
         "The operators whose CUDA kernels check every tensor's device, or (\"op:arg,arg\") the arguments whose "
         "device a kernel checks itself (torch_fl/vocab/device_checks.py)");
+  m.def("_set_tensor_iterator_ops", &route::set_tensor_iterator_ops, py::arg("names"),
+        "The structured TensorIterator operators (torch_fl/vocab/device_checks.py)");
   m.def("_host_dtype_gaps", &route::registered_dtype_gaps,
         "The operator/dtype pairs the host backing runs widened because the CPU lacks CUDA's kernel "
         "(\"op.overload: dtypes -> wide dtype\"); empty on a CUDA backing.");

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace torch_fl {
@@ -114,6 +115,11 @@ std::unordered_map<std::string, std::vector<std::string>>& checked_ops() {
   static std::unordered_map<std::string, std::vector<std::string>> entries;
   return entries;
 }
+// set_tensor_iterator_ops' names, read as checked_ops() is.
+std::unordered_set<std::string>& tensor_iterator_ops() {
+  static std::unordered_set<std::string> names;
+  return names;
+}
 std::atomic<uint64_t> checked_generation{0};
 
 // The bit of a schema position in DeviceCheck's masks: no ATen schema has 64
@@ -137,8 +143,9 @@ struct OpFacts {
   // The positions of the arguments it writes (alias info with a write:
   // out=, the self of an in-place operator, a _foreach_*_ list).
   uint64_t written = 0;
-  // An out= operator's tensor inputs (Tensor, Tensor?; not lists): where
-  // every one is a CPU scalar, the call has nothing on flagos to compute on.
+  // A TensorIterator out= operator's tensor inputs (Tensor, Tensor?; not
+  // lists): where every one is a CPU scalar, the call has nothing on flagos
+  // to compute on.
   uint64_t out_op_inputs = 0;
 };
 
@@ -158,12 +165,14 @@ OpFacts facts_of(const c10::OperatorHandle& op) {
   OpFacts facts;
   const c10::OperatorName& name = op.operator_name();
   facts.mixes = mixes_of(name);
+  bool tensor_iterator = false;
   if (name.name.rfind("aten::", 0) == 0) {
     std::string entry = name.name.substr(6);
     if (!name.overload_name.empty()) {
       entry += ".";
       entry += name.overload_name;
     }
+    tensor_iterator = tensor_iterator_ops().count(entry) != 0;
     const auto checked = checked_ops().find(entry);
     if (checked != checked_ops().end()) {
       facts.checks_every_device = checked->second.empty();
@@ -195,7 +204,7 @@ OpFacts facts_of(const c10::OperatorHandle& op) {
       tensor_inputs |= arg_bit(i);
     }
   }
-  facts.out_op_inputs = has_out ? tensor_inputs : 0;
+  facts.out_op_inputs = has_out && tensor_iterator ? tensor_inputs : 0;
   known.emplace(key, facts);
   return facts;
 }
@@ -229,9 +238,11 @@ OpFacts facts_of(const c10::OperatorHandle& op) {
               "\") to run the operator there)");
 }
 
-// An out= call whose tensor inputs are all CPU scalars: TensorIterator
-// computes on the output's device and takes a CPU scalar beside a tensor of
-// that device, at most one, never as the whole input.
+// An out= call of a TensorIterator operator whose tensor inputs are all CPU
+// scalars: TensorIterator computes on the output's device and takes a CPU
+// scalar beside a tensor of that device, at most one, never as the whole
+// input. (Other operators may: where.self_out moves CPU scalars to out's
+// device, linspace's out= reads them on the host.)
 [[noreturn]] void raise_inputs_on_cpu(const c10::OperatorHandle& op, c10::Device flagos) {
   const auto& name = op.operator_name();
   TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ", flagos,
@@ -368,6 +379,11 @@ void set_checked_ops(const std::vector<std::string>& names) {
     }
   }
   checked_ops() = std::move(entries);
+  checked_generation.fetch_add(1, std::memory_order_release);
+}
+
+void set_tensor_iterator_ops(const std::vector<std::string>& names) {
+  tensor_iterator_ops() = std::unordered_set<std::string>(names.begin(), names.end());
   checked_generation.fetch_add(1, std::memory_order_release);
 }
 

@@ -123,5 +123,10 @@ void check_devices(const c10::OperatorHandle& op, const torch::jit::Stack& stack
 // kernel checks itself ("name.overload:arg,arg", measured on a GPU).
 void set_checked_ops(const std::vector<std::string>& names);
 
+// The structured TensorIterator operators ("name.overload"; read from
+// native_functions.yaml at import): an out= call of one whose tensor inputs
+// are all CPU scalars raises, as TensorIterator does on CUDA.
+void set_tensor_iterator_ops(const std::vector<std::string>& names);
+
 }  // namespace route
 }  // namespace torch_fl
