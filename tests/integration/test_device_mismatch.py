@@ -92,6 +92,10 @@ def test_cpu_scalars_mix_as_on_cuda(two):
     torch.testing.assert_close(torch.where(f1 > 0, f1, torch.tensor(0.0)).cpu(), torch.ones(2, 2))
     f1.masked_fill_(f1 > 5, torch.tensor(7.0))
     torch.testing.assert_close(torch.lerp(f1, f1 * 3, torch.tensor(0.5)).cpu(), torch.full((2, 2), 2.0))
+    # one CPU scalar and a number beside an input on the device, into an out= on it
+    out = torch.empty(2, 2, device="flagos:1")
+    assert torch.add(f1, 2, alpha=torch.tensor(3.0).item(), out=out) is out
+    assert torch.add(f1, s, alpha=2, out=out) is out and out.cpu().eq(5.0).all()
 
 
 # Operators whose CUDA kernels check every tensor's device (no `device_check: NoCheck` in PyTorch's
@@ -217,6 +221,12 @@ CPU_INPUTS_ONLY = {
     "sin.out": lambda c, out: torch.sin(c, out=out),
     "div.out (two CPU scalars)": lambda c, out: torch.div(c, c, out=out),
     "clamp.Tensor_out": lambda c, out: torch.clamp(c, min=c, max=c, out=out),
+    # a Python number is a CPU scalar too (a wrapped number): CUDA counts it, "too many CPU scalars"
+    "add.out (a CPU scalar and a number)": lambda c, out: torch.add(c, 2, out=out),
+    "mul.out (a CPU scalar and a number)": lambda c, out: torch.mul(c, 2.5, out=out),
+    # TensorIterator operators native_functions.yaml does not mark structured (measured, cpu_scalar_checks.py)
+    "abs.out": lambda c, out: torch.abs(c, out=out),
+    "logical_not.out": lambda c, out: torch.logical_not(c, out=out),
 }
 
 

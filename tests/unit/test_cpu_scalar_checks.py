@@ -16,11 +16,22 @@ def test_the_measurement_finds_the_arguments_flagos_refuses_and_those_it_takes()
     assert "add.Tensor" not in table
 
 
+def test_the_measurement_finds_the_out_calls_refused_with_cpu_inputs_alone():
+    seen = cpu_scalars.measure("flagos", ops={"exp", "linspace"})
+    # exp is a structured TensorIterator operator (known from the yaml); linspace reads its ends on the host
+    assert seen["exp.out"][cpu_scalars.ALL_INPUTS]["refused"] and not seen["exp.out"][cpu_scalars.ALL_INPUTS]["ok"]
+    assert cpu_scalars.out_ops_refusing_cpu_inputs(seen) == ["exp.out"]
+    assert cpu_scalars.out_ops_refusing_cpu_inputs(seen, already_known=["exp.out"]) == []
+    assert all(cpu_scalars.ALL_INPUTS not in args for args in cpu_scalars.refused_arguments(seen).values())
+
+
 def test_the_written_module_reads_back(tmp_path):
     path = tmp_path / "checks.py"
     table = {"logical_and": ["self"], "masked_fill.Scalar": ["mask", "self"]}
-    cpu_scalars.write_module(str(path), table, "python -m torch_fl.conformance.cpu_scalars --write checks.py")
+    command = "python -m torch_fl.conformance.cpu_scalars --write checks.py"
+    cpu_scalars.write_module(str(path), table, ["abs.out", "angle.out"], command)
     namespace: dict = {}
     exec(path.read_text(), namespace)
     assert namespace["REFUSED"] == {"logical_and": ("self",), "masked_fill.Scalar": ("mask", "self")}
+    assert namespace["OUT_NEEDS_A_DEVICE_INPUT"] == ("abs.out", "angle.out")
     assert "--write checks.py" in namespace["__doc__"]

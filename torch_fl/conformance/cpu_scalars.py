@@ -24,6 +24,8 @@ import warnings
 import torch
 
 _DEVICE_ERRORS = ("device", "CPU scalars", "is_cuda")
+# The argument name under which measure() notes out= calls whose tensor inputs are all CPU scalars.
+ALL_INPUTS = "*"
 
 
 def _leaves(x):
@@ -57,16 +59,18 @@ def measure(device: str = "cuda", budget_s: float = 300.0, samples_per_op: int =
                 (by_name[k], v) for k, v in kwargs.items() if k in by_name
             ]
             scalars = [a.name for a, v in named for t in _leaves(v) if _is_cpu_scalar(t)]
-            device_input = any(
-                isinstance(t, torch.Tensor) and t.device.type == device
-                for a, v in named
-                if not a.is_out
-                for t in _leaves(v)
-            )
-            if len(scalars) != 1 or not device_input:
+            inputs = [t for a, v in named if not a.is_out for t in _leaves(v) if isinstance(t, torch.Tensor)]
+            device_input = any(t.device.type == device for t in inputs)
+            outs = [t for a, v in named if a.is_out for t in _leaves(v) if isinstance(t, torch.Tensor)]
+            device_out = any(t.device.type == device for t in outs)
+            if device_input and len(scalars) == 1:
+                arg = scalars[0]
+            elif device_out and inputs and all(_is_cpu_scalar(t) for t in inputs):
+                arg = ALL_INPUTS  # an out= call with nothing on the device to compute on
+            else:
                 return func(*args, **kwargs)
             key = schema.name[len("aten::") :] + (f".{schema.overload_name}" if schema.overload_name else "")
-            note = seen.setdefault(key, {}).setdefault(scalars[0], {"ok": 0, "refused": 0, "message": ""})
+            note = seen.setdefault(key, {}).setdefault(arg, {"ok": 0, "refused": 0, "message": ""})
             try:
                 out = func(*args, **kwargs)
             except Exception as e:
@@ -119,19 +123,30 @@ def measure(device: str = "cuda", budget_s: float = 300.0, samples_per_op: int =
 
 
 def refused_arguments(seen: dict, already_checked=()) -> dict:
-    """{"op.overload": [args]}: refused in every measured call, accepted in none."""
+    """{"op.overload": [args]}: refused in every measured call beside an input on the device, accepted in none."""
     skip = set(already_checked)
     table = {}
     for op, args in sorted(seen.items()):
         if op in skip:
             continue
-        refused = sorted(a for a, n in args.items() if n["refused"] and not n["ok"])
+        refused = sorted(a for a, n in args.items() if a != ALL_INPUTS and n["refused"] and not n["ok"])
         if refused:
             table[op] = refused
     return table
 
 
-def write_module(path: str, table: dict, command: str) -> None:
+def out_ops_refusing_cpu_inputs(seen: dict, already_known=()) -> list:
+    """The out= overloads that refused every call whose tensor inputs were all CPU scalars (and took none), beside
+    those already known (the structured TensorIterator operators, which native_functions.yaml names)."""
+    skip = set(already_known)
+    return sorted(
+        op
+        for op, args in seen.items()
+        if op not in skip and args.get(ALL_INPUTS, {}).get("refused") and not args[ALL_INPUTS]["ok"]
+    )
+
+
+def write_module(path: str, table: dict, out_ops, command: str) -> None:
     props = torch.cuda.get_device_properties(0) if torch.cuda.is_available() else None
     lines = [
         '"""The arguments CUDA\'s kernels refuse a 0-dim CPU tensor in, beside those of the operators',
@@ -139,7 +154,9 @@ def write_module(path: str, table: dict, command: str) -> None:
         "",
         f"Measured on {props.name if props else 'no GPU'} (torch {torch.__version__}, "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}) with PyTorch's OpInfo samples, each tensor argument",
-        "in turn a 0-dim CPU tensor beside an input on the GPU: the arguments refused in every such call. Written by",
+        "in turn a 0-dim CPU tensor beside an input on the GPU: the arguments refused in every such call",
+        "(REFUSED), and the out= overloads that refused every call whose tensor inputs were all CPU scalars, beside",
+        "the structured TensorIterator ones (OUT_NEEDS_A_DEVICE_INPUT). Written by",
         "",
         f"    {command}",
         '"""',
@@ -149,7 +166,9 @@ def write_module(path: str, table: dict, command: str) -> None:
     for op, args in table.items():  # as ruff formats it
         names = ", ".join(f'"{a}"' for a in args)
         lines.append(f'    "{op}": ({names}{"," if len(args) == 1 else ""}),')
-    lines += ["}", ""]
+    lines += ["}", "", "OUT_NEEDS_A_DEVICE_INPUT = ("]
+    lines += [f'    "{op}",' for op in out_ops]
+    lines += [")", ""]
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines))
 
@@ -165,16 +184,18 @@ def main(argv=None) -> None:
 
     seen = measure(opts.device, opts.budget)
     table = refused_arguments(seen, device_checks.checked_ops())
+    out_ops = out_ops_refusing_cpu_inputs(seen, device_checks.tensor_iterator_ops())
     if opts.json:
         import json
 
         with open(opts.json, "w", encoding="utf-8") as f:
             json.dump(seen, f, indent=1, sort_keys=True)
     if opts.write:
-        write_module(opts.write, table, f"python -m torch_fl.conformance.cpu_scalars --write {opts.write}")
+        write_module(opts.write, table, out_ops, f"python -m torch_fl.conformance.cpu_scalars --write {opts.write}")
     for op, args in table.items():
         print(f"{op}: {', '.join(args)}")
-    print(f"{len(table)} operators, {len(seen)} measured")
+    print(f"out= with CPU inputs alone refused: {', '.join(out_ops)}")
+    print(f"{len(table)} operators, {len(out_ops)} out= overloads, {len(seen)} measured")
 
 
 if __name__ == "__main__":

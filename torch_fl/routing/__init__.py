@@ -259,7 +259,8 @@ def _startup(environ=None) -> None:
     # CPU scalars refused where CUDA's kernels refuse them: every argument of the yaml's checked operators, the
     # measured arguments of the rest
     _C._set_checked_ops(device_checks.checked_ops() + device_checks.measured_entries())
-    _C._set_tensor_iterator_ops(device_checks.tensor_iterator_ops())  # out= calls of CPU scalars alone
+    # out= calls of CPU scalars alone
+    _C._set_tensor_iterator_ops(device_checks.tensor_iterator_ops() + device_checks.measured_out_ops())
     env.warn_unknown_variables(environ)  # a misspelt FLAGOS_STRICT would otherwise be ignored silently
     log_dispatch = env.flag(environ, "FLAGOS_LOG_DISPATCH")
     log_fallback = env.flag(environ, "FLAGOS_LOG_FALLBACK")

@@ -4,7 +4,9 @@ marks as checking every device (device_checks.py).
 Measured on an H100 (torch 2.11, CUDA 13) with PyTorch's OpInfo samples, each tensor argument in turn a 0-dim CPU
 tensor beside an input on the GPU: the operators that ran none of those calls, with the arguments the samples put
 a CPU scalar in; for logical_and/or/xor, masked_fill.Tensor, index_fill.int_Tensor and soft_margin_loss, which
-ran some, the arguments CUDA's error names or whose count of refused calls matches. On a GPU,
+ran some, the arguments CUDA's error names or whose count of refused calls matches; OUT_NEEDS_A_DEVICE_INPUT: the
+out= overloads beside the structured TensorIterator ones that the same probe saw refuse every call whose tensor
+inputs were all CPU scalars. On a GPU,
 
     python -m torch_fl.conformance.cpu_scalars --write torch_fl/vocab/cpu_scalar_checks.py
 
@@ -36,3 +38,10 @@ REFUSED = {
     "smooth_l1_loss": ("self", "target"),
     "soft_margin_loss": ("self",),
 }
+
+OUT_NEEDS_A_DEVICE_INPUT = (
+    "abs.out",
+    "angle.out",
+    "logical_not.out",
+    "std.correction_out",
+)

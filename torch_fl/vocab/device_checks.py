@@ -88,3 +88,11 @@ def measured_entries() -> list[str]:
     from torch_fl.vocab.cpu_scalar_checks import REFUSED
 
     return [f"{op}:{','.join(args)}" for op, args in REFUSED.items()]
+
+
+def measured_out_ops() -> list[str]:
+    """The out= overloads beside tensor_iterator_ops() that CUDA refuses CPU scalars alone as inputs to (abs.out,
+    logical_not.out: TensorIterator operators the yaml does not mark structured), measured on a GPU."""
+    from torch_fl.vocab.cpu_scalar_checks import OUT_NEEDS_A_DEVICE_INPUT
+
+    return list(OUT_NEEDS_A_DEVICE_INPUT)

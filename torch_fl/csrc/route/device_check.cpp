@@ -239,10 +239,11 @@ OpFacts facts_of(const c10::OperatorHandle& op) {
 }
 
 // An out= call of a TensorIterator operator whose tensor inputs are all CPU
-// scalars: TensorIterator computes on the output's device and takes a CPU
-// scalar beside a tensor of that device, at most one, never as the whole
-// input. (Other operators may: where.self_out moves CPU scalars to out's
-// device, linspace's out= reads them on the host.)
+// scalars, wrapped numbers included (`torch.add(c, 2, out=x)`):
+// TensorIterator computes on the output's device and takes a CPU scalar
+// beside a tensor of that device, at most one, never as the whole input.
+// (Other operators may: where.self_out moves CPU scalars to out's device,
+// linspace's out= reads them on the host.)
 [[noreturn]] void raise_inputs_on_cpu(const c10::OperatorHandle& op, c10::Device flagos) {
   const auto& name = op.operator_name();
   TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ", flagos,
@@ -337,7 +338,7 @@ void DeviceCheck::decide(const c10::OperatorHandle& op, c10::DeviceIndex first) 
     raise_written(op, flagos, (written & cpu_args_) != 0 ? c10::Device(c10::kCPU) : non_cpu_, written);
   }
   if (cpu_scalar_ && mixes == Mixes::kNothing && facts.out_op_inputs != 0 &&
-      (facts.out_op_inputs & ~cpu_args_) == 0) {
+      (facts.out_op_inputs & ~(cpu_args_ | wrapped_args_)) == 0) {
     raise_inputs_on_cpu(op, flagos);
   }
   if (has_other_ && !(mixes == Mixes::kCpu && other_.is_cpu())) {

@@ -64,6 +64,8 @@ class DeviceCheck {
       note_other(t.device(), flagos_before, arg);
     } else if (!t.unsafeGetTensorImpl()->is_wrapped_number()) {
       note_cpu_scalar(flagos_before, arg);
+    } else {
+      wrapped_args_ |= uint64_t{1} << (arg < 63 ? arg : 63);  // read only where a CPU scalar was noted too
     }
   }
   // An element of a Tensor?[] argument: the indices of the indexing
@@ -110,6 +112,8 @@ class DeviceCheck {
   // read only once noted_: a call that notes nothing does not initialise them.
   uint64_t foreign_args_;
   uint64_t cpu_args_;
+  // The positions holding a wrapped number (`torch.add(c, 2, out=x)`'s 2): a CPU scalar too, for the out= rule.
+  uint64_t wrapped_args_ = 0;
 };
 
 // The same check over a boxed call's arguments, for the routes that hand the
