@@ -166,9 +166,13 @@ def write_module(path: str, table: dict, out_ops, command: str) -> None:
     for op, args in table.items():  # as ruff formats it
         names = ", ".join(f'"{a}"' for a in args)
         lines.append(f'    "{op}": ({names}{"," if len(args) == 1 else ""}),')
-    lines += ["}", "", "OUT_NEEDS_A_DEVICE_INPUT = ("]
-    lines += [f'    "{op}",' for op in out_ops]
-    lines += [")", ""]
+    lines += ["}", ""]
+    if len(out_ops) < 2:  # a one-element tuple's comma is not a magic trailing comma: ruff joins it
+        quoted = "".join(f'"{op}",' for op in out_ops)
+        lines.append(f"OUT_NEEDS_A_DEVICE_INPUT = ({quoted})")
+    else:
+        lines += ["OUT_NEEDS_A_DEVICE_INPUT = (", *(f'    "{op}",' for op in out_ops), ")"]
+    lines += [""]
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines))
 
