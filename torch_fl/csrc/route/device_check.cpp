@@ -122,13 +122,6 @@ std::unordered_set<std::string>& tensor_iterator_ops() {
 }
 std::atomic<uint64_t> checked_generation{0};
 
-// The bit of a schema position in DeviceCheck's masks: no ATen schema has 64
-// arguments, and one that had would share the last bit (refused rather than
-// let through).
-constexpr uint64_t arg_bit(size_t position) {
-  return uint64_t{1} << (position < 63 ? position : 63);
-}
-
 // What the decision needs to know of an operator, made once per operator and
 // thread: asked only for calls that noted something, but `x * torch.tensor(2.)`
 // notes on every call, so it must not cost the operator's name built and

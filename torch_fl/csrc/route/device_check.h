@@ -44,6 +44,13 @@
 namespace torch_fl {
 namespace route {
 
+// The bit of a schema position in DeviceCheck's masks: no ATen schema has 64
+// arguments, and one that had would share the last bit (refused rather than
+// let through).
+constexpr uint64_t arg_bit(size_t position) {
+  return uint64_t{1} << (position < 63 ? position : 63);
+}
+
 class DeviceCheck {
  public:
   // A flagos argument on `index` where the call's first was on `first`.
@@ -65,7 +72,7 @@ class DeviceCheck {
     } else if (!t.unsafeGetTensorImpl()->is_wrapped_number()) {
       note_cpu_scalar(flagos_before, arg);
     } else {
-      wrapped_args_ |= uint64_t{1} << (arg < 63 ? arg : 63);  // read only where a CPU scalar was noted too
+      wrapped_args_ |= arg_bit(arg);  // read only where a CPU scalar was noted too
     }
   }
   // An element of a Tensor?[] argument: the indices of the indexing
@@ -127,9 +134,11 @@ void check_devices(const c10::OperatorHandle& op, const torch::jit::Stack& stack
 // kernel checks itself ("name.overload:arg,arg", measured on a GPU).
 void set_checked_ops(const std::vector<std::string>& names);
 
-// The structured TensorIterator operators ("name.overload"; read from
-// native_functions.yaml at import): an out= call of one whose tensor inputs
-// are all CPU scalars raises, as TensorIterator does on CUDA.
+// The TensorIterator out= operators ("name.overload"): the structured ones,
+// read from native_functions.yaml at import, and the rest, measured on a GPU
+// (torch_fl/vocab/cpu_scalar_checks.py). An out= call of one whose tensor
+// inputs are all CPU scalars, Python numbers included, raises, as
+// TensorIterator does on CUDA.
 void set_tensor_iterator_ops(const std::vector<std::string>& names);
 
 }  // namespace route
