@@ -143,7 +143,7 @@ at::Tensor sdpa_shortcut(const at::Tensor& q, const at::Tensor& k, const at::Ten
     if (mask.has_value() && mask->defined()) {
       m = a.arg_value(*mask, 3);
     }
-    a.check_devices(*sdpa_handle);
+    TORCH_INTERNAL_ASSERT(!a.check_devices(*sdpa_handle));  // true only for a _foreach operator
     try {
       out = a.result(at::scaled_dot_product_attention(*qa, *ka, *va, m, dropout_p, is_causal, scale, enable_gqa));
     } catch (const c10::Error& e) {

@@ -288,7 +288,11 @@ class PyRouteKernel final : public c10::OperatorKernel {
       // The caller's arguments, for the error path.
       c10::SmallVector<c10::IValue, 8> original(stack->end() - nargs, stack->end());
       routed.unwrap(stack, nargs);
-      routed.check_devices(op);
+      if (C10_UNLIKELY(routed.check_devices(op))) {
+        routed.restore(stack, nargs);
+        route::run_foreach_per_element(op, stack);
+        return;
+      }
       if (C10_UNLIKELY(routed.shares_storage())) {
         route::check_written_overlaps(op, c10::ArrayRef<c10::IValue>(&*(stack->end() - nargs), nargs));
       }

@@ -259,7 +259,11 @@ bool try_replay(ReplayPlan& f, const c10::OperatorHandle& op, torch::jit::Stack*
   f.hits.fetch_add(1, std::memory_order_relaxed);
   route::RoutedArgs routed;
   routed.unwrap(stack, nargs);
-  routed.check_devices(op);
+  if (C10_UNLIKELY(routed.check_devices(op))) {
+    routed.restore(stack, nargs);
+    route::run_foreach_per_element(op, stack);
+    return true;
+  }
   if (C10_UNLIKELY(routed.shares_storage())) {
     route::check_written_overlaps(op, c10::ArrayRef<c10::IValue>(&*(stack->end() - nargs), nargs));
   }

@@ -183,7 +183,10 @@ struct PyFront<Op, Ret(Args...)> {
     routed.reserve((route::typed::tensors_in(args) + ... + size_t{0}));
     c10::SmallVector<py::object, 8> objects;
     push_args(routed, objects, std::index_sequence_for<Args...>{}, args...);
-    routed.check_devices(*handle);
+    if (C10_UNLIKELY(routed.check_devices(*handle))) {
+      objects.clear();
+      return route::run_foreach_per_element(handle->template typed<Ret(Args...)>(), args...);
+    }
     if (C10_UNLIKELY(mutates && routed.shares_storage())) {
       route::check_written_overlaps(*handle, c10::impl::boxArgs<Args...>(args...));
     }

@@ -140,6 +140,8 @@ struct OpFacts {
   // lists): where every one is a CPU scalar, the call has nothing on flagos
   // to compute on.
   uint64_t out_op_inputs = 0;
+  // A _foreach operator: a call over several devices runs element by element.
+  bool foreach = false;
 };
 
 OpFacts facts_of(const c10::OperatorHandle& op) {
@@ -160,6 +162,7 @@ OpFacts facts_of(const c10::OperatorHandle& op) {
   facts.mixes = mixes_of(name);
   bool tensor_iterator = false;
   if (name.name.rfind("aten::", 0) == 0) {
+    facts.foreach = name.name.rfind("aten::_foreach_", 0) == 0;
     std::string entry = name.name.substr(6);
     if (!name.overload_name.empty()) {
       entry += ".";
@@ -310,14 +313,21 @@ void DeviceCheck::note_cpu_scalar(bool flagos_before, size_t arg) {
   note_arg(c10::Device(c10::kCPU), arg);
 }
 
-void DeviceCheck::decide(const c10::OperatorHandle& op, c10::DeviceIndex first) const {
+bool DeviceCheck::decide(const c10::OperatorHandle& op, c10::DeviceIndex first) const {
   if (first < 0) {
-    return;  // no flagos tensor: the call is another device's (a device argument made it flagos's)
+    return false;  // no flagos tensor: the call is another device's (a device argument made it flagos's)
   }
   const OpFacts facts = facts_of(op);
   const Mixes mixes = facts.mixes;
   if (mixes == Mixes::kAny) {
-    return;
+    return false;
+  }
+  if (facts.foreach) {
+    // CUDA's fast path needs every tensor on one device; anything else runs
+    // per element, whose calls decide for themselves. The CPU tensors a
+    // _foreach operator takes whole (addcmul's scalars) stay on the fast path.
+    const bool only_cpu = split_other_ < 0 && !cpu_scalar_ && !cpu_index_ && other_.is_cpu() && non_cpu_.is_cpu();
+    return !(mixes == Mixes::kCpu && only_cpu);
   }
   if (split_other_ >= 0) {
     raise(op, c10::Device(kFlagos, split_first_), c10::Device(kFlagos, split_other_));
@@ -359,6 +369,7 @@ void DeviceCheck::decide(const c10::OperatorHandle& op, c10::DeviceIndex first) 
     }
     raise(op, flagos, c10::Device(c10::kCPU));
   }
+  return false;
 }
 
 void set_checked_ops(const std::vector<std::string>& names) {
@@ -381,7 +392,7 @@ void set_tensor_iterator_ops(const std::vector<std::string>& names) {
   checked_generation.fetch_add(1, std::memory_order_release);
 }
 
-void check_devices(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t nargs) {
+bool check_devices(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t nargs) {
   DeviceCheck check;
   c10::DeviceIndex first = -1;
   size_t arg = 0;
@@ -412,7 +423,11 @@ void check_devices(const c10::OperatorHandle& op, const torch::jit::Stack& stack
       }
     });
   }
-  check.check(op, first);
+  return check.check(op, first);
+}
+
+void run_foreach_per_element(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 }
 
 }  // namespace route

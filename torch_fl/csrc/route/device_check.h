@@ -30,6 +30,14 @@
 // decision, the operator's exemptions, which arguments it writes (a fact kept
 // per operator) and the message are out of line, for calls that noted
 // something.
+//
+// A _foreach operator is the one exception to raising: CUDA's _foreach
+// kernels take their fast path only where every tensor is on one device, and
+// otherwise run ATen's slow path, one element at a time, whose elementwise
+// calls check their own devices. So a _foreach call whose tensors noted a
+// second device answers "per element" (check() returns true) instead, and the
+// route runs it with run_foreach_per_element(): the same slow path, on the
+// caller's flagos tensors, each element's call routed on its own device.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -86,10 +94,10 @@ class DeviceCheck {
   // Raises PyTorch's device-mismatch error (a RuntimeError) where the call's
   // tensors are on two devices and `op` may not mix them. `first`: the
   // call's first flagos index (-1: no flagos tensor, nothing to check).
-  C10_ALWAYS_INLINE void check(const c10::OperatorHandle& op, c10::DeviceIndex first) const {
-    if (C10_UNLIKELY(noted_)) {
-      decide(op, first);
-    }
+  // True: `op` is a _foreach operator whose call must run element by element
+  // (run_foreach_per_element); no other operator answers true.
+  [[nodiscard]] C10_ALWAYS_INLINE bool check(const c10::OperatorHandle& op, c10::DeviceIndex first) const {
+    return C10_UNLIKELY(noted_) && decide(op, first);
   }
 
  private:
@@ -100,7 +108,7 @@ class DeviceCheck {
   void start_notes();
   void note_device(c10::Device device, bool flagos_before);
   void note_arg(c10::Device device, size_t arg);
-  C10_NOINLINE void decide(const c10::OperatorHandle& op, c10::DeviceIndex first) const;
+  C10_NOINLINE bool decide(const c10::OperatorHandle& op, c10::DeviceIndex first) const;
 
   c10::DeviceIndex split_first_ = -1;  // two flagos indices: the first and the first other one
   c10::DeviceIndex split_other_ = -1;
@@ -125,8 +133,23 @@ class DeviceCheck {
 
 // The same check over a boxed call's arguments, for the routes that hand the
 // flagos tensors to a kernel themselves (the CPU fallback copies them to the
-// host first, where nothing would check them any more).
-void check_devices(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t nargs);
+// host first, where nothing would check them any more). True: as
+// DeviceCheck::check() (run the call with run_foreach_per_element()).
+[[nodiscard]] bool check_devices(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t nargs);
+
+// Runs a _foreach call whose tensors are on several devices (`stack`: its
+// arguments, the caller's flagos tensors) as CUDA does: ATen's slow path
+// (the operator's CompositeExplicitAutograd kernel, which the CPU dispatch
+// key selects for every _foreach operator), whose per-element calls dispatch
+// again and so each run on one device, on its operator's own route, and
+// raise PyTorch's error where one element's tensors mix devices.
+void run_foreach_per_element(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// The same for a typed call (the operator's own C++ signature).
+template <typename Ret, typename... Args, typename... Given>
+Ret run_foreach_per_element(const c10::TypedOperatorHandle<Ret(Args...)>& op, Given&&... args) {
+  return op.redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), std::forward<Given>(args)...);
+}
 
 // The operators whose CUDA kernels check every tensor's device, CPU scalars
 // included ("name" or "name.overload"; torch_fl/vocab/device_checks.py reads

@@ -41,7 +41,11 @@ void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   RoutedArgs args;
   args.unwrap(stack, schema.arguments().size());
-  args.check_devices(op);
+  if (C10_UNLIKELY(args.check_devices(op))) {
+    args.restore(stack, schema.arguments().size());
+    run_foreach_per_element(op, stack);
+    return;
+  }
   try {
     op.redispatchBoxed(g_backing.keyset, stack);
   } catch (const c10::Error& e) {
@@ -71,7 +75,10 @@ void native_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
                               "the host, or route it to a backend that has it.");
   TORCH_CHECK_NOT_IMPLEMENTED(!g_backing.host, "flagos: aten::", name,
                               " has no CPU kernel, so the host-backed flagos device cannot run it either.");
-  check_devices(op, *stack, op.schema().arguments().size());
+  if (check_devices(op, *stack, op.schema().arguments().size())) {
+    run_foreach_per_element(op, stack);
+    return;
+  }
   check_not_capturing(op, *stack, false);
   if (f.log_fallback) {
     log_fallback(op);
@@ -239,7 +246,10 @@ void run_native_route(const c10::OperatorHandle& op, c10::DispatchKeySet ks, tor
 
 void call_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // cpu_fallback copies every tensor to the host, where nothing would see their devices any more.
-  check_devices(op, *stack, op.schema().arguments().size());
+  if (check_devices(op, *stack, op.schema().arguments().size())) {
+    run_foreach_per_element(op, stack);
+    return;
+  }
   check_not_capturing(op, *stack, true);
   if (g_route_flags.log_fallback) {
     log_fallback(op);

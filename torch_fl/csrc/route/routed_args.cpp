@@ -342,6 +342,46 @@ void RoutedArgs::unwrap(torch::jit::Stack* stack, size_t nargs) {
   }
 }
 
+void RoutedArgs::restore(torch::jit::Stack* stack, size_t nargs) const {
+  // Only the rare _foreach call over several devices comes here (its
+  // operators take no device or generator argument, which unwrap() also
+  // swaps): a map rather than a scan per tensor, for an optimizer's lists.
+  ska::flat_hash_map<const c10::TensorImpl*, const at::Tensor*> caller;
+  caller.reserve(borrowed_.size());
+  for (const Borrowed& b : borrowed_) {
+    caller.emplace(b.alias.unsafeGetTensorImpl(), &*b.flagos);
+  }
+  auto original = [&](const at::Tensor& t) -> const at::Tensor* {
+    const auto it = caller.find(t.unsafeGetTensorImpl());
+    return it == caller.end() ? nullptr : it->second;
+  };
+  for (size_t i = stack->size() - nargs; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (v.isTensor()) {
+      if (const at::Tensor* t = original(v.toTensor())) {
+        v = *t;
+      }
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      for (size_t j = 0; j < list.size(); ++j) {
+        if (const at::Tensor* t = original(list.get(j))) {
+          list.set(j, *t);
+        }
+      }
+    } else if (v.isOptionalTensorList()) {
+      auto list = v.toOptionalTensorList();
+      for (size_t j = 0; j < list.size(); ++j) {
+        const std::optional<at::Tensor> e = list.get(j);
+        if (e.has_value()) {
+          if (const at::Tensor* t = original(*e)) {
+            list.set(j, *t);
+          }
+        }
+      }
+    }
+  }
+}
+
 std::optional<c10::Device> RoutedArgs::device_arg(std::optional<c10::Device> d) {
   if (!d.has_value()) {
     return d;

@@ -49,10 +49,14 @@ class RoutedArgs {
   // After the arguments are unwrapped (boxed or typed), before the kernel
   // runs: raises PyTorch's device-mismatch error where they are on two
   // devices and `op` may not mix them (route/device_check.h). Every route
-  // calls it.
-  C10_ALWAYS_INLINE void check_devices(const c10::OperatorHandle& op) const {
-    devices_.check(op, index_);
+  // calls it. True: a _foreach call over several devices, which the route
+  // runs with run_foreach_per_element() on the caller's tensors (restore()
+  // puts them back on a boxed stack) instead of its kernel.
+  [[nodiscard]] C10_ALWAYS_INLINE bool check_devices(const c10::OperatorHandle& op) const {
+    return devices_.check(op, index_);
   }
+  // Undoes unwrap(): the caller's flagos tensors where their aliases stand.
+  void restore(std::vector<c10::IValue>* stack, size_t nargs) const;
   // Two arguments of the call are over one flagos storage (their aliases
   // share a storage): the routes whose kernel is not PyTorch's then check
   // written arguments against the others (route/overlap_check.h).

@@ -256,7 +256,9 @@ struct Typed<Op, Ret(Args...)> {
     constexpr auto indices = std::index_sequence_for<Args...>{};
     a.reserve((tensors_in(args) + ... + size_t{0}));
     Held held = map_args(a, indices, args...);
-    a.check_devices(*handle);
+    if (C10_UNLIKELY(a.check_devices(*handle))) {
+      return run_foreach_per_element(*handle, std::forward<Args>(args)...);
+    }
     if constexpr (std::is_void_v<Ret>) {
       redispatch(a, held, indices);
       if (mutates) {
