@@ -80,6 +80,25 @@ def test_loading_onto_flagos(program, tmp_path):
     assert got["dispatched"]["tokens"] == got["cpu_tokens"]
 
 
+def test_generate_compiles_a_static_cache_on_flagos_over_a_gpu(program):
+    # On host backing --as-gpu lets the adapter take flagos for a GPU: it then compiles on the host.
+    got = program("compiled_generate.py", *(() if torch_fl.backing() == "cuda" else ("--as-gpu",))).result()
+    want = got["reference"]["tokens"]
+    assert got["static"]["tokens"] == want and got["dynamic"]["tokens"] == want
+    assert got["static"]["graphs"] >= 1, got  # the compiled forward ran
+    assert got["dynamic"]["graphs"] == 0, got  # a dynamic cache is not compiled, as on CUDA
+    assert got["warnings"] == []
+    if torch_fl.backing() == "cuda":
+        assert got["reference"]["graphs"] >= 1, got
+
+
+@pytest.mark.skipif(torch_fl.backing() == "cuda", reason="flagos is over a GPU here")
+def test_flagos_over_host_memory_generates_eagerly_as_the_cpu(program):
+    got = program("compiled_generate.py").result()
+    assert got["static"]["tokens"] == got["reference"]["tokens"]
+    assert got["static"]["graphs"] == got["reference"]["graphs"] == 0
+
+
 def _numbers(run: dict) -> dict:
     """A run's numbers, lists flattened, its device left out."""
     flat = {}

@@ -30,12 +30,13 @@ ADAPTERS = {
         "Trainer trains on flagos (TrainingArguments picks cuda or cpu), bf16=True on host backing, "
         "from_pretrained(device_map='flagos') and model.train() with the kernels package, pipeline(device=i) "
         "and pipeline() on flagos:i (an index names cuda:i or the CPU), an exact resume_from_checkpoint "
-        "(flagos's generators in the checkpoint)",
+        "(flagos's generators in the checkpoint), generate() with a static cache compiled on flagos over a GPU",
         [
             ("transformers.training_args", "torch_fl.integrations.transformers:install_training_args"),
             ("transformers.integrations.hub_kernels", "torch_fl.integrations.transformers:install_hub_kernels"),
             ("transformers.pipelines.base", "torch_fl.integrations.transformers:install_pipelines"),
             ("transformers.trainer", "torch_fl.integrations.transformers:install_trainer"),
+            ("transformers.generation.utils", "torch_fl.integrations.transformers:install_generation"),
         ],
     ),
     "accelerate": (

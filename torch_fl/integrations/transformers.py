@@ -1,4 +1,4 @@
-"""The transformers adapter (opt-in: torch_fl.integrations.enable()). Five gaps, each where transformers
+"""The transformers adapter (opt-in: torch_fl.integrations.enable()). Six gaps, each where transformers
 names its devices in code (transformers 5.x):
 
 - `TrainingArguments` picks its device from a fixed list (cuda first, else ACCELERATE_TORCH_DEVICE or cpu)
@@ -16,17 +16,22 @@ names its devices in code (transformers 5.x):
 - A checkpoint's `rng_state.pth` holds the generators of a fixed list of devices (cuda, npu, hpu, ...): a
   resumed run drew other dropout masks than the uninterrupted one. The Trainer's checkpoints also keep
   flagos's generators (every device's, in flagos_rng_state.pth), and its resume restores them.
+- `generate()` with a static cache compiles the model's forward (CUDA graphs under `torch.compile`) only on a
+  fixed list of devices (cuda, xpu, ...; not the CPU): flagos over a GPU counts as one, through
+  transformers' own switch for other devices (`CompileConfig._compile_all_devices`). flagos over host memory
+  stays eager, as the CPU does.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import sys
 
 import torch
 
-from torch_fl._core import DEVICE_NAME
+from torch_fl._core import DEVICE_NAME, backing
 
 
 def _on_flagos(device) -> bool:
@@ -169,3 +174,51 @@ def install_trainer(trainer_module) -> None:
             patched = wrap(getattr(cls, name))
             patched._torch_fl = True
             setattr(cls, name, patched)
+
+
+def _uses_compilable_cache(model_kwargs) -> bool:
+    """generate's own test of its cache (a static or other compilable cache, not the dynamic one)."""
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+    cache = model_kwargs.get("cache")
+    decoder_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+    return cache is not None and cache.is_compileable and type(decoder_cache) is not DynamicCache
+
+
+def _auto_compile_on_flagos(original):
+    @functools.wraps(original)
+    def _valid_auto_compile_criteria(self, model_kwargs, generation_config):
+        given = generation_config.compile_config
+        # Only where generate would compile on a GPU: without a config of the user's, with a compilable cache
+        # (else a config passed in here would make generate warn of one the user never set).
+        if (
+            generation_config.disable_compile
+            or not _on_flagos(self.device)
+            or backing() != "cuda"
+            or (given is None and not _uses_compilable_cache(model_kwargs))
+        ):
+            return original(self, model_kwargs, generation_config)
+        from transformers.generation.configuration_utils import CompileConfig
+
+        forced = copy.copy(given) if given is not None else CompileConfig()
+        forced._compile_all_devices = True  # on this call's copy: the caller's config is left as it was
+        generation_config.compile_config = forced
+        try:
+            return original(self, model_kwargs, generation_config)
+        finally:
+            generation_config.compile_config = given
+            if given is not None:
+                given.fullgraph = forced.fullgraph  # generate turns it off for flash attention, on the config
+
+    return _valid_auto_compile_criteria
+
+
+def install_generation(generation_utils) -> None:
+    """The compiled-generate part; `generation_utils` is the imported transformers.generation.utils module.
+    Versions without the criteria method do not have the gap."""
+    cls = generation_utils.GenerationMixin
+    original = getattr(cls, "_valid_auto_compile_criteria", None)
+    if original is not None and not getattr(original, "_torch_fl", False):
+        patched = _auto_compile_on_flagos(original)
+        patched._torch_fl = True
+        cls._valid_auto_compile_criteria = patched
