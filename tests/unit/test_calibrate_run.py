@@ -156,3 +156,20 @@ def test_cli_model_tasks_cover_prefill_and_training(routing_state, tmp_path, mon
     assert any("backward" in op for op in ops_of["train"])
     assert main(["calibrate", "--model", "tiny", "--tasks", "decode,sample", "-o", str(tmp_path / "x.conf")]) == 2
     assert "expected a comma list of decode, prefill, train" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model", ["gpt2-tiny", "bert-tiny", "vit-tiny"])
+def test_cli_calibrates_the_standard_models(routing_state, tmp_path, monkeypatch, capsys, model):  # noqa: F811
+    """GPT-2, BERT and ViT built from their configurations: a forward pass and a training step of each."""
+    pytest.importorskip("transformers")
+    monkeypatch.setattr(calibrate_cli, "TIMER", fake_timer(4096))
+    out = tmp_path / "cal.conf"
+    argv = ["calibrate", "--model", model, "--rounds", "1", "--confirm", "0", "--quiet", "--isolate", "off"]
+    assert main([*argv, "--candidate", "cpu_fallback", "-o", str(out)]) == 0
+    ops = {r.pattern for r in config.load_file(str(out)) if r.file == str(out)}
+    assert ops & {"addmm", "mm", "bmm"}, ops  # the linear layers
+    assert any("backward" in op for op in ops), ops  # the training step
+    capsys.readouterr()
+    if model != "gpt2-tiny":  # an encoder generates nothing
+        assert main(["calibrate", "--model", model, "--tasks", "decode", "-o", str(tmp_path / "x.conf")]) == 2
+        assert f"{model} generates no text; its tasks are prefill, train" in capsys.readouterr().err

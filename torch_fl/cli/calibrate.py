@@ -33,8 +33,9 @@ def add_arguments(parser) -> None:
     src.add_argument(
         "--model",
         default=None,
-        help="demo (the demo's model: Qwen3-0.6B architecture on a GPU, tiny on host memory), tiny, 0.6b, or a "
-        "local Hugging Face checkpoint directory; generates --tokens greedily (default: demo)",
+        help="demo (the demo's model: Qwen3-0.6B architecture on a GPU, tiny on host memory), tiny, 0.6b, a local "
+        "Hugging Face checkpoint directory, or a standard model built from its configuration: gpt2 (GPT-2 small), "
+        "bert (BERT-base), vit (ViT-B/16), each also as NAME-tiny (default: demo)",
     )
     src.add_argument(
         "--script",
@@ -47,15 +48,26 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dtype", default="auto", choices=["auto", *DTYPES], help="model dtype (bfloat16 on a GPU)")
     parser.add_argument(
         "--tasks",
-        default="decode,prefill,train",
-        help="what the model workload runs, a comma list of decode (greedy generation), prefill (one forward "
-        "of --batch x --seq tokens) and train (one AdamW step, bf16 autocast over float32 weights, half the "
-        "batch); default all three, the e2e benchmark's tasks",
+        default=None,
+        help="what the model workload runs, a comma list of decode (greedy generation of --tokens), prefill (one "
+        "forward of --batch x --seq tokens, or --batch images) and train (one AdamW step, bf16 autocast over "
+        "float32 weights; Qwen3 on half the batch); default every task the model has (BERT and ViT do not "
+        "decode), the e2e benchmark's tasks",
     )
     parser.add_argument("--tokens", type=int, default=None, help="tokens to generate (default 16 on a GPU, 4 else)")
     parser.add_argument("--prompt-len", type=int, default=None, help="prompt length (default 32 on a GPU, 8 else)")
-    parser.add_argument("--batch", type=int, default=None, help="prefill batch (default 8 on a GPU, 2 else)")
-    parser.add_argument("--seq", type=int, default=None, help="prefill/train length (default 512 on a GPU, 16 else)")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        help="prefill batch (Qwen3: 8 on a GPU, 2 else; gpt2 8, bert 32, vit 64 images; NAME-tiny 2)",
+    )
+    parser.add_argument(
+        "--seq",
+        type=int,
+        default=None,
+        help="prefill/train length (Qwen3: 512 on a GPU, 16 else; gpt2 1024, bert 128; NAME-tiny 16)",
+    )
     parser.add_argument("--rounds", type=int, default=5, help="timing rounds, native and candidate alternating (5)")
     parser.add_argument("--reps", type=int, default=10, help="calls per timing sample (10)")
     parser.add_argument(
@@ -92,10 +104,19 @@ def add_arguments(parser) -> None:
 TASKS = ("decode", "prefill", "train")
 
 
-def parse_tasks(text: str) -> list[str]:
+def parse_tasks(text: str | None, model: str = "demo") -> list[str]:
+    """--tasks for --model: a comma list of the model's tasks (None: all of them)."""
+    from torch_fl.models import standard
+
+    std = standard.parse(model)
+    own = TASKS if std is None or standard.STANDARD[std[0]].causal else ("prefill", "train")
+    if text is None:
+        return list(own)
     tasks = [t.strip() for t in text.split(",") if t.strip()]
     if not tasks or set(tasks) - set(TASKS):
         raise ValueError(f"--tasks {text!r}: expected a comma list of {', '.join(TASKS)}")
+    if set(tasks) - set(own):
+        raise ValueError(f"--tasks {text!r}: {model} generates no text; its tasks are {', '.join(own)}")
     return tasks
 
 
@@ -108,7 +129,7 @@ def check_arguments(args) -> None:
     if args.script and not os.path.isfile(args.script):
         raise ValueError(f"--script {args.script}: no such file")
     if not args.script:
-        parse_tasks(args.tasks)
+        parse_tasks(args.tasks, args.model or "demo")
     if args.confirm < 0:
         raise ValueError(f"--confirm {args.confirm}: the number of pairs is 0 (no confirmation) or more")
     check_candidate(args.candidate)
@@ -116,11 +137,13 @@ def check_arguments(args) -> None:
 
 def model_workload(args):
     """The model's tasks (--tasks: what e2e.py measures) as one workload: (fn, description)."""
-    from torch_fl.models import qwen3, workloads
+    from torch_fl.models import qwen3, standard, workloads
 
-    tasks = parse_tasks(args.tasks)
-    on_gpu = torch_fl.backing() == "cuda"
     spec = args.model or "demo"
+    tasks = parse_tasks(args.tasks, spec)
+    on_gpu = torch_fl.backing() == "cuda"
+    if standard.parse(spec) is not None:
+        return standard_workload(args, *standard.parse(spec), tasks, on_gpu)
     spec = ("0.6b" if on_gpu else "tiny") if spec == "demo" else qwen3.canonical(spec)
     dtype = DTYPES[args.dtype] if args.dtype != "auto" else (torch.bfloat16 if on_gpu else torch.float32)
     tokens = args.tokens or (16 if on_gpu else 4)
@@ -153,6 +176,41 @@ def model_workload(args):
             fn()
 
     return run, f"Qwen3 '{spec}' ({str(dtype).removeprefix('torch.')}): " + ", ".join(parts)
+
+
+def standard_workload(args, name: str, tiny: bool, tasks: list[str], on_gpu: bool):
+    """A standard model's tasks (torch_fl/models/standard.py), at the batch sizes people train with."""
+    from torch_fl.models import standard, workloads
+
+    spec = standard.STANDARD[name]
+    dtype = DTYPES[args.dtype] if args.dtype != "auto" else (torch.bfloat16 if on_gpu else torch.float32)
+    batch = args.batch or (standard.TINY_BATCH if tiny else spec.batch)
+    seq = None if spec.seq is None else args.seq or (standard.TINY_SEQ if tiny else spec.seq)
+    shape = f"{batch} x {seq}" if seq is not None else f"{batch} images"
+    model = standard.build(name, tiny, dtype=dtype).to("flagos") if {"decode", "prefill"} & set(tasks) else None
+    runs, parts = [], []
+    if "decode" in tasks:
+        tokens, prompt_len = args.tokens or (16 if on_gpu else 4), args.prompt_len or (32 if on_gpu else 8)
+        ids = standard.batch(model, 1, prompt_len)["input_ids"].to("flagos")
+        runs.append(lambda: workloads.greedy(model, ids, tokens))
+        parts.append(f"decode ({prompt_len}-token prompt, {tokens} new tokens)")
+    if "prefill" in tasks:
+        inputs = standard.to(standard.batch(model, batch, seq, seed=2), "flagos", dtype)
+        runs.append(lambda: standard.forward(model, inputs))
+        parts.append(f"prefill ({shape})")
+    if "train" in tasks:
+        trained = standard.build(name, tiny).to("flagos").train()
+        opt = torch.optim.AdamW(trained.parameters(), lr=1e-5)
+        train_inputs = standard.to(standard.batch(trained, batch, seq, seed=3), "flagos")
+        runs.append(lambda: standard.train_step(trained, opt, train_inputs))
+        parts.append(f"train ({shape}, bf16 autocast)")
+
+    def run():
+        for fn in runs:
+            fn()
+
+    title = spec.title + (" (tiny)" if tiny else "")
+    return run, f"{title} ({str(dtype).removeprefix('torch.')}): " + ", ".join(parts)
 
 
 def script_workload(path: str, argv: list[str]):
