@@ -58,12 +58,9 @@ def build(name: str, tiny: bool = False, seed: int = 0, dtype: torch.dtype = tor
     config_cls, model_cls, head = classes[name]
     config = config_cls(**head, **(TINY[name] if tiny else {}))
     config._attn_implementation = "sdpa"
-    rng_state = torch.random.get_rng_state()
-    try:
+    with torch.random.fork_rng(devices=[]):  # the caller's CPU generator is left as it was
         torch.manual_seed(seed)
         model = model_cls(config)
-    finally:
-        torch.random.set_rng_state(rng_state)
     if STANDARD[name].causal:
         model.generation_config.pad_token_id = model.config.eos_token_id
     return model.to(dtype=dtype).eval()
