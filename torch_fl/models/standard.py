@@ -27,7 +27,7 @@ STANDARD = {
     "vit": Standard("ViT-B/16", causal=False, batch=64, seq=None),
 }
 TINY = {
-    "gpt2": dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=128),
+    "gpt2": dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=128, bos_token_id=127, eos_token_id=127),
     "bert": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=128),
     "vit": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32),
 }
