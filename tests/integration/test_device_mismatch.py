@@ -119,11 +119,9 @@ def test_a_cpu_scalar_is_refused_where_cudas_kernel_checks_its_device(call):
         call(f)
 
 
-def test_an_out_call_of_cpu_scalars_alone_runs_where_the_kernel_is_not_tensor_iterators():
-    # CUDA's where.self_out moves 0-dim CPU inputs to out's device; linspace's out= reads start and end on the host
+def test_an_out_call_of_cpu_scalars_alone_runs_where_the_kernel_reads_them_on_the_host():
+    # linspace's out= reads start and end on the host
     c = torch.tensor(5.0)
-    out = torch.zeros((), device="flagos")
-    assert torch.where(c > 0, c, -c, out=out) is out and out.cpu().item() == 5.0
     line = torch.zeros(3, device="flagos")
     assert torch.linspace(-c, c, 3, out=line) is line and line.cpu().tolist() == [-5.0, 0.0, 5.0]
 
@@ -138,17 +136,15 @@ def checked_ops():
 
 
 def test_an_entry_naming_arguments_refuses_a_cpu_scalar_in_those_only(checked_ops):
-    # masked_fill's CUDA kernel checks its mask's device, and takes a CPU scalar as the value (measured entries).
+    # masked_fill's CUDA kernel takes a CPU scalar as the value: an entry naming `value` refuses it there only.
     f = torch.zeros(3, device="flagos")
-    mask, value = torch.tensor(True), torch.tensor(2.0)
+    mask, value = torch.tensor(True, device="flagos"), torch.tensor(2.0)
     checked_ops([])
-    assert f.masked_fill(mask, 1.0).cpu().tolist() == [1.0, 1.0, 1.0]
-    checked_ops(["masked_fill.Tensor:mask", "masked_fill.Scalar:mask"])
-    for fill in (1.0, value):
-        with pytest.raises(RuntimeError, match=r"flagos:0 and cpu! \(in aten::masked_fill"):
-            f.masked_fill(mask, fill)
-    flagos_mask = mask.to("flagos")
-    assert f.masked_fill(flagos_mask, value).cpu().tolist() == [2.0, 2.0, 2.0]
+    assert f.masked_fill(mask, value).cpu().tolist() == [2.0, 2.0, 2.0]
+    checked_ops(["masked_fill.Tensor:value"])
+    with pytest.raises(RuntimeError, match=r"flagos:0 and cpu! \(in aten::masked_fill"):
+        f.masked_fill(mask, value)
+    assert f.masked_fill(mask, 1.0).cpu().tolist() == [1.0, 1.0, 1.0]  # masked_fill.Scalar: no entry
 
 
 # Kernels that check some arguments' devices themselves, measured on a GPU (torch_fl/vocab/cpu_scalar_checks.py):
@@ -227,6 +223,7 @@ CPU_INPUTS_ONLY = {
     # TensorIterator operators native_functions.yaml does not mark structured (measured, cpu_scalar_checks.py)
     "abs.out": lambda c, out: torch.abs(c, out=out),
     "logical_not.out": lambda c, out: torch.logical_not(c, out=out),
+    "where.self_out": lambda c, out: torch.where(c > 0, c, -c, out=out),
 }
 
 

@@ -1,16 +1,12 @@
-"""The arguments CUDA's kernels refuse a 0-dim CPU tensor in, beside those of the operators native_functions.yaml
-marks as checking every device (device_checks.py).
+"""The arguments CUDA's kernels refuse a 0-dim CPU tensor in, beside those of the operators
+native_functions.yaml marks as checking every device (device_checks.py).
 
-Measured on an H100 (torch 2.11, CUDA 13) with PyTorch's OpInfo samples, each tensor argument in turn a 0-dim CPU
-tensor beside an input on the GPU: the operators that ran none of those calls, with the arguments the samples put
-a CPU scalar in; for logical_and/or/xor, masked_fill.Tensor, index_fill.int_Tensor and soft_margin_loss, which
-ran some, the arguments CUDA's error names or whose count of refused calls matches; OUT_NEEDS_A_DEVICE_INPUT: the
-out= overloads beside the structured TensorIterator ones that the same probe saw refuse every call whose tensor
-inputs were all CPU scalars. On a GPU,
+Measured on NVIDIA H100 80GB HBM3 (torch 2.11.0+cu130, 2026-12-06) with PyTorch's OpInfo samples, each tensor argument
+in turn a 0-dim CPU tensor beside an input on the GPU: the arguments refused in every such call
+(REFUSED), and the out= overloads that refused every call whose tensor inputs were all CPU scalars, beside
+the structured TensorIterator ones (OUT_NEEDS_A_DEVICE_INPUT). Written by
 
     python -m torch_fl.conformance.cpu_scalars --write torch_fl/vocab/cpu_scalar_checks.py
-
-measures it per argument and writes this module again.
 """
 
 REFUSED = {
@@ -19,14 +15,19 @@ REFUSED = {
     "addcdiv": ("self", "tensor1", "tensor2"),
     "addcdiv.out": ("self", "tensor1", "tensor2"),
     "binary_cross_entropy": ("self", "target"),
+    "binary_cross_entropy_with_logits": ("target",),
     "block_diag": ("tensors",),
     "clamp.Tensor_out": ("max", "min", "self"),
     "complex": ("imag", "real"),
+    "dot.out": ("self", "tensor"),
     "embedding": ("indices",),
     "index_fill.int_Scalar": ("index", "self"),
     "index_fill.int_Tensor": ("index", "self"),
     "lerp.Scalar": ("end", "self"),
     "lerp.Scalar_out": ("end", "self"),
+    "linalg_lstsq": ("b", "self"),
+    "linalg_pinv.atol_rtol_tensor_out": ("self",),
+    "linear.out": ("weight",),
     "logical_and": ("self",),
     "logical_or": ("self",),
     "logical_xor": ("self",),
@@ -34,14 +35,67 @@ REFUSED = {
     "masked_fill.Tensor": ("mask", "self"),
     "masked_scatter": ("mask", "self", "source"),
     "mse_loss": ("self", "target"),
+    "mv": ("vec",),
+    "mv.out": ("vec",),
     "polar": ("abs", "angle"),
+    "put": ("index", "self", "source"),
     "smooth_l1_loss": ("self", "target"),
     "soft_margin_loss": ("self",),
+    "sparse_sampled_addmm": ("mat2",),
+    "sparse_sampled_addmm.out": ("mat2",),
+    "vdot.out": ("other", "self"),
 }
 
 OUT_NEEDS_A_DEVICE_INPUT = (
+    "_fft_c2c.out",
+    "_linalg_det.result",
+    "_linalg_eigh.eigenvalues",
+    "_linalg_svd.U",
     "abs.out",
+    "alias_copy.out",
+    "amax.out",
+    "amin.out",
     "angle.out",
+    "argmax.out",
+    "argmin.out",
+    "as_strided_copy.out",
+    "avg_pool2d.out",
+    "avg_pool3d.out",
+    "cholesky.out",
+    "conj_physical.out",
+    "deg2rad.out",
+    "expand_copy.out",
+    "hash_tensor.out",
+    "histc.out",
+    "linalg_cholesky_ex.L",
+    "linalg_eigvals.out",
+    "linalg_inv_ex.inverse",
+    "linalg_pinv.atol_rtol_tensor_out",
+    "linalg_vector_norm.out",
+    "log_sigmoid_forward.output",
+    "log_softmax.int_out",
+    "logcumsumexp.out",
     "logical_not.out",
+    "logit.out",
+    "max.unary_out",
+    "min.unary_out",
+    "multinomial.out",
+    "mvlgamma.out",
+    "nan_to_num.out",
+    "nansum.out",
+    "nonzero.out",
+    "normal.Tensor_float_out",
+    "permute_copy.out",
+    "rad2deg.out",
+    "softmax.int_out",
+    "sort.values",
+    "squeeze_copy.dim_out",
+    "squeeze_copy.out",
     "std.correction_out",
+    "t_copy.out",
+    "tril.out",
+    "triu.out",
+    "unfold_copy.out",
+    "unsqueeze_copy.out",
+    "var.correction_out",
 )
