@@ -345,7 +345,7 @@ def test_aligned_attention_mask_pads_rows_to_eight_and_passes_gradients():
     from torch_fl.compile.attention import aligned_attention_mask
 
     bias = torch.randn(2, 3, 5, 39, device="flagos", requires_grad=True)
-    out = aligned_attention_mask(bias, [2, 3, 5, 39])
+    out = aligned_attention_mask(bias, [2, 3, 5, 39], False)
     assert out.shape == bias.shape and out.stride() == (3 * 5 * 40, 5 * 40, 40, 1)
     assert torch.equal(out, bias)
     weight = torch.randn(bias.shape, device="flagos")
@@ -357,11 +357,21 @@ def test_aligned_attention_mask_writes_out_broadcast_rows_and_sums_their_gradien
     from torch_fl.compile.attention import aligned_attention_mask
 
     bias = torch.randn(1, 1, 1, 12, device="flagos", requires_grad=True)
-    out = aligned_attention_mask(bias, [2, 4, 3, 12])
+    out = aligned_attention_mask(bias, [2, 4, 3, 12], False)
     assert out.stride() == (4 * 3 * 16, 3 * 16, 16, 1)
     assert torch.equal(out, bias.expand(2, 4, 3, 12))
     out.sum().backward()
     assert torch.equal(bias.grad, torch.full_like(bias, 24.0))
+
+
+def test_aligned_attention_mask_keeps_batch_and_heads_broadcast_as_pytorchs_sdpa():
+    # The memory-efficient kernel checks the mask's sizes against the attention's: [1, 1, M, N] expanded (stride 0)
+    from torch_fl.compile.attention import aligned_attention_mask
+
+    mask = torch.randn(1, 1, 1, 39, device="flagos")
+    out = aligned_attention_mask(mask, [2, 4, 1, 39], True)
+    assert out.shape == (2, 4, 1, 39) and out.stride() == (0, 0, 40, 1)
+    assert torch.equal(out, mask.expand(2, 4, 1, 39))
 
 
 # torch.flagos's device queries under Dynamo, as torch.cuda's (torch_fl/compile/device_api.py).

@@ -76,22 +76,24 @@ def _additive(mask, dtype, masked_value):
 
 
 @torch.library.custom_op("torch_fl::aligned_attention_mask", mutates_args=())
-def aligned_attention_mask(mask: torch.Tensor, sizes: list[int]) -> torch.Tensor:
-    """`mask.expand(sizes)` in memory of its own whose rows are padded to a multiple of 8 elements, the layout the
-    memory-efficient kernel wants. An operator of its own, not the pad and slice it runs: inductor keeps an
+def aligned_attention_mask(mask: torch.Tensor, sizes: list[int], broadcast: bool) -> torch.Tensor:
+    """`mask.expand(sizes)` as the memory-efficient kernel takes it: rows padded to a multiple of 8 elements, in
+    memory of its own; `broadcast`: batch and head dimensions of one element stay so (stride 0), as PyTorch's
+    own SDPA expands its mask. An operator of its own, not the pad, slice and expand it runs: inductor keeps an
     operator's output strides, but lays out a slice or an expand it computes as it likes (densely: rows of 39),
     and its own alignment rule for SDPA's inputs (lowering.sdpa_constraint) applies to 'cuda' tensors only."""
-    return _padded_rows(mask, sizes)
+    return _padded_rows(mask, sizes, broadcast)
 
 
-def _padded_rows(mask, sizes):
+def _padded_rows(mask, sizes, broadcast):
     last = sizes[-1]
-    rows = mask.new_empty((*sizes[:-1], last + -last % 8))[..., :last]
-    return rows.copy_(mask.expand(sizes))
+    held = [1 if broadcast and i < 2 and mask.size(i) == 1 else sizes[i] for i in range(3)]
+    rows = mask.new_empty((*held, last + -last % 8))[..., :last]
+    return rows.copy_(mask.expand(*held, last)).expand(sizes)
 
 
 def _mask_grad(ctx, grad):
-    return grad.sum_to_size(ctx.shape), None
+    return grad.sum_to_size(ctx.shape), None, None
 
 
 def _keep_shape(ctx, inputs, output):
@@ -104,25 +106,24 @@ aligned_attention_mask.register_autograd(_mask_grad, setup_context=_keep_shape)
 
 
 def _aligned(mask, q, k):
-    """The mask as the memory-efficient kernel takes it: 4-D, one row per query, row strides that are multiples of
-    8 (csrc/ops/sdpa.cpp), broadcast over batch and heads where it was (the kernel expands those itself). Inductor
-    lays out a mask the graph computes as it likes: one with a dimension expanded in the graph (stride 0), or with
-    rows of a length that is not a multiple of 8, is written out by aligned_attention_mask. A mask that takes a
-    gradient is written out over every batch and head (the kernel writes its gradient per batch and head)."""
+    """The mask as the memory-efficient kernel takes it: 4-D of the attention's sizes (the kernel checks them;
+    broadcast dimensions of stride 0), rows of a multiple of 8 elements apart (csrc/ops/sdpa.cpp). Inductor lays
+    out a mask the graph computes as it likes: one whose rows are not a multiple of 8 long, or whose batch or head
+    dimension was expanded in the graph, is written out by aligned_attention_mask. A mask that takes a gradient is
+    written out over every batch and head (the kernel writes its gradient per batch and head)."""
     while mask.dim() < 4:
         mask = mask.unsqueeze(0)
-    if mask.requires_grad:
-        sizes = (q.size(0), q.size(1), q.size(2), k.size(2))
-    else:  # batch and heads stay broadcast, an expanded one (stride 0) back to one
+    sizes = [q.size(0), q.size(1), q.size(2), k.size(2)]
+    if not mask.requires_grad:  # batch and heads stay broadcast, an expanded one (stride 0) back to one
         mask = mask[tuple(slice(0, 1) if mask.stride(i) == 0 else slice(None) for i in range(2))]
-        sizes = (mask.size(0), mask.size(1), q.size(2), k.size(2))
+    held = [mask.size(0), mask.size(1)] if not mask.requires_grad else sizes[:2]
     aligned = (
-        tuple(mask.shape) == sizes
+        list(mask.shape) == [*held, *sizes[2:]]
         and mask.stride(-1) == 1
         and all(mask.stride(i) % 8 == 0 and mask.stride(i) != 0 for i in range(3))
         and k.size(2) % 8 == 0
     )
-    return mask if aligned else aligned_attention_mask(mask, list(sizes))
+    return mask.expand(sizes) if aligned else aligned_attention_mask(mask, sizes, not mask.requires_grad)
 
 
 def _needs_lse(q, k, v) -> bool:
