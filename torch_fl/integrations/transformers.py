@@ -180,7 +180,8 @@ def _uses_compilable_cache(model_kwargs) -> bool:
     """generate's own test of its cache (a static or other compilable cache, not the dynamic one)."""
     from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-    cache = model_kwargs.get("cache")
+    # transformers names it "cache" since 5.2x, "past_key_values" before
+    cache = model_kwargs.get("cache", model_kwargs.get("past_key_values"))
     decoder_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
     return cache is not None and cache.is_compileable and type(decoder_cache) is not DynamicCache
 
