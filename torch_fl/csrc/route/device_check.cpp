@@ -238,8 +238,7 @@ OpFacts facts_of(const c10::OperatorHandle& op) {
 // scalars, wrapped numbers included (`torch.add(c, 2, out=x)`):
 // TensorIterator computes on the output's device and takes a CPU scalar
 // beside a tensor of that device, at most one, never as the whole input.
-// (Other operators may: where.self_out moves CPU scalars to out's device,
-// linspace's out= reads them on the host.)
+// (Other operators may: linspace's out= reads them on the host.)
 [[noreturn]] void raise_inputs_on_cpu(const c10::OperatorHandle& op, c10::Device flagos) {
   const auto& name = op.operator_name();
   TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ", flagos,
