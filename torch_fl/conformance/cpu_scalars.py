@@ -17,7 +17,6 @@ check to refuse on every backing.
 from __future__ import annotations
 
 import argparse
-import datetime
 import time
 import warnings
 
@@ -152,9 +151,10 @@ def write_module(path: str, table: dict, out_ops, command: str) -> None:
         '"""The arguments CUDA\'s kernels refuse a 0-dim CPU tensor in, beside those of the operators',
         "native_functions.yaml marks as checking every device (device_checks.py).",
         "",
-        f"Measured on {props.name if props else 'no GPU'} (torch {torch.__version__}, "
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}) with PyTorch's OpInfo samples, each tensor argument",
-        "in turn a 0-dim CPU tensor beside an input on the GPU: the arguments refused in every such call",
+        f"Measured on {props.name if props else 'no GPU'} (torch {torch.__version__}) with PyTorch's OpInfo "
+        "samples, each",
+        "tensor argument in turn a 0-dim CPU tensor beside an input on the GPU: the arguments refused in every "
+        "such call",
         "(REFUSED), and the out= overloads that refused every call whose tensor inputs were all CPU scalars, beside",
         "the structured TensorIterator ones (OUT_NEEDS_A_DEVICE_INPUT). Written by",
         "",

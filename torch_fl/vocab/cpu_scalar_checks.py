@@ -1,8 +1,8 @@
 """The arguments CUDA's kernels refuse a 0-dim CPU tensor in, beside those of the operators
 native_functions.yaml marks as checking every device (device_checks.py).
 
-Measured on NVIDIA H100 80GB HBM3 (torch 2.11.0+cu130, 2026-12-06) with PyTorch's OpInfo samples, each tensor argument
-in turn a 0-dim CPU tensor beside an input on the GPU: the arguments refused in every such call
+Measured on NVIDIA H100 80GB HBM3 (torch 2.11.0+cu130) with PyTorch's OpInfo samples, each
+tensor argument in turn a 0-dim CPU tensor beside an input on the GPU: the arguments refused in every such call
 (REFUSED), and the out= overloads that refused every call whose tensor inputs were all CPU scalars, beside
 the structured TensorIterator ones (OUT_NEEDS_A_DEVICE_INPUT). Written by
 
