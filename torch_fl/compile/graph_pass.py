@@ -77,6 +77,8 @@ def _entries(route) -> dict:
     out = {(None, None): route.default} if route.default is not None else {}
     out.update({(d, None): r for d, r in route.by_dtype})
     out.update({(d, n): r for d, cs in route.by_size for n, r in cs})
+    # argument rules, keyed apart: (dtype, (value, min_numel))
+    out.update({(d, (v, n)): r for d, vcs in route.by_value for v, b, cs in vcs for n, r in ((None, b), *cs) if r})
     return out
 
 

@@ -28,6 +28,7 @@ from torch_fl.backends import cpu_random
 from torch_fl.backends.flaggems import FlagGemsBackend
 from torch_fl.flagos import graphs
 from torch_fl.routing import config, env, planner, registry, rules
+from torch_fl.routing.config import format_value
 from torch_fl.routing.explain import Explanation
 from torch_fl.routing.explain import explain as _explain
 from torch_fl.routing.state import LOCK, STATE
@@ -151,6 +152,16 @@ def table() -> list[RouteEntry]:
                 runs = rule.backend if t.kind != "fallback" else f"native ({backing()})"
                 where = f"{dtype_name(dt)}, " if dt is not None else ""
                 out.append(RouteEntry(op, rule.backend, rule.source, f"{where}numel>={n}", runs, t.reason))
+        for dt, classes in r.by_value:
+            for v, base, sizes in classes:
+                for n, rule in ((None, base), *sizes):
+                    if rule is None:
+                        continue
+                    t = rules.target_for(op, rule, dt, failed)
+                    runs = rule.backend if t.kind != "fallback" else f"native ({backing()})"
+                    conds = [dtype_name(dt)] if dt is not None else []
+                    conds += [f"{r.arg}={format_value(v)}"] + ([f"numel>={n}"] if n is not None else [])
+                    out.append(RouteEntry(op, rule.backend, rule.source, ", ".join(conds), runs, t.reason))
     return out
 
 

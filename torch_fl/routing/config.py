@@ -7,6 +7,7 @@
     mm[bfloat16] = flaggems      # only for that dtype (first tensor argument)
     mm[float16, bfloat16] = flaggems
     mm[bfloat16, numel>=1048576] = flaggems   # only calls whose first tensor has that many elements or more
+    pow.Tensor_Scalar[exponent=2] = cuda      # only calls whose argument `exponent` equals 2 (a number or bool)
     include base.conf            # relative to this file; `builtin:NAME` = a shipped config
 
 Parsing collects every problem (file:line and the text) instead of stopping at
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -50,38 +52,91 @@ SIZE_KEY = "numel"
 _SIZE = re.compile(r"^(?P<key>[A-Za-z_]\w*)\s*(?P<cmp>[<>=!]=?)\s*(?P<num>.*)$")
 
 
-def parse_condition(text: str) -> tuple[torch.dtype | None, int | None, str | None]:
-    """One item of a rule's brackets: (dtype, None, None), (None, min_numel, None) or (None, None, problem)."""
+#: an argument condition's value: an integer, a finite float, or a boolean
+_INT = re.compile(r"^[-+]?\d+$")
+_BOOLS = {"true": True, "false": False, "True": True, "False": False}
+
+#: what parse_condition returns: a dtype, a size threshold, an argument condition (name, value) or a problem
+Condition = tuple[torch.dtype | None, int | None, tuple[str, int | float | bool] | None, str | None]
+
+
+def parse_value(text: str) -> int | float | bool | None:
+    """An argument condition's value (`2`, `-0.5`, `1e-3`, `true`), None for anything else."""
+    if text in _BOOLS:
+        return _BOOLS[text]
+    if _INT.match(text):
+        return int(text)
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def format_value(v: int | float | bool) -> str:
+    return str(v).lower() if isinstance(v, bool) else repr(v)
+
+
+def parse_condition(text: str) -> Condition:
+    """One item of a rule's brackets: (dtype, None, None, None), (None, min_numel, None, None),
+    (None, None, (argument, value), None) or (None, None, None, problem)."""
     item = text.strip()
     shown = shorten(item)
     m = _SIZE.match(item)
     if m is None:
         try:
-            return parse_dtype(item), None, None
+            return parse_dtype(item), None, None, None
         except ValueError as e:
-            return None, None, str(e)
+            return None, None, None, str(e)
     key, cmp, num = m.group("key"), m.group("cmp"), m.group("num").strip()
+    if key != SIZE_KEY and cmp == "=":
+        value = parse_value(num)
+        if value is None:
+            return (
+                None,
+                None,
+                None,
+                (
+                    f"bad value '{shorten(num)}' in '{shown}': an argument condition compares with a number or "
+                    f"true/false, e.g. pow.Tensor_Scalar[exponent=2] = cuda"
+                ),
+            )
+        return None, None, (key, value), None
     if key != SIZE_KEY or cmp != ">=":
         return (
             None,
             None,
+            None,
             (
-                f"unknown condition '{shown}': the one size condition is {SIZE_KEY}>=N (calls whose first tensor "
-                f"argument has at least N elements), e.g. mm[bfloat16, {SIZE_KEY}>=1048576] = flaggems"
+                f"unknown condition '{shown}': the size condition is {SIZE_KEY}>=N (calls whose first tensor "
+                f"argument has at least N elements), e.g. mm[bfloat16, {SIZE_KEY}>=1048576] = flaggems; an "
+                "argument condition is NAME=VALUE, e.g. pow.Tensor_Scalar[exponent=2] = cuda"
             ),
         )
     if not num.isdigit():
         return (
             None,
             None,
+            None,
             f"bad number '{shorten(num)}' in '{shown}': write a whole number of elements, e.g. {SIZE_KEY}>=65536",
         )
     if int(num) < 1:
-        return None, None, f"'{shown}' holds for every call: drop the condition, or give a threshold of 1 or more"
+        return None, None, None, f"'{shown}' holds for every call: drop the condition, or give a threshold of 1 or more"
     if int(num) >= 2**63:
         # element counts are int64: a larger threshold could never hold
-        return None, None, f"'{shown}' can never hold: give a threshold below 2**63 elements, or drop the rule"
-    return None, int(num), None
+        return None, None, None, f"'{shown}' can never hold: give a threshold below 2**63 elements, or drop the rule"
+    return None, int(num), None, None
+
+
+#: Rule.applies' `value` for a call whose condition argument has a value no argument rule names
+NO_VALUE = object()
+
+
+def values_equal(a: object, b: object) -> bool:
+    """An argument condition's test, as the core makes it: numbers (and booleans, as 0 and 1) compare by value,
+    so `exponent=2` holds for 2 and 2.0; anything else (None, a complex number, NO_VALUE) matches nothing."""
+    ok = (int, float, bool)
+    return isinstance(a, ok) and isinstance(b, ok) and a == b
 
 
 @dataclass(frozen=True)
@@ -99,6 +154,8 @@ class Rule:
     order: int = 0
     text: str = field(default="", compare=False)
     min_numel: int | None = None  # a size rule: calls whose first tensor has at least this many elements
+    #: an argument rule (`pow.Tensor_Scalar[exponent=2]`): calls whose argument of this name equals this value
+    arg: tuple[str, int | float | bool] | None = None
     #: set on the rule an out= overload takes from its functional one's (`mm.out` from `mm`): that operator
     via: str | None = None
 
@@ -119,28 +176,33 @@ class Rule:
 
     def specificity(self) -> tuple:
         """Sort key: higher wins. Layer, then exact name over glob (longer literal part wins; a rule taken from
-        the functional overload just below a name), dtype, a size condition (the larger threshold wins), order."""
+        the functional overload just below a name), dtype, an argument condition, a size condition (the larger
+        threshold wins), order."""
         if self.is_glob:
             literal = sum(c not in ops.GLOB_CHARS for c in self.pattern)
         else:
             literal = 10**6 if self.via is None else 10**6 - 1
-        return (self.layer, literal, self.dtype is not None, self.min_numel or 0, self.order)
+        return (self.layer, literal, self.dtype is not None, self.arg is not None, self.min_numel or 0, self.order)
 
     def matches(self, op: str) -> bool:
         if self.is_glob:
             return fnmatch.fnmatchcase(op, self.pattern)
         return op == self.pattern
 
-    def applies(self, dtype: torch.dtype | None, numel: int | None = None) -> bool:
+    def applies(self, dtype: torch.dtype | None, numel: int | None = None, value: object = NO_VALUE) -> bool:
         """Whether the rule applies to a call of `dtype` whose first tensor has `numel` elements (None: a call
-        below every size threshold)."""
+        below every size threshold) and whose condition argument is `value` (NO_VALUE: one no condition names)."""
         if self.dtype is not None and self.dtype != dtype:
+            return False
+        if self.arg is not None and not values_equal(value, self.arg[1]):
             return False
         return self.min_numel is None or (numel is not None and numel >= self.min_numel)
 
     @property
     def written(self) -> str:
         conds = [dtype_name(self.dtype)] if self.dtype is not None else []
+        if self.arg is not None:
+            conds.append(f"{self.arg[0]}={format_value(self.arg[1])}")
         if self.min_numel is not None:
             conds.append(f"{SIZE_KEY}>={self.min_numel}")
         return f"{self.pattern}{'[' + ', '.join(conds) + ']' if conds else ''} = {self.backend}"
@@ -164,12 +226,34 @@ def resolve_include(target: str, including_file: str | None) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(including_file)), target)
 
 
+def _argument_problem(op: str, name: str, counter: _Parse) -> str | None:
+    """Why `op[name=...]` cannot be a rule: a glob, an argument that is not a number of op's, or an operator whose
+    rules already test another argument (the core reads one argument per operator)."""
+    if ops.is_glob(op):
+        return (
+            f"an argument condition needs one operator, not a glob: arguments are named by each operator's schema "
+            f"(write {op.replace('*', 'NAME').replace('?', 'X')}[{name}=...] per operator)"
+        )
+    msg = ops.condition_argument_problem(op, name)
+    if msg:
+        return msg
+    other = counter.tested.setdefault(op, name)
+    if other != name:
+        return (
+            f"{op}'s rules already test the argument '{other}': the rules of one operator may test one argument "
+            f"(write every {op} condition on '{other}', or on '{shorten(name)}')"
+        )
+    return None
+
+
 class _Parse:
-    """What one parse shares across its files: rule order, and how many unknown operators got suggestions."""
+    """What one parse shares across its files: rule order, how many unknown operators got suggestions, and the
+    argument each operator's argument rules test."""
 
     def __init__(self):
         self.n = 0
         self.unknown_ops = 0
+        self.tested: dict[str, str] = {}
 
     def next(self) -> int:
         self.n += 1
@@ -306,27 +390,42 @@ def parse_text(
                 ok = False
         dtypes: list[torch.dtype | None] = [None]
         min_numel: int | None = None
+        arg: tuple[str, int | float | bool] | None = None
         if m.group("dtypes") is not None:
             dtypes = []
             condition_problems: list[str] = []
             for d in m.group("dtypes").split(","):
-                dt, size, msg = parse_condition(d)
+                dt, size, cond, msg = parse_condition(d)
                 if msg:
                     condition_problems.append(msg)
                 elif size is not None:
                     if min_numel is not None:
                         condition_problems.append(f"two size conditions in one rule: keep one {SIZE_KEY}>=N")
                     min_numel = size
+                elif cond is not None:
+                    if arg is not None:
+                        condition_problems.append("two argument conditions in one rule: a rule tests one argument")
+                    arg = cond
                 else:
                     dtypes.append(dt)
             for msg in _first_distinct(condition_problems):
                 bad(msg)
                 ok = False
-            if not dtypes and min_numel is None and ok:
+            if not dtypes and min_numel is None and arg is None and ok:
                 bad("empty dtype list: write op[bfloat16] = backend, or drop the brackets")
                 ok = False
+            if ok and arg is not None:
+                msg = _argument_problem(op, arg[0], counter)
+                if msg:
+                    bad(msg)
+                    ok = False
             dtype_text = ", ".join(dtype_name(d) for d in dtypes) or f"{SIZE_KEY}>={min_numel}"
-            if ok and not ops.is_glob(op):
+            if ok and dtypes and not ops.is_glob(op):
+                msg = ops.dtype_rule_problem(op, dtype_text, rhs)
+                if msg:
+                    bad(msg)
+                    ok = False
+            if ok and min_numel is not None and not dtypes and not ops.is_glob(op):
                 msg = ops.dtype_rule_problem(op, dtype_text, rhs)
                 if msg:
                     bad(msg)
@@ -347,6 +446,7 @@ def parse_text(
                     order=counter.next(),
                     text=raw.strip(),
                     min_numel=min_numel,
+                    arg=arg,
                 )
             )
     if top:

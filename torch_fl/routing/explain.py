@@ -9,7 +9,7 @@ import torch
 from torch_fl import backends
 from torch_fl._core import _C, backing
 from torch_fl.routing import autograd_guard, native_only, registry, rules
-from torch_fl.routing.config import Rule
+from torch_fl.routing.config import Rule, format_value
 from torch_fl.routing.state import STATE, all_rules
 from torch_fl.vocab.dtypes import dtype_name, parse_dtype
 from torch_fl.vocab.ops import parse_op_key
@@ -28,7 +28,7 @@ def measured(rule: Rule) -> str | None:
 @dataclass
 class Candidate:
     rule: Rule
-    status: str  # "taken" | "shadowed" | "rejected" | "other dtype" | "size class"
+    status: str  # "taken" | "shadowed" | "rejected" | "other dtype" | "size class" | "value class"
     why: str
 
     @property
@@ -47,6 +47,22 @@ class SizeClass:
 
 
 @dataclass
+class ValueClass:
+    """Calls whose tested argument equals `value` take `rule` (None: the native route), and its size classes."""
+
+    arg: str
+    value: object
+    rule: Rule | None
+    runs_on: str
+    reason: str | None
+    sizes: list[SizeClass] = field(default_factory=list)
+
+    @property
+    def condition(self) -> str:
+        return f"{self.arg}={format_value(self.value)}"
+
+
+@dataclass
 class Explanation:
     op: str
     dtype: torch.dtype | None
@@ -59,6 +75,7 @@ class Explanation:
     default_taken: bool = True  # no rule applies: the platform's native route
     replay: dict | None = None  # record and replay's counts (route flaggems): PyRoute(op).replay_stats()
     sizes: list[SizeClass] = field(default_factory=list)  # size rules for this dtype, smallest threshold first
+    values: list[ValueClass] = field(default_factory=list)  # argument rules' classes for this dtype
 
     def __str__(self) -> str:
         lines = [f"aten::{self.op}  (dtype: {dtype_name(self.dtype)})"]
@@ -83,6 +100,16 @@ class Explanation:
                 lines.append(f"    numel>={s.min_numel:<12} {s.rule.written}  ->  {runs}  ({s.rule.source})")
                 if measured(s.rule):
                     lines.append(f"      measured: {measured(s.rule)}")
+        if self.values:
+            lines.append("  by argument (calls with these values take these routes instead):")
+            for v in self.values:
+                written = v.rule.written if v.rule is not None else "(no rule)"
+                source = f"  ({v.rule.source})" if v.rule is not None else ""
+                runs = v.runs_on if v.reason is None else f"{v.runs_on}  (fallback: {v.reason})"
+                lines.append(f"    {v.condition:<19} {written}  ->  {runs}{source}")
+                for s in v.sizes:
+                    runs = s.runs_on if s.reason is None else f"{s.runs_on}  (fallback: {s.reason})"
+                    lines.append(f"      numel>={s.min_numel:<10} {s.rule.written}  ->  {runs}  ({s.rule.source})")
         if self.replay is not None:
             f = self.replay
             lines.append(
@@ -124,6 +151,18 @@ class Explanation:
                 }
                 for s in self.sizes
             ],
+            "values": [
+                {
+                    "condition": v.condition,
+                    "rule": v.rule.written if v.rule is not None else None,
+                    "runs_on": v.runs_on,
+                    "reason": v.reason,
+                    "sizes": [
+                        {"min_numel": s.min_numel, "rule": s.rule.written, "runs_on": s.runs_on} for s in v.sizes
+                    ],
+                }
+                for v in self.values
+            ],
             "notes": self.backend_notes,
             "replay": self.replay,
         }
@@ -148,12 +187,21 @@ def explain(op: str, dtype=None) -> Explanation:
                 if d == dtype:
                     winner = r
         classes = _classes_for(route, dtype)
+    value_classes = _values_for(route, dtype) if route is not None else ()
     # by value: all_rules() makes the rules out= overloads take from their functional ones anew each time
     in_class = {r: n for n, r in classes}
+    in_value = {r: v for v, base, cs in value_classes for r in (base, *(r for _, r in cs)) if r is not None}
     cands: list[Candidate] = []
     for r in matching:
         if r.dtype is not None and r.dtype != dtype:
             cands.append(Candidate(r, "other dtype", f"applies only to {dtype_name(r.dtype)} calls"))
+            continue
+        if r.arg is not None:
+            if r in in_value:
+                why = f"calls whose {r.arg[0]} is {format_value(in_value[r])} (see 'by argument')"
+                cands.append(Candidate(r, "value class", why))
+            else:
+                cands.append(Candidate(r, "shadowed", "a more specific rule takes these calls (see 'by argument')"))
             continue
         if r.min_numel is not None and not (r.is_glob and norm not in rules.glob_targets(r)):
             if r in in_class:
@@ -204,9 +252,38 @@ def explain(op: str, dtype=None) -> Explanation:
     for n, r in classes:
         t = rules.target_for(norm, r, dtype, failed)
         sizes.append(SizeClass(n, r, r.backend if t.kind != "fallback" else f"native ({backing()})", t.reason))
+
+    def runs_on(r: Rule | None) -> tuple[str, str | None]:
+        t = rules.target_for(norm, r, dtype, failed)
+        if t.kind == "fallback":
+            return f"native ({backing()})", t.reason
+        return (r.backend if r is not None else backing()), None
+
+    values = [
+        ValueClass(
+            route.arg,
+            v,
+            base,
+            *runs_on(base),
+            [SizeClass(n, r, *runs_on(r)) for n, r in cs],
+        )
+        for v, base, cs in value_classes
+    ]
     return Explanation(
-        norm, dtype, routed, runs, target.reason, cands, sorted(set(notes)), kernel, winner is None, replayed, sizes
-    )
+        norm, dtype, routed, runs, target.reason, cands, sorted(set(notes)), kernel, winner is None, replayed, sizes,
+        values,
+    )  # fmt: skip
+
+
+def _values_for(route, dtype) -> tuple:
+    """The value classes calls of `dtype` take: the dtype's own, else (for a dtype without a target, size or
+    value classes of its own) the dtype-less ones."""
+    values = dict(route.by_value)
+    if dtype in values:
+        return values[dtype]
+    if dtype is not None and (any(d == dtype for d, _ in route.by_dtype) or dtype in dict(route.by_size)):
+        return ()
+    return values.get(None, ())
 
 
 def _classes_for(route, dtype) -> tuple:

@@ -109,9 +109,9 @@ def _for_dtype(t: Target, dtype: torch.dtype) -> Target:
     return t
 
 
-def core_targets(op: str, plan: Plan, kernel_failed: KernelFailed) -> tuple[CoreTarget, tuple, tuple]:
-    """The default CoreTarget of `plan`, those of its dtypes and those of its size classes: the plan's own,
-    and a fallback for each dtype a backend of the dtype-less targets does not handle at all."""
+def core_targets(op: str, plan: Plan, kernel_failed: KernelFailed) -> tuple[CoreTarget, tuple, tuple, tuple]:
+    """The default CoreTarget of `plan`, those of its dtypes, of its size classes and of its value classes: the
+    plan's own, and a fallback for each dtype a backend of the dtype-less targets does not handle at all."""
 
     def core(t: Target) -> CoreTarget:
         return _core_target(op, t, plan.strict, kernel_failed)
@@ -131,6 +131,21 @@ def core_targets(op: str, plan: Plan, kernel_failed: KernelFailed) -> tuple[Core
     for _, t in any_dtype:
         if t.kind == "kernel":
             lacking |= backends.get(t.backend).unsupported_dtypes() - known
+    any_values = dict(plan.by_value).get(None, ())
+    for _, base, cs in any_values:
+        for t in (base, *(t for _, t in cs)):
+            if t.kind == "kernel":
+                lacking |= backends.get(t.backend).unsupported_dtypes() - known
     for d in sorted(lacking - set(sizes), key=str):
         by_size.append((d, [(n, core(_for_dtype(t, d))) for n, t in any_dtype]))
-    return default, tuple(by_dtype), tuple((d, cs) for d, cs in by_size if cs)
+
+    def value_core(d, vcs) -> tuple:
+        def as_dtype(t: Target) -> CoreTarget:
+            return core(t if d is None else _for_dtype(t, d))
+
+        return d, [(v, as_dtype(b), [(n, as_dtype(t)) for n, t in cs]) for v, b, cs in vcs]
+
+    by_value = [value_core(d, vcs) for d, vcs in plan.by_value]
+    # As for sizes: a dtype given a target above takes the dtype-less value classes as that dtype runs them.
+    by_value += [value_core(d, any_values) for d in sorted(lacking - set(dict(plan.by_value)), key=str) if any_values]
+    return default, tuple(by_dtype), tuple((d, cs) for d, cs in by_size if cs), tuple(by_value)

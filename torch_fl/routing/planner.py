@@ -49,8 +49,8 @@ def _apply_op(op: str, route: OpRoute | None, force: bool = False) -> None:
     if registry.plan_of(op) == plan and not force:
         return
     autograd_guard.set_routed(op, policy.autograd_fallback(op, plan) if plan.needs_kernel else None)
-    default, by_dtype, by_size = kernels.core_targets(op, plan, _kernel_failed)
-    registry.install(op, plan, default, by_dtype, by_size)
+    default, by_dtype, by_size, by_value = kernels.core_targets(op, plan, _kernel_failed)
+    registry.install(op, plan, default, by_dtype, by_size, by_value)
 
 
 def replan(op: str) -> None:
@@ -66,6 +66,13 @@ def strict_problems(resolved: dict[str, OpRoute], notes: list[str]) -> list[str]
     problems = list(notes)
     for op, route in sorted(resolved.items()):
         sized = [(dt, rule) for dt, cs in route.by_size for _, rule in cs]
+        sized += [
+            (dt, rule)
+            for dt, vcs in route.by_value
+            for _, base, cs in vcs
+            for rule in (base, *(r for _, r in cs))
+            if rule is not None
+        ]
         for dt, rule in ([(None, route.default)] if route.default is not None else []) + list(route.by_dtype) + sized:
             t = rules.target_for(op, rule, dt)
             if t.kind == "fallback":

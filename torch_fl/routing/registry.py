@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from torch_fl._core import _C
 from torch_fl.routing.types import CoreTarget, Plan, Registration
+from torch_fl.vocab import ops
 
 #: op -> its plan and kernel, for operators whose plan is not all native
 REGISTERED: dict[str, Registration] = {}
@@ -34,11 +35,15 @@ def remove(op: str) -> None:
         entry.handle.set_native()
 
 
-def install(op: str, plan: Plan, default: CoreTarget, by_dtype: tuple, by_size: tuple = ()) -> None:
-    """Run `op` by its PyRoute with these targets (the default, (dtype, target) pairs, and (dtype or None,
-    [(min_numel, target), ...]) size classes)."""
+def install(
+    op: str, plan: Plan, default: CoreTarget, by_dtype: tuple, by_size: tuple = (), by_value: tuple = ()
+) -> None:
+    """Run `op` by its PyRoute with these targets (the default, (dtype, target) pairs, (dtype or None,
+    [(min_numel, target), ...]) size classes, and (dtype or None, [(value, target, size classes), ...]) value
+    classes of the argument plan.arg)."""
     handle = _C.PyRoute(op)  # the operator's one kernel, registered at its first plan
-    handle.update(default, list(by_dtype), [(d, list(cs)) for d, cs in by_size])
+    arg = ops.condition_arguments(op)[plan.arg] if by_value else -1
+    handle.update(default, list(by_dtype), [(d, list(cs)) for d, cs in by_size], arg, list(by_value))
     REGISTERED[op] = Registration(plan, handle)
 
 

@@ -15,11 +15,11 @@ import torch
 from torch_fl import backends
 from torch_fl._core import backing
 from torch_fl.routing import native_only
-from torch_fl.routing.config import Rule
+from torch_fl.routing.config import NO_VALUE, Rule, values_equal
 from torch_fl.routing.types import OpRoute, Plan, Target
 from torch_fl.vocab import ops
 from torch_fl.vocab.dtypes import dtype_name
-from torch_fl.vocab.errors import shorten
+from torch_fl.vocab.errors import RoutingError, shorten
 
 #: (backend, dtype or None for every dtype) whose kernel raised for an operator
 Failures = Collection[tuple[str, torch.dtype | None]]
@@ -123,27 +123,64 @@ def resolve(rules: list[Rule]) -> tuple[dict[str, OpRoute], list[str]]:
                 classes = size_classes(rs, dt, bases.get(dt, default))
                 if classes:
                     by_size.append((dt, classes))
-        out[op] = OpRoute(op, default, tuple(by_dtype), tuple(by_size))
+        arg, by_value = value_classes(op, rs, [None, *dtypes], {None: default, **dict(by_dtype)}, dict(by_size))
+        out[op] = OpRoute(op, default, tuple(by_dtype), tuple(by_size), arg, by_value)
     return out, notes
 
 
-def _winner(rs: list[Rule], dtype: torch.dtype | None, numel: int | None) -> Rule | None:
-    """The most specific of `rs` that applies to a call of `dtype` with `numel` elements (None: any size)."""
-    applicable = [r for r in rs if r.applies(dtype, numel)]
+def _winner(rs: list[Rule], dtype: torch.dtype | None, numel: int | None, value: object = NO_VALUE) -> Rule | None:
+    """The most specific of `rs` that applies to a call of `dtype` with `numel` elements (None: any size) whose
+    condition argument is `value`."""
+    applicable = [r for r in rs if r.applies(dtype, numel, value)]
     return max(applicable, key=Rule.specificity) if applicable else None
 
 
-def size_classes(rs: list[Rule], dtype: torch.dtype | None, base: Rule | None) -> tuple[tuple[int, Rule], ...]:
-    """An operator's size classes for `dtype` (None: dtype-less rules only): (min_numel, rule) where the
-    winning rule changes as the first tensor grows, `base` winning below every threshold."""
+def size_classes(
+    rs: list[Rule], dtype: torch.dtype | None, base: Rule | None, value: object = NO_VALUE
+) -> tuple[tuple[int, Rule], ...]:
+    """An operator's size classes for `dtype` (None: dtype-less rules only) and condition argument `value`:
+    (min_numel, rule) where the winning rule changes as the first tensor grows, `base` winning below every
+    threshold."""
     out: list[tuple[int, Rule]] = []
     prev = base
-    for t in sorted({r.min_numel for r in rs if r.min_numel is not None and r.applies(dtype, r.min_numel)}):
-        win = _winner(rs, dtype, t)
+    sizes = {r.min_numel for r in rs if r.min_numel is not None and r.applies(dtype, r.min_numel, value)}
+    for t in sorted(sizes):
+        win = _winner(rs, dtype, t, value)
         if win is not prev:
             out.append((t, win))
             prev = win
     return tuple(out)
+
+
+def value_classes(op: str, rs: list[Rule], dtypes: list, bases: dict, sizes: dict) -> tuple[str | None, tuple]:
+    """The argument an operator's argument rules test, and per dtype (None: dtype-less rules) its value classes:
+    (value, rule below every threshold, size classes) for each value whose calls route otherwise than the
+    dtype's other calls. ((None, ()) without argument rules.)"""
+    named = [r for r in rs if r.arg is not None]
+    if not named:
+        return None, ()
+    names = {r.arg[0] for r in named}
+    if len(names) > 1:  # a routing file is checked for this when it is read (config._argument_problem)
+        raise RoutingError(f"{op}'s rules test {sorted(names)}: the rules of one operator may test one argument")
+    values: list = []
+    for r in named:
+        if not any(values_equal(r.arg[1], v) for v in values):
+            values.append(r.arg[1])
+    out = []
+    for dt in dtypes:
+        base = bases.get(dt, bases[None])
+        plain = (base, sizes.get(dt, ()))
+        if dt is not None and dt not in sizes and dt not in bases:
+            plain = (base, sizes.get(None, ()))
+        classes = []
+        for v in values:
+            vbase = _winner(rs, dt, None, v)
+            vsizes = size_classes(rs, dt, vbase, v)
+            if (vbase, vsizes) != plain:
+                classes.append((v, vbase, vsizes))
+        if classes:
+            out.append((dt, tuple(classes)))
+    return names.pop(), tuple(out)
 
 
 def target_for(op: str, rule: Rule | None, dtype: torch.dtype | None, failed: Failures = ()) -> Target:
@@ -178,4 +215,9 @@ def plan_for(op: str, route: OpRoute, failed: Failures, strict: bool) -> Plan:
     failed_dtypes = sorted({d for _, d in failed if d is not None and d not in known}, key=str)
     by += tuple((d, target_for(op, route.default, d, failed)) for d in failed_dtypes)
     sizes = tuple((d, tuple((n, target_for(op, r, d, failed)) for n, r in cs)) for d, cs in route.by_size)
-    return Plan(default, by, failures, strict, sizes)
+    values = tuple(
+        (d, tuple((v, target_for(op, r, d, failed), tuple((n, target_for(op, sr, d, failed)) for n, sr in cs))
+                  for v, r, cs in vcs))
+        for d, vcs in route.by_value
+    )  # fmt: skip
+    return Plan(default, by, failures, strict, sizes, route.arg, values)

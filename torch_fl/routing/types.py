@@ -27,6 +27,10 @@ class OpRoute:
     # Size classes: (dtype, or None for every dtype without an entry of its own, ((min_numel, rule), ...)):
     # a call whose first tensor has at least min_numel elements takes the rule of the largest such threshold.
     by_size: tuple[tuple[torch.dtype | None, tuple[tuple[int, Rule], ...]], ...] = ()
+    # Argument rules (`pow.Tensor_Scalar[exponent=2]`): the argument they test, and per dtype (None as above) the
+    # values whose calls route otherwise: (value, rule below every size threshold or None, size classes).
+    arg: str | None = None
+    by_value: tuple[tuple[torch.dtype | None, tuple[tuple[object, Rule | None, tuple], ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -47,10 +51,13 @@ class Plan:
     failures: tuple[tuple[str, str], ...]  # (backend, dtype name) whose kernel raised in this process
     strict: bool
     by_size: tuple[tuple[torch.dtype | None, tuple[tuple[int, Target], ...]], ...] = ()  # as OpRoute.by_size
+    arg: str | None = None  # as OpRoute.arg
+    by_value: tuple = ()  # as OpRoute.by_value, with Targets for rules
 
     def targets(self) -> list[Target]:
-        """Every target of the plan: the default, per dtype, per size class."""
-        return [self.default, *(t for _, t in self.by_dtype), *(t for _, cs in self.by_size for _, t in cs)]
+        """Every target of the plan: the default, per dtype, per size class, per value class."""
+        valued = [t for _, vcs in self.by_value for _, base, cs in vcs for t in (base, *(t for _, t in cs))]
+        return [self.default, *(t for _, t in self.by_dtype), *(t for _, cs in self.by_size for _, t in cs), *valued]
 
     @property
     def needs_kernel(self) -> bool:

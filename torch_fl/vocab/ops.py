@@ -105,6 +105,33 @@ def schema(op: str):
     return torch._C._get_schema(qualified(name), overload)
 
 
+#: The schema types an argument condition (`pow.Tensor_Scalar[exponent=2]`) may test: numbers and booleans.
+_CONDITION_TYPES = frozenset({"number", "int", "SymInt", "float", "bool"})  # as real_type names them
+
+
+@functools.cache
+def condition_arguments(op: str) -> dict[str, int]:
+    """The arguments of `op` an argument condition may test (a number or boolean, optional or not): name -> their
+    position among the schema's arguments (keyword-only ones included), as the core reads them from a call."""
+    out = {}
+    for i, a in enumerate(schema(op).arguments):
+        t = str(a.real_type).removeprefix("Optional[").removesuffix("]")  # ScalarType is an int to a.type
+        if t in _CONDITION_TYPES:
+            out[a.name] = i
+    return out
+
+
+def condition_argument_problem(op: str, name: str) -> str | None:
+    """Why `op[name=value]` cannot be a rule (no such argument, or one that is not a number), else None."""
+    args = condition_arguments(op)
+    if name in args:
+        return None
+    all_names = [a.name for a in schema(op).arguments]
+    what = "is not a number or boolean" if name in all_names else "is not an argument of it"
+    can = ", ".join(args) if args else "none: it takes no number or boolean"
+    return f"'{shorten(name)}' {what} in aten::{op}'s schema; the arguments a condition can test: {can}"
+
+
 def _holds_tensor(t) -> bool:
     return isinstance(t, torch._C.TensorType) or any(_holds_tensor(c) for c in t.containedTypes())
 

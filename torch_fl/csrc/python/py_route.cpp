@@ -120,16 +120,27 @@ struct PyRoute {
   explicit PyRoute(std::string name) : op(std::move(name)), reg(&registered(op)) {}
 
   using SizeList = std::vector<std::pair<int64_t, py::object>>;
+  using ValueList = std::vector<std::tuple<py::object, py::object, SizeList>>;  // (value, target, size classes)
 
   void update(const py::handle& default_target, const std::vector<std::pair<py::object, py::object>>& by_dtype,
-              const std::vector<std::pair<py::object, SizeList>>& by_size) {
+              const std::vector<std::pair<py::object, SizeList>>& by_size, int64_t arg_index,
+              const std::vector<std::pair<py::object, ValueList>>& by_value) {
     auto st = std::make_shared<PyRouteState>();
     st->targets.push_back(make_target(op, default_target));
     size_t n = by_dtype.size();
+    size_t lists = by_size.size();
     for (const auto& [dtype, classes] : by_size) {
       n += classes.size();
     }
-    TORCH_CHECK(n < 255 && by_size.size() < 255, "PyRoute.update: too many per-dtype or per-size targets");
+    for (const auto& [dtype, classes] : by_value) {
+      for (const auto& [value, spec, sizes] : classes) {
+        n += 1 + sizes.size();
+        lists += 1;
+      }
+    }
+    TORCH_CHECK(n < 255 && lists < 255 && by_value.size() < 255,
+                "PyRoute.update: too many per-dtype, per-size or per-value targets");
+    TORCH_CHECK(by_value.empty() || arg_index >= 0, "PyRoute.update: value classes need the argument's index");
     auto scalar_type = [](const py::object& dtype, const char* what) {
       TORCH_CHECK(THPDtype_Check(dtype.ptr()), "PyRoute.update: `", what, "` must pair torch.dtype objects");
       return static_cast<size_t>(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type);
@@ -147,6 +158,26 @@ struct PyRoute {
         continue;
       }
       st->sizes_of[scalar_type(dtype, "by_size")] = add_sizes(*st, classes);
+    }
+    // Value classes likewise (before the dtype-less size classes are handed out: they decide which dtypes have
+    // none of their own); dtype None's also serve calls without a tensor argument.
+    st->arg_index = arg_index;
+    const ValueList* any_dtype_values = nullptr;
+    for (const auto& [dtype, classes] : by_value) {
+      if (dtype.is_none()) {
+        any_dtype_values = &classes;
+        continue;
+      }
+      st->values_of[scalar_type(dtype, "by_value")] = add_values(*st, classes);
+    }
+    if (any_dtype_values != nullptr) {
+      const uint8_t v = add_values(*st, *any_dtype_values);
+      for (size_t d = 0; d < st->sizes_of.size(); ++d) {
+        if (st->of_dtype[d] == 0 && st->sizes_of[d] == 0 && st->values_of[d] == 0) {
+          st->values_of[d] = v;
+        }
+      }
+      st->values_of[PyRouteState::value_slot(c10::ScalarType::Undefined)] = v;
     }
     if (any_dtype_sizes != nullptr) {
       const uint8_t s = add_sizes(*st, *any_dtype_sizes);
@@ -198,6 +229,33 @@ struct PyRoute {
     return static_cast<uint8_t>(st.sizes.size());
   }
 
+  // One dtype's value classes (value, target spec, size classes); 1 + their index in st.values.
+  uint8_t add_values(PyRouteState& st, const ValueList& classes) {
+    std::vector<ValueClass> list;
+    for (const auto& [value, spec, sizes] : classes) {
+      ValueClass c{};
+      if (py::isinstance<py::bool_>(value) || py::isinstance<py::int_>(value)) {
+        c.ivalue = value.cast<int64_t>();
+        c.value = static_cast<double>(c.ivalue);
+        c.integral = true;
+      } else {
+        TORCH_CHECK(py::isinstance<py::float_>(value), "PyRoute.update: a value class needs a number, got ",
+                    py::repr(value).cast<std::string>());
+        c.value = value.cast<double>();
+      }
+      c.target = static_cast<uint8_t>(st.targets.size());
+      st.targets.push_back(make_target(op, spec));
+      c.sizes = sizes.empty() ? 0 : add_sizes(st, sizes);
+      list.push_back(c);
+    }
+    if (list.empty()) {
+      return 0;
+    }
+    st.values.push_back(std::move(list));
+    st.any_value = st.any_dtype = true;
+    return static_cast<uint8_t>(st.values.size());
+  }
+
   // Which dtypes are replayed (read without the GIL by every call).
   void update_replay(const PyRouteState& st) {
     ReplayPlan& f = reg->slot->replay;
@@ -217,8 +275,8 @@ struct PyRoute {
       return;
     }
     // Recordings of another function (a test's FlagGems stand-in) are dropped. So are all recordings under
-    // size rules: a signature recorded in a class that now runs elsewhere would replay there.
-    if (!replayed->fn.is(f.fn) || st.any_size) {
+    // size or argument rules: a signature recorded in a class that now runs elsewhere would replay there.
+    if (!replayed->fn.is(f.fn) || st.any_size || st.any_value) {
       f.any.store(false, std::memory_order_seq_cst);
       f.cache.clear();
       f.fn = replayed->fn;
@@ -251,10 +309,12 @@ void bind_py_route(py::module& m) {
                       "Registered at the first update and never removed.")
       .def(py::init([](std::string op) { return PyRoute(std::move(op)); }), py::arg("op"))
       .def("update", &PyRoute::update, py::arg("default"), py::arg("by_dtype") = std::vector<int>{},
-           py::arg("by_size") = std::vector<int>{},
+           py::arg("by_size") = std::vector<int>{}, py::arg("arg_index") = -1, py::arg("by_value") = std::vector<int>{},
            "by_size: (dtype or None, [(min_numel, target), ...]) pairs: calls of that dtype (None: of every dtype "
            "without a target or size classes of its own) whose first tensor has at least min_numel elements run "
-           "the target of the largest threshold they reach.")
+           "the target of the largest threshold they reach. by_value: (dtype or None, [(value, target, size "
+           "classes), ...]) pairs: calls of that dtype whose argument arg_index (its index in the schema) equals "
+           "value run that target, or its size classes.")
       .def("set_native", &PyRoute::set_native)
       .def_property_readonly("registered", [](const PyRoute& r) { return r.reg->library != nullptr; })
       .def_property_readonly("native", [](const PyRoute& r) { return r.reg->slot->native.load(); })

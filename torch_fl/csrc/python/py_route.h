@@ -92,6 +92,32 @@ struct SizeClass {
   uint8_t target;
 };
 
+// An argument rule's class (`pow.Tensor_Scalar[exponent=2]`): calls whose
+// tested argument equals `value` run targets[target], or the size classes
+// sizes[sizes - 1] when they have some (0: none). Numbers compare by value
+// (2 matches 2 and 2.0, a bool is 0 or 1), as the routing layer's
+// config.values_equal; anything else (None, a complex number) matches none.
+struct ValueClass {
+  double value;
+  int64_t ivalue;  // `value` when integral
+  bool integral;
+  uint8_t target;
+  uint8_t sizes;
+
+  bool matches(const c10::IValue& v) const {
+    if (v.isInt()) {
+      return integral ? v.toInt() == ivalue : static_cast<double>(v.toInt()) == value;
+    }
+    if (v.isDouble()) {
+      return v.toDouble() == value;
+    }
+    if (v.isBool()) {
+      return integral && static_cast<int64_t>(v.toBool()) == ivalue;
+    }
+    return false;
+  }
+};
+
 // One plan: the targets and which runs each dtype. Swapped as a whole when
 // the route changes; read and swapped only with the GIL held.
 struct PyRouteState {
@@ -104,8 +130,15 @@ struct PyRouteState {
   std::array<uint8_t, static_cast<size_t>(c10::ScalarType::NumOptions)> sizes_of{};
   std::vector<std::vector<SizeClass>> sizes;
   bool any_size = false;  // some dtype has size rules (any_dtype is set too): only then is a call's size read
+  // Argument rules: the tested argument's index among the schema's arguments, and per dtype (the last entry:
+  // calls without a tensor argument) 1 + an index into `values` (0: none). A call whose argument matches no
+  // class runs its dtype's target and size classes.
+  int64_t arg_index = -1;
+  std::array<uint8_t, static_cast<size_t>(c10::ScalarType::NumOptions) + 1> values_of{};
+  std::vector<std::vector<ValueClass>> values;
+  bool any_value = false;  // some dtype has value classes (any_dtype is set too): only then is the argument read
 
-  // The target of a call of `dtype` below every size threshold.
+  // The target of a call of `dtype` below every size threshold, whose argument matches no value class.
   const Target& target(c10::ScalarType dtype) const {
     if (C10_LIKELY(!any_dtype) || dtype == c10::ScalarType::Undefined) {
       return *targets[0];
@@ -114,42 +147,84 @@ struct PyRouteState {
   }
 
   // The target of a call of `dtype`; numel() gives its first tensor's element count, asked only when the
-  // dtype has size classes (a plan without dtype or size rules costs what target(dtype) costs).
+  // dtype has size classes (a plan without dtype or size rules costs what target(dtype) costs). For a plan
+  // with value classes (any_value) the call's argument decides too: the overload below takes it.
   template <class Numel>
   const Target& target(c10::ScalarType dtype, Numel numel) const {
     if (C10_LIKELY(!any_dtype) || dtype == c10::ScalarType::Undefined) {
       return *targets[0];
     }
-    if (C10_UNLIKELY(any_size)) {
-      if (const uint8_t s = sizes_of[static_cast<size_t>(dtype)]) {
-        const int64_t n = numel();
-        for (const SizeClass& c : sizes[s - 1]) {
-          if (n >= c.min_numel) {
-            return *targets[c.target];
+    const auto d = static_cast<size_t>(dtype);
+    return C10_UNLIKELY(any_size) ? sized(sizes_of[d], of_dtype[d], numel) : *targets[of_dtype[d]];
+  }
+
+  // The target of a call of `dtype` whose tested argument arg() returns (asked only when the dtype has value
+  // classes).
+  template <class Numel, class Arg>
+  const Target& target(c10::ScalarType dtype, Numel numel, Arg arg) const {
+    if (C10_UNLIKELY(any_value)) {
+      if (const uint8_t v = values_of[value_slot(dtype)]) {
+        const c10::IValue& a = arg();
+        for (const ValueClass& c : values[v - 1]) {
+          if (c.matches(a)) {
+            return sized(c.sizes, c.target, numel);
           }
         }
       }
     }
-    return *targets[of_dtype[static_cast<size_t>(dtype)]];
+    return target(dtype, numel);
   }
 
-  // Whether `dtype` runs `pred` for some call (any size class).
+  // Whether `dtype` runs `pred` for some call (any size or value class).
   template <class Pred>
   const Target* any_target(c10::ScalarType dtype, Pred pred) const {
     const Target& base = target(dtype);
     if (pred(base)) {
       return &base;
     }
+    std::vector<uint8_t> lists;  // size class lists to look through (0: none)
     if (any_size && dtype != c10::ScalarType::Undefined) {
-      if (const uint8_t s = sizes_of[static_cast<size_t>(dtype)]) {
-        for (const SizeClass& c : sizes[s - 1]) {
-          if (pred(*targets[c.target])) {
-            return targets[c.target].get();
-          }
+      lists.push_back(sizes_of[static_cast<size_t>(dtype)]);
+    }
+    if (const uint8_t v = any_value ? values_of[value_slot(dtype)] : 0) {
+      for (const ValueClass& c : values[v - 1]) {
+        if (pred(*targets[c.target])) {
+          return targets[c.target].get();
+        }
+        lists.push_back(c.sizes);
+      }
+    }
+    for (const uint8_t s : lists) {
+      if (s == 0) {
+        continue;
+      }
+      for (const SizeClass& c : sizes[s - 1]) {
+        if (pred(*targets[c.target])) {
+          return targets[c.target].get();
         }
       }
     }
     return nullptr;
+  }
+
+  static size_t value_slot(c10::ScalarType dtype) {
+    return dtype == c10::ScalarType::Undefined ? static_cast<size_t>(c10::ScalarType::NumOptions)
+                                               : static_cast<size_t>(dtype);
+  }
+
+ private:
+  // The size classes sizes[s - 1] (s = 0: none) of a call, targets[base] below every threshold.
+  template <class Numel>
+  const Target& sized(uint8_t s, uint8_t base, Numel numel) const {
+    if (s != 0) {
+      const int64_t n = numel();
+      for (const SizeClass& c : sizes[s - 1]) {
+        if (n >= c.min_numel) {
+          return *targets[c.target];
+        }
+      }
+    }
+    return *targets[base];
   }
 };
 
@@ -248,7 +323,9 @@ class PyRouteKernel final : public c10::OperatorKernel {
     const auto& schema = op.schema();
     const size_t first = stack->size() - schema.arguments().size();
     const c10::ScalarType dtype = first_dtype(*stack, first);
-    const Target& t = st->target(dtype, [&] { return first_numel(*stack, first); });
+    const Target& t = st->target(
+        dtype, [&] { return first_numel(*stack, first); },
+        [&]() -> const c10::IValue& { return (*stack)[first + st->arg_index]; });
     switch (t.kind) {
       case TargetKind::kNative:
         return Then::kNative;

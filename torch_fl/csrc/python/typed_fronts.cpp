@@ -160,8 +160,10 @@ struct PyFront<Op, Ret(Args...)> {
       GilHeld gil;
       // A route change may swap the state during this call: the call keeps the state it started with.
       std::shared_ptr<PyRouteState> st = route->slot()->state;
-      const Target* t =
-          st == nullptr ? nullptr : &st->target(first_dtype(args...), [&] { return first_numel(args...); });
+      // A plan with argument rules reads the argument from the boxed call's stack.
+      const Target* t = st == nullptr || st->any_value
+                            ? nullptr
+                            : &st->target(first_dtype(args...), [&] { return first_numel(args...); });
       // Only a backend kernel on a call without an empty input runs here; the
       // boxed kernel classifies and runs every other call (native ones
       // without the GIL).
