@@ -51,8 +51,8 @@ def test_recording_keeps_at_most_per_op_examples():
 # --- classes and the file -------------------------------------------------------------------------------------
 
 
-def m(op, numel, native_us, cand_us, count=1, reason=None, dtype=torch.float32, shape=None):
-    call = Recorded(CallKey(op, dtype, (shape or numel,)), numel, count, kept=True)
+def m(op, numel, native_us, cand_us, count=1, reason=None, dtype=torch.float32, shape=None, value=None):
+    call = Recorded(CallKey(op, dtype, (shape or numel, value)), numel, count, kept=True, value=value)
     return measure.Measurement(call, native_us * 1e-6, None if reason else cand_us * 1e-6, reason)
 
 
@@ -88,3 +88,44 @@ def test_rendered_rules_reparse_and_carry_their_measurements():
     by = {r.written: r for r in rs if r.file == "cal.conf"}
     assert set(by) == {"abs[float32] = flaggems", "mm[float32] = native", "mm[float32, numel>=64] = flaggems"}
     assert measured(by["mm[float32, numel>=64] = flaggems"]).startswith("native 10.0 us, flaggems 2.0 us (5.00x)")
+
+
+def test_recording_notes_the_class_argument_default_included():
+    x = torch.ones(4, device="flagos")
+
+    def work():
+        x**2, x**3.5, torch.add(x, x), torch.add(x, x, alpha=2), x.abs()
+
+    rec = record.record(work, lambda op: op in ("pow.Tensor_Scalar", "add.Tensor", "abs"))
+    values = sorted((c.key.op, c.value) for c in rec.calls.values())
+    assert values == [
+        ("abs", None),
+        ("add.Tensor", 1),
+        ("add.Tensor", 2),
+        ("pow.Tensor_Scalar", 2),
+        ("pow.Tensor_Scalar", 3.5),
+    ]
+
+
+def test_argument_values_the_candidate_wins_for_get_rules_of_their_own():
+    ms = [
+        m("pow.Tensor_Scalar", 64, 10, 20, count=4, value=2),  # x*x natively: the candidate loses
+        m("pow.Tensor_Scalar", 64, 30, 10, count=2, value=3),
+        m("pow.Tensor_Scalar", 4096, 40, 50, value=3),
+        m("pow.Tensor_Scalar", 64, 30, 12, value=0.5),
+        m("mm", 16, 10, 5, value=None),
+    ]
+    cs = decide.size_classes(ms, "flaggems")
+    assert [c.rule for c in cs] == [
+        "mm[float32] = flaggems",
+        "pow.Tensor_Scalar[float32] = native",
+        "pow.Tensor_Scalar[float32, exponent=0.5] = flaggems",
+        "pow.Tensor_Scalar[float32, exponent=3] = flaggems",
+        "pow.Tensor_Scalar[float32, exponent=3, numel>=4096] = native",
+    ]
+    assert "4 calls" in cs[1].comment and decide.OTHER_VALUES in cs[1].comment
+    rs = config.parse_text(decide.render(cs, [], None), "cal.conf")  # the file says it back
+    assert {r.arg for r in rs} == {None, ("exponent", 0.5), ("exponent", 3)}
+    # every value the candidate wins for (or loses for) alike: no argument classes
+    same = [m("pow.Tensor_Scalar", 64, 30, 10, value=v) for v in (2, 3)]
+    assert [c.rule for c in decide.size_classes(same, "flaggems")] == ["pow.Tensor_Scalar[float32] = flaggems"]

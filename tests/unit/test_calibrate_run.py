@@ -45,6 +45,29 @@ def test_calibrate_writes_a_file_that_routes_the_large_calls(routing_state, tmp_
     assert routing.explain("mm", "float32").as_dict()["sizes"][0]["measured"].startswith("native 10.0 us")
 
 
+def test_calibrate_routes_the_argument_values_the_candidate_wins_for(routing_state, tmp_path):  # noqa: F811
+    x = torch.rand(64, device="flagos")
+
+    def work():
+        for _ in range(2):
+            x**2, x**3
+
+    def timer(run, call, backend):  # the candidate wins for exponent 3 only (x*x is cheap natively)
+        run()
+        return 10e-6 if backend == "native" else (1e-6 if call.value == 3 else 20e-6)
+
+    out = tmp_path / "cal.conf"
+    result = torch_fl.calibrate(work, str(out), candidate="cpu_fallback", timer=timer, rounds=1, progress=False)
+    assert [c.rule for c in result.classes if c.op == "pow.Tensor_Scalar"] == [
+        "pow.Tensor_Scalar[float32] = native",
+        "pow.Tensor_Scalar[float32, exponent=3] = cpu_fallback",
+    ]
+    routing.load_config(str(out))
+    routing.reset_stats()
+    work()
+    assert calls_of("pow.Tensor_Scalar") == {"native": 2, "cpu_fallback": 2}
+
+
 def test_calibrate_rejects_a_wrong_or_failing_candidate(gems, tmp_path):  # noqa: F811
     gems(**{"mm": lambda a, b: torch.mm(a, b) + 1, "abs": lambda a: (_ for _ in ()).throw(RuntimeError("boom"))})
 

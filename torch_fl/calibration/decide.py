@@ -1,4 +1,4 @@
-"""From measurements to rules: size classes per (operator, dtype), and the routing file that states them.
+"""From measurements to rules: size and argument classes per (operator, dtype), and the routing file that states them.
 
 The signatures of one (operator, dtype) are grouped by the element count of
 their first tensor (what a size rule tests). Each group goes to the candidate
@@ -6,6 +6,14 @@ when every signature in it was accepted and the candidate's time, weighted by
 call counts, beats native's by `min_speedup`; adjacent groups with the same
 winner merge into one class. The first class becomes `op[dtype] = backend`,
 each later one `op[dtype, numel>=N] = backend`, N its smallest element count.
+
+An operator with a class argument (its first Scalar, vocab/ops.class_argument:
+pow's exponent) whose calls pass several values is classed per value first
+when the candidate wins for some values and not for others (FlagGems' pow is
+slower than PyTorch's x*x for exponent 2): each winning value's classes become
+`op[dtype, exponent=3] = backend` (and `..., numel>=N`), the other values stay
+on `op[dtype] = native`, as does a value the workload never passed.
+
 Each rule carries its measurements in a trailing comment (`# calibrated: ...`,
 which `explain` shows).
 """
@@ -17,9 +25,13 @@ from dataclasses import dataclass, field
 import torch
 
 from torch_fl.calibration.measure import Measurement
-from torch_fl.routing.config import SIZE_KEY
+from torch_fl.routing.config import SIZE_KEY, format_value
 from torch_fl.routing.explain import MEASURED_TAG
+from torch_fl.vocab import ops
 from torch_fl.vocab.dtypes import dtype_name
+
+#: the note on an operator's base rule when its calls are classed by argument value
+OTHER_VALUES = "other values of its argument stay native"
 
 
 @dataclass
@@ -37,8 +49,9 @@ class SizeClass:
     native_s: float = 0.0  # total over the calls (count x median per call)
     candidate_s: float | None = 0.0  # None: some signature was rejected
     rejected: list[str] = field(default_factory=list)
-    first: bool = True  # the dtype's base rule (no size condition)
+    first: bool = True  # the dtype's (or the value's) base rule (no size condition)
     note: str | None = None  # why the class is not routed as its measurements say (confirm.py)
+    arg: tuple[str, int | float | bool] | None = None  # an argument class: calls whose argument has this value
 
     @property
     def saved_s(self) -> float:
@@ -47,7 +60,11 @@ class SizeClass:
 
     @property
     def rule(self) -> str:
-        conds = dtype_name(self.dtype) + ("" if self.first else f", {SIZE_KEY}>={self.numel_lo}")
+        conds = dtype_name(self.dtype)
+        if self.arg is not None:
+            conds += f", {self.arg[0]}={format_value(self.arg[1])}"
+        if not self.first:
+            conds += f", {SIZE_KEY}>={self.numel_lo}"
         return f"{self.op}[{conds}] = {self.backend}"
 
     @property
@@ -94,24 +111,65 @@ def _merge(a: SizeClass, b: SizeClass) -> SizeClass:
     return a
 
 
+def _by_size(ms: list[Measurement], candidate: str, min_speedup: float, op, dtype, arg=None) -> list[SizeClass]:
+    """The size classes of one (operator, dtype)'s measurements (of one argument value, `arg`)."""
+    by_numel: dict[int, list[Measurement]] = {}
+    for m in ms:
+        by_numel.setdefault(m.call.numel, []).append(m)
+    classes: list[SizeClass] = []
+    for numel in sorted(by_numel):
+        g = _group(by_numel[numel], candidate, min_speedup, op, dtype)
+        g.arg = arg
+        if classes and classes[-1].backend == g.backend:
+            _merge(classes[-1], g)
+        else:
+            g.first = not classes
+            classes.append(g)
+    return classes
+
+
+def _by_value(ms: list[Measurement], candidate: str, min_speedup: float, op, dtype) -> list[SizeClass] | None:
+    """Classes per value of `op`'s class argument when the candidate wins for some values and not for others;
+    None when the values need no telling apart."""
+    arg = ops.class_argument(op)
+    values: dict[object, list[Measurement]] = {}
+    for m in ms:
+        if m.call.value is None:
+            return None  # a call without a value (an optional argument left out) has no class of its own
+        values.setdefault(m.call.value, []).append(m)
+    if arg is None or len(values) < 2:
+        return None
+    per_value = {v: _by_size(vms, candidate, min_speedup, op, dtype, (arg[0], v)) for v, vms in values.items()}
+    wins = {v: any(c.backend != "native" for c in cs) for v, cs in per_value.items()}
+    if len(set(wins.values())) < 2:
+        return None
+    others = [m for v, vms in values.items() if not wins[v] for m in vms]
+    base = _merge_all(_by_size(others, candidate, min_speedup, op, dtype))
+    base.backend, base.note = "native", OTHER_VALUES
+    out = [base]
+    for v in sorted((v for v in values if wins[v]), key=float):
+        out.extend(per_value[v])
+    return out
+
+
+def _merge_all(classes: list[SizeClass]) -> SizeClass:
+    first = classes[0]
+    for c in classes[1:]:
+        _merge(first, c)
+    return first
+
+
 def size_classes(measurements: list[Measurement], candidate: str, min_speedup: float = 1.05) -> list[SizeClass]:
-    """The classes of every (operator, dtype) measured, in order of operator, dtype and size."""
+    """The classes of every (operator, dtype) measured, in order of operator, dtype, argument value and size."""
     if min_speedup < 1:
         raise ValueError(f"min_speedup must be 1 or more (the candidate must be at least as fast), not {min_speedup}")
-    by_key: dict[tuple, dict[int, list[Measurement]]] = {}
+    by_key: dict[tuple, list[Measurement]] = {}
     for m in measurements:
-        by_key.setdefault((m.call.key.op, m.call.key.dtype), {}).setdefault(m.call.numel, []).append(m)
+        by_key.setdefault((m.call.key.op, m.call.key.dtype), []).append(m)
     out: list[SizeClass] = []
-    for (op, dtype), by_numel in sorted(by_key.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
-        classes: list[SizeClass] = []
-        for numel in sorted(by_numel):
-            g = _group(by_numel[numel], candidate, min_speedup, op, dtype)
-            if classes and classes[-1].backend == g.backend:
-                _merge(classes[-1], g)
-            else:
-                g.first = not classes
-                classes.append(g)
-        out.extend(classes)
+    for (op, dtype), ms in sorted(by_key.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+        valued = _by_value(ms, candidate, min_speedup, op, dtype)
+        out.extend(valued if valued is not None else _by_size(ms, candidate, min_speedup, op, dtype))
     return out
 
 

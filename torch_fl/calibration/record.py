@@ -39,6 +39,9 @@ class Recorded:
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
     kept: bool = False  # arguments kept (False past the per-operator limit)
+    #: the value of the operator's class argument (vocab/ops.class_argument: pow's exponent), a number or bool;
+    #: None when it has none or the call passed none
+    value: int | float | bool | None = None
 
     @property
     def shapes(self) -> str:
@@ -69,6 +72,17 @@ def first_tensor(args) -> torch.Tensor | None:
         if isinstance(leaf, torch.Tensor):
             return leaf
     return None
+
+
+def class_value(op: str, args: tuple, kwargs: dict) -> int | float | bool | None:
+    """The value a call passes for `op`'s class argument (its default when left out); None for anything but a
+    number or bool, or an operator without one."""
+    arg = ops.class_argument(op)
+    if arg is None:
+        return None
+    name, i, default = arg
+    v = args[i] if i < len(args) else kwargs.get(name, default)
+    return v if isinstance(v, (bool, int, float)) else None
 
 
 class Recorder(TorchDispatchMode):
@@ -123,7 +137,7 @@ class Recorder(TorchDispatchMode):
         key = CallKey(op, first.dtype, signature)
         rec = self.calls.get(key)
         if rec is None:
-            rec = self.calls[key] = Recorded(key, first.numel())
+            rec = self.calls[key] = Recorded(key, first.numel(), value=class_value(op, args, kwargs))
             if self.kept.get(op, 0) < self.per_op:
                 self.kept[op] = self.kept.get(op, 0) + 1
                 # Timing an operator that writes its arguments changes them: those get copies of their own.

@@ -121,6 +121,16 @@ def condition_arguments(op: str) -> dict[str, int]:
     return out
 
 
+@functools.cache
+def class_argument(op: str) -> tuple[str, int, object] | None:
+    """The argument calibrate tells `op`'s calls apart by: its first Scalar (`pow.Tensor_Scalar`'s exponent,
+    `add.Tensor`'s alpha), as (name, position, default); None for an operator without one."""
+    for i, a in enumerate(schema(op).arguments):
+        if str(a.real_type) in ("number", "Optional[number]"):
+            return a.name, i, a.default_value
+    return None
+
+
 def condition_argument_problem(op: str, name: str) -> str | None:
     """Why `op[name=value]` cannot be a rule (no such argument, or one that is not a number), else None."""
     args = condition_arguments(op)
