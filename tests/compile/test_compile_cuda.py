@@ -128,6 +128,26 @@ def test_reduce_overhead_replays_a_cuda_graph_with_fresh_outputs():
     assert len({o.data_ptr() for o in outs}) == len(outs)
 
 
+def test_reduce_overhead_captures_again_when_a_static_input_moves():
+    # A cache marked a static input (as Hugging Face's static cache is) and made anew: a replay over the first
+    # cache's memory would write and read that one.
+    torch._dynamo.reset()
+
+    def step(cache, pos, x):
+        cache.index_copy_(0, pos, x)
+        return cache * 1
+
+    compiled = torch.compile(step, mode="reduce-overhead")
+    with torch.no_grad():
+        for i in range(3):
+            cache = torch.zeros(8, device="flagos")
+            torch._dynamo.mark_static_address(cache)
+            for n in range(3):
+                out = compiled(cache, torch.tensor([n], device="flagos"), torch.full((1,), i + 1.0, device="flagos"))
+                want = torch.tensor([i + 1.0] * (n + 1) + [0.0] * (7 - n))
+                assert torch.equal(out.cpu(), want) and torch.equal(cache.cpu(), want)
+
+
 def test_reduce_overhead_training_runs_without_cuda_graphs_and_says_so():
     torch._dynamo.reset()
     batches = [torch.randn(8, 64, generator=torch.Generator().manual_seed(i)).to("flagos") for i in range(8)]

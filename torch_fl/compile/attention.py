@@ -126,6 +126,26 @@ def _aligned(mask, q, k):
     return mask.expand(sizes) if aligned else aligned_attention_mask(mask, sizes, not mask.requires_grad)
 
 
+def _masked_efficient_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, is_causal: bool, scale: float | None
+) -> torch.Tensor:
+    """The memory-efficient kernel's output for an attention without a gradient, its mask aligned inside: an
+    operator of its own, so that inductor, which may lay out any tensor passed between two operators of a flagos
+    graph densely again (its SDPA stride rule keeps the mask's alignment for 'cuda' tensors only: rows of 39 are
+    what the kernel refuses), sees no mask to lay out. Broadcast batch and head dimensions stay so (stride 0)."""
+    sizes = [q.size(0), q.size(1), q.size(2), k.size(2)]
+    while mask.dim() < 4:
+        mask = mask.unsqueeze(0)
+    mask = _padded_rows(mask, sizes, True)
+    return torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, mask, False, 0.0, is_causal, scale=scale)[0]
+
+
+masked_efficient_attention = torch.library.custom_op("torch_fl::masked_efficient_attention", mutates_args=())(
+    _masked_efficient_attention
+)
+masked_efficient_attention.register_fake(_masked_efficient_attention)
+
+
 def _needs_lse(q, k, v) -> bool:
     return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
 
@@ -155,6 +175,8 @@ def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None
         return out[..., :head]
     if on_cuda() and backend == 2:  # memory-efficient
         mask = _additive(attn_mask, q.dtype, -math.inf)
+        if mask is not None and not mask.requires_grad and not _needs_lse(q, k, v) and dropout_p == 0:
+            return masked_efficient_attention(q, k, v, mask, is_causal, scale)
         if mask is not None:
             mask = _aligned(mask, q, k)
         return aten._scaled_dot_product_efficient_attention(

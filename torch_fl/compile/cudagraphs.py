@@ -8,7 +8,8 @@ current flagos stream), so torch_fl makes two changes when inductor is first imp
 - the device check takes an inference graph on one flagos device as it takes one on one CUDA device;
 - such a graph is captured by inductor's other CUDA-graph implementation (compile_fx.cudagraphify_impl, what
   `torch._inductor.config.triton.cudagraph_trees = False` selects): warmed up and captured on its first call, then
-  each call copies its new inputs into the captured ones and replays.
+  each call copies its new inputs into the captured ones and replays. Its static inputs (parameters, buffers,
+  a static cache) are read where they were at capture: a call whose static inputs moved is captured anew.
 
 That implementation hands back the same output tensors on every call, which the next call overwrites (the trees
 detect this). Here each call's outputs are fresh tensors copied from the graph's memory (fresh_copies), so they stay
@@ -22,6 +23,7 @@ compiles without them, with a warning (CUDAGRAPHS_UNSUPPORTED).
 
 from __future__ import annotations
 
+import collections
 import functools
 import importlib
 import threading
@@ -116,27 +118,53 @@ def _cudagraphify(cudagraphify, compile_fx_module):
         inductors = cudagraphify(model, static_input_idxs, device_index=device_index, **kwargs)
         local = threading.local()
 
+        def capture(new_inputs):
+            # Outputs over a static input's memory (a buffer the graph returns) stay as they are.
+            static = {
+                new_inputs[i].untyped_storage().data_ptr()
+                for i in static_input_idxs
+                if isinstance(new_inputs[i], torch.Tensor)
+            }
+            with torch._dynamo.utils.preserve_rng_state(), torch.cuda.device(device_index):
+                replay = compile_fx_module.cudagraphify_impl(model, new_inputs, static_input_idxs)
+            return _fresh_outputs(replay, static)
+
         def run(new_inputs):
             fn = getattr(local, "fn", None)
             if fn is None:
-                if _has_flagos_tensor(new_inputs):
-                    # Outputs over a static input's memory (a buffer the graph returns) stay as they are.
-                    static = {
-                        new_inputs[i].untyped_storage().data_ptr()
-                        for i in static_input_idxs
-                        if isinstance(new_inputs[i], torch.Tensor)
-                    }
-                    with torch._dynamo.utils.preserve_rng_state(), torch.cuda.device(device_index):
-                        replay = compile_fx_module.cudagraphify_impl(model, new_inputs, static_input_idxs)
-                    fn = _fresh_outputs(replay, static)
-                else:
-                    fn = inductors
-                local.fn = fn
+                flagos = _has_flagos_tensor(new_inputs)
+                fn = local.fn = _by_static_inputs(capture, static_input_idxs) if flagos else inductors
             return fn(new_inputs)
 
         return run
 
     return flagos_cudagraphify
+
+
+#: captures one compiled graph keeps, one per set of static input addresses (the oldest goes first)
+CAPTURES_KEPT = 4
+
+
+def _by_static_inputs(capture, static_input_idxs):
+    """A graph captured per set of static input addresses. cudagraphify_impl replays over the memory its static
+    inputs (parameters, buffers, what torch._dynamo.mark_static_address marks: Hugging Face's static cache) had
+    when it captured; a later call whose static inputs live elsewhere (a new cache for each generate(), a model
+    moved) gets a capture of its own, as inductor's cudagraph trees re-record, instead of reading freed memory."""
+    graphs: collections.OrderedDict = collections.OrderedDict()
+    idxs = tuple(static_input_idxs)
+
+    def run(new_inputs):
+        key = tuple(t.data_ptr() if isinstance(t := new_inputs[i], torch.Tensor) else id(t) for i in idxs)
+        fn = graphs.get(key)
+        if fn is None:
+            while len(graphs) >= CAPTURES_KEPT:
+                graphs.popitem(last=False)
+            fn = graphs[key] = capture(new_inputs)
+        else:
+            graphs.move_to_end(key)
+        return fn(new_inputs)
+
+    return run
 
 
 def _fresh_outputs(replay, static):
