@@ -148,6 +148,23 @@ def test_reduce_overhead_captures_again_when_a_static_input_moves():
                 assert torch.equal(out.cpu(), want) and torch.equal(cache.cpu(), want)
 
 
+def test_reduce_overhead_first_call_writes_a_static_input_once():
+    # A static cache's length counter, advanced in the graph: the capture's warm-up must not advance it too.
+    torch._dynamo.reset()
+
+    def step(count, x):
+        count.add_(1)
+        return x * count
+
+    count = torch.zeros((), dtype=torch.int64, device="flagos")
+    torch._dynamo.mark_static_address(count)
+    compiled = torch.compile(step, mode="reduce-overhead")
+    with torch.no_grad():
+        for n in range(1, 5):
+            out = compiled(count, torch.ones(4, device="flagos"))
+            assert count.item() == n and out.cpu().tolist() == [float(n)] * 4
+
+
 def test_reduce_overhead_training_runs_without_cuda_graphs_and_says_so():
     torch._dynamo.reset()
     batches = [torch.randn(8, 64, generator=torch.Generator().manual_seed(i)).to("flagos") for i in range(8)]

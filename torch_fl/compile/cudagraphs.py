@@ -9,7 +9,8 @@ current flagos stream), so torch_fl makes two changes when inductor is first imp
 - such a graph is captured by inductor's other CUDA-graph implementation (compile_fx.cudagraphify_impl, what
   `torch._inductor.config.triton.cudagraph_trees = False` selects): warmed up and captured on its first call, then
   each call copies its new inputs into the captured ones and replays. Its static inputs (parameters, buffers,
-  a static cache) are read where they were at capture: a call whose static inputs moved is captured anew.
+  a static cache) are read where they were at capture: a call whose static inputs moved is captured anew. The
+  warm-up's writes to static inputs are undone, so that a graph's first call writes them once, as every call does.
 
 That implementation hands back the same output tensors on every call, which the next call overwrites (the trees
 detect this). Here each call's outputs are fresh tensors copied from the graph's memory (fresh_copies), so they stay
@@ -118,6 +119,8 @@ def _cudagraphify(cudagraphify, compile_fx_module):
         inductors = cudagraphify(model, static_input_idxs, device_index=device_index, **kwargs)
         local = threading.local()
 
+        mutated = [i for i in kwargs.get("mutated_input_idxs") or () if i in set(static_input_idxs)]
+
         def capture(new_inputs):
             # Outputs over a static input's memory (a buffer the graph returns) stay as they are.
             static = {
@@ -125,8 +128,14 @@ def _cudagraphify(cudagraphify, compile_fx_module):
                 for i in static_input_idxs
                 if isinstance(new_inputs[i], torch.Tensor)
             }
+            # cudagraphify_impl runs the graph once to warm up, then the caller's call replays it: a static input
+            # the graph writes (a static cache's length counter) would take that call's writes twice. Each is put
+            # back as it was before the warm-up.
+            before = [(t, t.clone()) for i in mutated if isinstance(t := new_inputs[i], torch.Tensor)]
             with torch._dynamo.utils.preserve_rng_state(), torch.cuda.device(device_index):
                 replay = compile_fx_module.cudagraphify_impl(model, new_inputs, static_input_idxs)
+            for t, saved in before:
+                t.copy_(saved)
             return _fresh_outputs(replay, static)
 
         def run(new_inputs):
