@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from torch_fl.calibration.measure import Measurement
-from torch_fl.routing.config import SIZE_KEY, format_value
+from torch_fl.routing.conditions import SIZE_KEY, format_value
 from torch_fl.routing.explain import MEASURED_TAG
 from torch_fl.vocab import ops
 from torch_fl.vocab.dtypes import dtype_name

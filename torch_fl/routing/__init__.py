@@ -28,7 +28,7 @@ from torch_fl.backends import cpu_random
 from torch_fl.backends.flaggems import FlagGemsBackend
 from torch_fl.flagos import graphs
 from torch_fl.routing import config, env, planner, registry, rules
-from torch_fl.routing.config import format_value
+from torch_fl.routing.conditions import format_value
 from torch_fl.routing.explain import Explanation
 from torch_fl.routing.explain import explain as _explain
 from torch_fl.routing.state import LOCK, STATE

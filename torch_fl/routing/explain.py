@@ -9,7 +9,8 @@ import torch
 from torch_fl import backends
 from torch_fl._core import _C, backing
 from torch_fl.routing import autograd_guard, native_only, registry, rules
-from torch_fl.routing.config import Rule, format_value
+from torch_fl.routing.conditions import format_value
+from torch_fl.routing.config import Rule
 from torch_fl.routing.state import STATE, all_rules
 from torch_fl.vocab.dtypes import dtype_name, parse_dtype
 from torch_fl.vocab.ops import parse_op_key

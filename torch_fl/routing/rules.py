@@ -15,7 +15,8 @@ import torch
 from torch_fl import backends
 from torch_fl._core import backing
 from torch_fl.routing import native_only
-from torch_fl.routing.config import NO_VALUE, Rule, values_equal
+from torch_fl.routing.conditions import NO_VALUE, values_equal
+from torch_fl.routing.config import Rule
 from torch_fl.routing.types import OpRoute, Plan, Target
 from torch_fl.vocab import ops
 from torch_fl.vocab.dtypes import dtype_name

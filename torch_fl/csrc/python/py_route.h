@@ -96,7 +96,7 @@ struct SizeClass {
 // tested argument equals `value` run targets[target], or the size classes
 // sizes[sizes - 1] when they have some (0: none). Numbers compare by value
 // (2 matches 2 and 2.0, a bool is 0 or 1), as the routing layer's
-// config.values_equal; anything else (None, a complex number) matches none.
+// conditions.values_equal; anything else (None, a complex number) matches none.
 struct ValueClass {
   double value;
   int64_t ivalue;  // `value` when integral
