@@ -324,6 +324,30 @@ def test_argreductions_of_non_contiguous_inputs_compile(name):
     torch.testing.assert_close(torch.compile(fn, fullgraph=True)(x).cpu(), fn(x).cpu())
 
 
+def test_reduce_overhead_captures_per_set_of_static_input_addresses():
+    from torch_fl.compile import cudagraphs
+
+    captured = []
+
+    def capture(inputs):  # a capture replays over the static input it saw
+        seen = inputs[0]
+        captured.append(seen)
+        return lambda new_inputs: seen + new_inputs[1]
+
+    run = cudagraphs._by_static_inputs(capture, [0])
+    x = torch.ones(2, device="flagos")
+    caches = [torch.full((2,), float(i), device="flagos") for i in range(cudagraphs.CAPTURES_KEPT + 1)]
+    assert run([caches[0], x]).tolist() == [1.0, 1.0] and run([caches[0], x]).tolist() == [1.0, 1.0]
+    assert run([caches[1], x]).tolist() == [2.0, 2.0]  # moved: captured anew, not replayed over caches[0]
+    assert run([caches[0], x]).tolist() == [1.0, 1.0] and len(captured) == 2  # kept
+    for c in caches[2:]:
+        run([c, x])
+    run([caches[0], x])  # used last but one: still kept
+    run([caches[1], x])  # the least recently used went when a fifth came
+    assert [c is caches[0] for c in captured].count(True) == 1
+    assert [c is caches[1] for c in captured].count(True) == 2
+
+
 def test_reduce_overhead_outputs_are_copied_keeping_shared_storage_and_strides():
     from torch_fl.compile.cudagraphs import fresh_copies
 

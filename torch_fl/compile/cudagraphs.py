@@ -154,16 +154,37 @@ def _cudagraphify(cudagraphify, compile_fx_module):
 CAPTURES_KEPT = 4
 
 
+#: inductor's C++ check of inputs' data pointers (what the cudagraph trees call each run), where torch has it
+_PTRS_EQUAL = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
+
+
 def _by_static_inputs(capture, static_input_idxs):
     """A graph captured per set of static input addresses. cudagraphify_impl replays over the memory its static
     inputs (parameters, buffers, what torch._dynamo.mark_static_address marks: Hugging Face's static cache) had
     when it captured; a later call whose static inputs live elsewhere (a new cache for each generate(), a model
-    moved) gets a capture of its own, as inductor's cudagraph trees re-record, instead of reading freed memory."""
+    moved) gets a capture of its own, as inductor's cudagraph trees re-record, instead of reading freed memory.
+    A call whose static inputs are where the last call's were costs one pointer comparison per static input."""
     graphs: collections.OrderedDict = collections.OrderedDict()
-    idxs = tuple(static_input_idxs)
+    idxs = list(static_input_idxs)
+    last: list = [None, None]  # the last call's graph and its static inputs' data pointers (None elsewhere)
+
+    def same_as_last(new_inputs) -> bool:
+        ptrs = last[1]
+        if ptrs is None or len(ptrs) != len(new_inputs):
+            return False
+        if _PTRS_EQUAL is not None:
+            return _PTRS_EQUAL(new_inputs, ptrs, idxs)
+        return all(new_inputs[i].data_ptr() == ptrs[i] for i in idxs)
 
     def run(new_inputs):
+        if same_as_last(new_inputs):
+            return last[0](new_inputs)
         key = tuple(t.data_ptr() if isinstance(t := new_inputs[i], torch.Tensor) else id(t) for i in idxs)
+        ptrs = None  # the fast check takes tensors only: a graph with another static input keys every call
+        if all(isinstance(new_inputs[i], torch.Tensor) for i in idxs):
+            ptrs = [None] * len(new_inputs)
+            for i, p in zip(idxs, key, strict=True):
+                ptrs[i] = p
         fn = graphs.get(key)
         if fn is None:
             while len(graphs) >= CAPTURES_KEPT:
@@ -171,6 +192,7 @@ def _by_static_inputs(capture, static_input_idxs):
             fn = graphs[key] = capture(new_inputs)
         else:
             graphs.move_to_end(key)
+        last[:] = [fn, ptrs]
         return fn(new_inputs)
 
     return run
