@@ -4,7 +4,8 @@
     python -m benchmarks.e2e --model tiny --quick     # host smoke run (written to the temporary folder)
     python -m benchmarks.e2e --variants native,flagos --paired 6 --step-pairs 4   # + in-process pairs
 
-Tasks: decode, prefill, train, graphs (decode with CUDA graphs; needs a GPU); sizes in SIZES. Variants: native
+Tasks: decode, prefill, train, graphs (decode with CUDA graphs; needs a GPU), static_generate (Hugging Face's
+generate() with a static cache, which transformers compiles with CUDA graphs on a GPU); sizes in SIZES. Variants: native
 (never imports torch_fl), flagos (default routes), flagos_flaggems (FLAGOS_USE_FLAGGEMS=1), flagos_calibrated
 (routed by --calibrated FILE). Every (round, variant) runs in a child process of its own (e2e_worker.py); the
 parent never touches a device, compares each decode's prompt logits with native's, and writes the report after
@@ -31,20 +32,23 @@ from benchmarks.common import exception_line
 REPO = common.REPO
 VARIANTS = ("native", "flagos", "flagos_flaggems", "flagos_calibrated")
 PAIRABLE = ("flagos", "flagos_flaggems", "flagos_calibrated")  # flagos routings that share a process with native
-TASKS = ("decode", "prefill", "train", "graphs")
-HOST_TASKS = ("decode", "prefill", "train")  # graphs needs CUDA
+TASKS = ("decode", "prefill", "train", "graphs", "static_generate")
+HOST_TASKS = ("decode", "prefill", "train")  # graphs needs CUDA; static_generate compiles on a GPU only
+DECODING = ("decode", "graphs", "static_generate")  # tasks whose tokens are compared with native's
 SIZES = {
     "full": {
         "decode": {"batch": 1, "prompt": 32, "new_tokens": 64, "warmup": 1, "iters": 2},
         "prefill": {"batch": 8, "length": 512, "warmup": 2, "iters": 5},
         "train": {"batch": 4, "length": 512, "warmup": 2, "iters": 5, "lr": 1e-5},
         "graphs": {"batch": 1, "prompt": 32, "new_tokens": 64, "warmup": 1, "iters": 5},
+        "static_generate": {"batch": 1, "prompt": 32, "new_tokens": 64, "warmup": 2, "iters": 5},
     },
     "quick": {
         "decode": {"batch": 1, "prompt": 8, "new_tokens": 8, "warmup": 1, "iters": 1},
         "prefill": {"batch": 2, "length": 32, "warmup": 1, "iters": 2},
         "train": {"batch": 2, "length": 32, "warmup": 1, "iters": 2, "lr": 1e-5},
         "graphs": {"batch": 1, "prompt": 8, "new_tokens": 8, "warmup": 1, "iters": 1},
+        "static_generate": {"batch": 1, "prompt": 8, "new_tokens": 8, "warmup": 1, "iters": 1},
     },
 }
 
@@ -197,7 +201,7 @@ def main(argv=None) -> int:
         stopped = False
         for v in pair_with:
             # a routing variant pairs its training step too (with flagos's native routes)
-            pairable = {"decode", "prefill", "graphs"} | ({"train"} if v != "flagos" else set())
+            pairable = {"decode", "prefill", "graphs", "static_generate"} | ({"train"} if v != "flagos" else set())
             if (args.paired > 0 and pairable & set(args.tasks)) or (args.step_pairs > 0 and "decode" in args.tasks):
                 say = f"paired: native and {v} alternating in one process, {what} ..."
                 if stopped := (res := child("paired", f"the pairs of {v}", say, "paired", v)) is None:
@@ -301,9 +305,9 @@ def _round_entry(v: str, t: str, runs: list[dict], native_tokens: dict) -> dict:
 
 
 def summarise(raw: list[dict], variants: list[str], tasks: list[str]) -> dict:
-    native_tokens: dict = {}  # per decoding task (decode, graphs): native's first round's tokens
+    native_tokens: dict = {}  # per decoding task: native's first round's tokens
     for r in raw:
-        for t in ("decode", "graphs"):
+        for t in DECODING:
             if r["variant"] == "native" and t not in native_tokens and "tokens" in r["tasks"].get(t, {}):
                 native_tokens[t] = r["tasks"][t]["tokens"]
     summary = {
@@ -324,13 +328,13 @@ def summarise(raw: list[dict], variants: list[str], tasks: list[str]) -> dict:
             base, eager = native.get(t, {}), native.get("decode", {})
             if "tokens_per_s" in e and base.get("tokens_per_s"):
                 e["ratio_to_native"] = e["tokens_per_s"] / base["tokens_per_s"]
-            if t == "graphs" and "tokens_per_s" in e and eager.get("tokens_per_s"):
+            if t in DECODING[1:] and "tokens_per_s" in e and eager.get("tokens_per_s"):
                 e["ratio_to_native_eager_decode"] = e["tokens_per_s"] / eager["tokens_per_s"]
             if e.get("peak_bytes") and base.get("peak_bytes"):
                 e["peak_memory_ratio"] = e["peak_bytes"] / base["peak_bytes"]
         # Tokens that leave native's are explained where operators ran on other kernels (greedy decoding turns a
         # last-bit difference between near-tied logits into another token) while the logits agree within tolerance.
-        for t in ("decode", "graphs"):
+        for t in DECODING:
             e = per_task.get(t, {})
             if e.get("tokens_match_native") is False:
                 other = sorted(b for b in e.get("backends", {}) if b != "native")

@@ -75,6 +75,13 @@ def inference_call(task: str, model, sz: dict, seed: int, device):
     if task == "decode":
         ids = _prompt(model, sz, seed, device)
         return (lambda: workloads.greedy(model, ids, sz["new_tokens"])), sz["batch"] * sz["new_tokens"]
+    if task == "static_generate":  # transformers compiles its forward (CUDA graphs) for its own device types, and
+        # for flagos over a GPU with the transformers adapter, which a flagos user enables (docs/integrations.md)
+        if device.type == "flagos":
+            sys.modules["torch_fl"].integrations.enable("transformers")
+        ids, n = _prompt(model, sz, seed, device), sz["new_tokens"]
+        kw = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False, cache_implementation="static")
+        return (lambda: model.generate(ids, **kw)), sz["batch"] * n
     ids = qwen3.tokens(model.config.vocab_size, sz["batch"], sz["length"], seed=seed + 2).to(device)
 
     @torch.no_grad()
@@ -98,7 +105,7 @@ def paired_worker(args) -> dict:
     native, flagos = torch.device("cuda", 0) if cuda else torch.device("cpu"), torch.device("flagos", 0)
     sizes, tasks = args.sizes, args.tasks
     models = {d: qwen3.build(args.ckpt, dtype=dtype).to(d) for d in (native, flagos)}
-    paired = ("decode", "prefill", "graphs") if cuda else ("decode", "prefill")
+    paired = ("decode", "prefill", "graphs", "static_generate") if cuda else ("decode", "prefill")
     seen: dict = {}  # replay's counts at the end of the tasks so far
     for task in [t for t in tasks if t in paired and args.paired > 0]:
         try:
@@ -219,7 +226,7 @@ def _pair_task(task: str, models: dict, native, flagos, sz: dict, args) -> dict:
 
     secs = paired_seconds({d: keeping(d) for d in (native, flagos)}, args.paired, workloads.synchronize)
     res = _pair_stats(secs[native], secs[flagos], calls[native][1])
-    if task in ("decode", "graphs"):
+    if task in ("decode", "graphs", "static_generate"):
         res["tokens_match_native"] = results[native].cpu().tolist() == results[flagos].cpu().tolist()
     return res
 
@@ -317,7 +324,7 @@ def worker(args) -> dict:
         sec, out = timed(fn, sz["warmup"], sz["iters"])
         if task == "train":
             res["losses"] = [float(x) for x in losses]
-        if task in ("decode", "graphs"):
+        if task in ("decode", "graphs", "static_generate"):
             res["tokens"] = out[:, sz["prompt"] :].cpu().tolist()
         if task == "graphs":
             res.update(tokens_match_eager=bool((out == res.pop("eager")).all()), **after())

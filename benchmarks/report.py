@@ -105,6 +105,7 @@ PAIR_TASKS = {
     "prefill": "prefill pairs",
     "decode_tokens": "decode token by token",
     "graphs": "graph decode pairs",
+    "static_generate": "compiled static-cache generate() pairs",
     "train": "train pairs, against flagos's native routes",
 }
 # the in-process pairs that judge a task, steadiest first (token by token: 64 pairs of short calls)

@@ -161,6 +161,31 @@ def test_graph_decode_targets_in_the_readme_table():
 
 
 @pytest.mark.anyplatform
+def test_static_generate_task_runs_hugging_faces_generate_and_has_its_targets(tmp_path):
+    # On host memory transformers compiles nothing (as on the CPU): the task's code path, tokens and figures.
+    cmd = [sys.executable, "-m", "benchmarks.e2e", "--model", "tiny", "--quick", "--rounds", "1"]
+    cmd += ["--variants", "native,flagos", "--tasks", "decode,static_generate", "--out", str(tmp_path / "s.json")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    flagos = json.loads((tmp_path / "s.json").read_text())["summary"]["flagos"]
+    gen = flagos["static_generate"]
+    assert gen["tokens_match_native"] is True and gen["ratio_to_native"] > 0 and gen["ratio_to_native_eager_decode"] > 0
+    rows = {t: ok for t, _, ok, _ in targets_page.generate_targets({"static_generate": gen, "decode": {}}, None)}
+    assert list(rows) == ["Qwen3-0.6B compiled static-cache generate() >= 0.97x native's"]
+    summary = {"static_generate": {"tokens_per_s": 700.0, "ratio_to_native": 0.98, "rounds_ok": 1}}
+    summary["decode"] = {"tokens_per_s": 200.0}
+    pair = {"ratio_median": 0.96, "noise": 0.01, "pairs": 4}
+    rows = {t: (m, ok) for t, m, ok, _ in targets_page.generate_targets(summary, pair)}
+    assert rows == {
+        "Qwen3-0.6B compiled static-cache generate() >= 0.97x native's": (
+            "0.960x ± 0.010 (4 pairs), 0.980x (1 round)",
+            False,
+        ),
+        "Qwen3-0.6B compiled static-cache generate() >= 3x flagos eager decode": ("3.50x", True),
+    }
+
+
+@pytest.mark.anyplatform
 def test_a_paired_task_that_failed_is_reported_and_left_out_of_the_targets():
     report = report_page
     e2e = e2e_bench
