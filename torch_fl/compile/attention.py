@@ -111,19 +111,34 @@ def _aligned(mask, q, k):
     out a mask the graph computes as it likes: one whose rows are not a multiple of 8 long, or whose batch or head
     dimension was expanded in the graph, is written out by aligned_attention_mask. A mask that takes a gradient is
     written out over every batch and head (the kernel writes its gradient per batch and head)."""
+    mask, sizes = _held(mask, q, k)
+    if _kernel_ready(mask, sizes):
+        return mask.expand(sizes)
+    return aligned_attention_mask(mask, sizes, not mask.requires_grad)
+
+
+def _held(mask, q, k):
+    """The mask 4-D, an expanded (stride 0) batch or head dimension back to one where it takes no gradient (batch
+    and heads stay broadcast), and the attention's sizes."""
     while mask.dim() < 4:
         mask = mask.unsqueeze(0)
-    sizes = [q.size(0), q.size(1), q.size(2), k.size(2)]
-    if not mask.requires_grad:  # batch and heads stay broadcast, an expanded one (stride 0) back to one
+    if not mask.requires_grad:
         mask = mask[tuple(slice(0, 1) if mask.stride(i) == 0 else slice(None) for i in range(2))]
+    return mask, [q.size(0), q.size(1), q.size(2), k.size(2)]
+
+
+def _kernel_ready(mask, sizes) -> bool:
+    """Whether the kernel takes `mask` (from _held) as it is laid out, and would in any dense layout inductor gives
+    it: a key length that is a multiple of 8 (an int: a symbolic one is not decided here, which would add a guard),
+    rows of a multiple of 8 elements apart."""
     held = [mask.size(0), mask.size(1)] if not mask.requires_grad else sizes[:2]
-    aligned = (
-        list(mask.shape) == [*held, *sizes[2:]]
+    return (
+        isinstance(sizes[3], int)
+        and sizes[3] % 8 == 0
+        and list(mask.shape) == [*held, *sizes[2:]]
         and mask.stride(-1) == 1
         and all(mask.stride(i) % 8 == 0 and mask.stride(i) != 0 for i in range(3))
-        and k.size(2) % 8 == 0
     )
-    return mask.expand(sizes) if aligned else aligned_attention_mask(mask, sizes, not mask.requires_grad)
 
 
 def _masked_efficient_attention(
@@ -176,7 +191,10 @@ def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None
     if on_cuda() and backend == 2:  # memory-efficient
         mask = _additive(attn_mask, q.dtype, -math.inf)
         if mask is not None and not mask.requires_grad and not _needs_lse(q, k, v) and dropout_p == 0:
-            return masked_efficient_attention(q, k, v, mask, is_causal, scale)
+            # The kernel as an extern call where the mask keeps its alignment in any layout; else the operator
+            # that aligns inside (a Python operator: tens of microseconds a call more)
+            if not _kernel_ready(*_held(mask, q, k)):
+                return masked_efficient_attention(q, k, v, mask, is_causal, scale)
         if mask is not None:
             mask = _aligned(mask, q, k)
         return aten._scaled_dot_product_efficient_attention(

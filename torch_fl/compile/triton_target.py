@@ -6,7 +6,9 @@ the current flagos stream (a CUDA stream). Inductor decides two things by device
   and device guards apply to flagos graphs;
 - the device properties inductor compiles a Triton kernel for (DeviceProperties.create, which also names
   Triton's target backend) are those of the CUDA device behind the flagos device, so Triton targets CUDA.
-Nothing changes for other device types. Host backing needs neither (inductor's C++ kernels).
+Inductor's GEMM template configurations (template_heuristics, looked up by device type: without an entry it logs
+an error for each matrix product it lowers and offers no Triton template) are CUDA's for flagos too.
+Nothing changes for other device types. Host backing needs none of these (inductor's C++ kernels).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def install() -> None:
         utils.get_gpu_type()
         utils.GPU_TYPES.append(DEVICE_NAME)  # the list every is_gpu() reads, shared by reference
 
+    share_cuda_template_heuristics()
     create = hints.DeviceProperties.create
     if getattr(create, "_flagos", False):
         return
@@ -40,3 +43,14 @@ def install() -> None:
 
     flagos_create._flagos = True
     hints.DeviceProperties.create = classmethod(flagos_create)
+
+
+def share_cuda_template_heuristics() -> None:
+    """Register each of inductor's template heuristics for 'cuda' for flagos as well (idempotent)."""
+    from torch._inductor.template_heuristics import registry
+
+    # The registry has no listing function: its table is read directly (absent in a torch without it).
+    table = getattr(registry, "_TEMPLATE_HEURISTIC_REGISTRY", {})
+    for (template, device, op), heuristic in list(table.items()):
+        if device == "cuda" and (template, DEVICE_NAME, op) not in table:
+            registry.register_template_heuristic(template, DEVICE_NAME, op_name=op)(heuristic)
