@@ -1,12 +1,16 @@
-"""torch.compile on flagos against torch.compile on native: Qwen3 prefill and training step, compile times.
+"""torch.compile on flagos against torch.compile on native: Qwen3 prefill and training step, small Hugging Face
+models' inference, compile times.
 
     python -m benchmarks.compile_bench                 # GPU: Qwen3-0.6B bf16, prefill 8 x 512, train 4 x 512
     python -m benchmarks.compile_bench --quick         # host smoke: tiny Qwen3, 1 layer, small sizes (to /tmp)
+    python -m benchmarks.compile_bench --tasks small   # only the small models (a partial result: not canonical)
 
-Prefill: both variants compiled in one process, timed in ABBA pairs of --calls calls. Training step: a worker
-process per variant (native CUDA backward cannot share a process with torch_fl, PyTorch issue 161129), taking
-turns in ABBA pairs of --steps steps. Ratio: native time / flagos time per pair. Compile time: the first call
-minus a steady call, from an empty inductor cache.
+Prefill: both variants compiled in one process, timed in ABBA pairs of --calls calls. Small models (BERT, GPT-2,
+Llama, Mistral, Qwen2-MoE, Gemma from configurations of 4 layers, hidden 256; inference on 1 x 32 tokens, where a
+compiled call costs more host time than GPU time: wrapper, guards, allocations): likewise, in one process, pairs of
+10 x --calls calls. Training step: a worker process per variant (native CUDA backward cannot share a process with
+torch_fl, PyTorch issue 161129), taking turns in ABBA pairs of --steps steps. Ratio: native time / flagos time per
+pair. Compile time: the first call minus a steady call, from an empty inductor cache.
 """
 
 from __future__ import annotations
@@ -43,43 +47,93 @@ def _sync(device) -> None:
     workloads.synchronize(device)
 
 
-def prefill_child(args) -> dict:
-    """Both variants in this process: compile each, then time prefill pairs in alternation."""
+#: the small models (transformers model types) and what their configurations take beside the common sizes
+SMALL = {
+    "bert": lambda h: {},
+    "gpt2": lambda h: {"bos_token_id": 0, "eos_token_id": 0},
+    "llama": lambda h: {"num_key_value_heads": 2},
+    "mistral": lambda h: {"num_key_value_heads": 2},
+    "qwen2_moe": lambda h: {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": h,
+                            "shared_expert_intermediate_size": h},
+    "gemma": lambda h: {"num_key_value_heads": 2, "head_dim": h // 4},
+}  # fmt: skip
+
+
+def _small_model(kind: str, device: str, quick: bool):
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    hidden, layers = (64, 1) if quick else (256, 4)
+    cfg = AutoConfig.for_model(
+        kind, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4, intermediate_size=4 * hidden,
+        vocab_size=1024, **SMALL[kind](hidden),
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return AutoModel.from_config(cfg).eval().to(device)
+
+
+def _compiled_pairs(build, args, calls: int) -> dict:
+    """Both variants in this process: `build(device)` -> (model, its inputs), compiled, then timed in alternation."""
     import torch
 
     import torch_fl
 
-    native = "cuda" if torch_fl.backing() == "cuda" else "cpu"
-    sizes = _sizes(args)
+    common.models()  # _sync's helpers
+    devices = {"native": "cuda" if torch_fl.backing() == "cuda" else "cpu", "flagos": "flagos"}
     runs, compile_s = {}, {}
-    for variant, device in (("native", native), ("flagos", "flagos")):
-        model, qwen3 = _model(sizes, device)
-        ids = qwen3.tokens(model.config.vocab_size, *sizes["prefill"], seed=1).to(device)
+    for variant, device in devices.items():
+        model, inputs = build(device)
         compiled = torch.compile(model)
 
-        def run(compiled=compiled, ids=ids):
+        def run(compiled=compiled, inputs=inputs):
             with torch.no_grad():
-                compiled(input_ids=ids, use_cache=False)
+                compiled(**inputs)
 
         first, steady = common.timed_calls(run, lambda d=device: _sync(d), 2)[0]  # the first compiles
         compile_s[variant] = round(first - steady, 3)
         for _ in range(args.warmup):
             run()
         runs[variant] = run
-    devices = {"native": native, "flagos": "flagos"}
 
     def sample(run):
-        return lambda: [run() for _ in range(args.calls)]
+        return lambda: [run() for _ in range(calls)]
 
     secs = common.paired_seconds({k: sample(run) for k, run in runs.items()}, args.pairs, lambda k: _sync(devices[k]))
-    secs = {k: [t / args.calls for t in ts] for k, ts in secs.items()}
+    secs = {k: [t / calls for t in ts] for k, ts in secs.items()}
     ratios = [n / f for n, f in zip(secs["native"], secs["flagos"], strict=True)]
     return {
         "compile_s": compile_s,
-        "native_ms": [round(s * 1e3, 3) for s in secs["native"]],
-        "flagos_ms": [round(s * 1e3, 3) for s in secs["flagos"]],
+        "native_ms": [round(s * 1e3, 4) for s in secs["native"]],
+        "flagos_ms": [round(s * 1e3, 4) for s in secs["flagos"]],
         **common.ratio_stats(ratios),
     }
+
+
+def prefill_child(args) -> dict:
+    """Qwen3 prefill, both variants in this process."""
+    sizes = _sizes(args)
+
+    def build(device):
+        model, qwen3 = _model(sizes, device)
+        ids = qwen3.tokens(model.config.vocab_size, *sizes["prefill"], seed=1).to(device)
+        return model, {"input_ids": ids, "use_cache": False}
+
+    return _compiled_pairs(build, args, args.calls)
+
+
+def small_child(args) -> dict:
+    """Each small model's inference, both variants in this process."""
+    import torch
+
+    def build(kind):
+        def on(device):
+            ids = torch.randint(0, 1024, (1, 8 if args.quick else 32), generator=torch.Generator().manual_seed(1))
+            return _small_model(kind, device, args.quick), {"input_ids": ids.to(device)}
+
+        return on
+
+    kinds = ("bert", "llama") if args.quick else tuple(SMALL)
+    return {kind: _compiled_pairs(build(kind), args, 10 * args.calls) for kind in kinds}
 
 
 def train_worker(args) -> None:
@@ -139,34 +193,38 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=5, help="timed training steps per sample (default 5)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls after compiling (default 3)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per child process (default 1800)")
-    p.add_argument("--child", choices=("prefill", "train"), help=argparse.SUPPRESS)
+    p.add_argument("--tasks", default="prefill,small,train", help="comma list of prefill,small,train (default all)")
+    p.add_argument("--child", choices=("prefill", "small", "train"), help=argparse.SUPPRESS)
     p.add_argument("--variant", choices=("native", "flagos"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
         args.pairs, args.train_pairs, args.steps, args.warmup = min(args.pairs, 4), min(args.train_pairs, 2), 3, 1
-    if args.child == "prefill":
-        common.reply(prefill_child(args))
+    if args.child in ("prefill", "small"):
+        common.reply((prefill_child if args.child == "prefill" else small_child)(args))
         return 0
     if args.child == "train":
         train_worker(args)
         return 0
 
-    started = time.perf_counter()
+    started, tasks, res = time.perf_counter(), args.tasks.split(","), {}
     with tempfile.TemporaryDirectory(prefix="compile-bench-") as tmp:
-        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "prefill"))
-        cmd = common.child_cmd("compile_bench", *argv, "--child", "prefill")
-        prefill = common.run_child(cmd, args.timeout, env, label="prefill child")
-        print(f"prefill: flagos {common.format_ratio(prefill)} native, compile s {prefill['compile_s']}")
-        train = train_pairs(args, argv, tmp)
-    print(f"train: flagos {common.format_ratio(train)} native, compile s {train['compile_s']}")
+        for task in ("prefill", "small"):
+            if task in tasks:
+                env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, task))
+                cmd = common.child_cmd("compile_bench", *argv, "--child", task)
+                res[task] = common.run_child(cmd, args.timeout, env, label=f"{task} child")
+        if "train" in tasks:
+            res["train"] = train_pairs(args, argv, tmp)
+    for label, e in [(t, res[t]) for t in ("prefill", "train") if t in res] + list(res.get("small", {}).items()):
+        print(f"{label}: flagos {common.format_ratio(e)} native, compile s {e['compile_s']}")
     payload = {
         "sizes": _sizes(args),
         "args": {k: v for k, v in vars(args).items() if k not in ("out", "child", "variant")},
         "wall_s": round(time.perf_counter() - started, 1),
-        "prefill": prefill,
-        "train": train,
+        **res,
     }
-    print(f"wrote {common.write('compile', payload, args.out, smoke=args.quick)}")
+    partial = set(tasks) != {"prefill", "small", "train"}  # a partial run is not the canonical result
+    print(f"wrote {common.write('compile', payload, args.out, smoke=args.quick or partial)}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Where a routed call's host time goes: overhead.py's gaps split into parts, each timed in host microseconds
-per call in the same run: PyRoute with Python kernels, the native route's parts, FlagGems calls direct and
-routed (each step between them in ABBA pairs, inside the function and around it), mm through torch.mm and @.
+per call in the same run: PyRoute with a Python kernel, the native route's parts, FlagGems calls direct and
+routed (each step between them in ABBA pairs), mm through torch.mm and @.
 
     python -m benchmarks.route_breakdown [--calls N] [--out PATH]
 """
@@ -8,7 +8,6 @@ routed (each step between them in ABBA pairs, inside the function and around it)
 from __future__ import annotations
 
 import statistics
-import time
 from array import array
 
 import torch
@@ -60,47 +59,6 @@ def flaggems_gaps(table: dict, a, b, fa, fb, native, pairs: int) -> dict[str, fl
     return out
 
 
-def inside_and_outside(table: dict, a, b, fa, fb, native, pairs: int) -> dict[str, float]:
-    """Where a flaggems-routed add's or mul's extra time is: inside the FlagGems function (timed, routed through
-    PyRoute) or around it, routed and direct calls alternating (ABBA); medians of per-pair differences."""
-    out = {}
-    clock = time.perf_counter
-    for op, call, routed, kwargs in _gems_ops(table, fa, fb):
-        inner: list[float] = []
-
-        def timed(x, y, *, _call=call, _inner=inner, **kw):
-            t = clock()
-            r = _call(x, y, **kw)
-            _inner.append(clock() - t)
-            return r
-
-        route = torch_fl._C.PyRoute(f"{op}.Tensor")
-        route.update(_kernel_target(timed))
-        try:
-            for _ in range(200):
-                routed()
-                timed(a, b, **kwargs)
-            sync = torch.cuda.synchronize if native.type == "cuda" else (lambda: None)
-            sync()
-            inside, around = [], []
-            for i in range(pairs):
-                spent = {}
-                for which in common.abba(i, "direct", "routed"):
-                    inner.clear()
-                    t = clock()
-                    routed() if which == "routed" else timed(a, b, **kwargs)
-                    spent[which] = (clock() - t, inner[0])
-                inside.append(spent["routed"][1] - spent["direct"][1])
-                around.append((spent["routed"][0] - spent["routed"][1]) - (spent["direct"][0] - spent["direct"][1]))
-                if i % 128 == 127:
-                    sync()  # the GPU queue never fills: host time only
-        finally:
-            route.set_native()
-        out[f"flag_gems {op} routed vs direct: inside the function, per pair"] = statistics.median(inside) * 1e6
-        out[f"flag_gems {op} routed vs direct: around the function, per pair"] = statistics.median(around) * 1e6
-    return out
-
-
 def _kernel_target(fn) -> CoreTarget:
     """`fn` as the one target of a bare PyRoute, without routing's policy."""
 
@@ -127,32 +85,19 @@ def main(argv=None) -> int:
     def nothing(x, y, alpha=1):
         return x
 
-    def tensor_reads(x, y, alpha=1):
-        for _ in range(100):
-            x.dtype, x.shape, x.is_contiguous(), y.data_ptr(), isinstance(y, torch.Tensor)
-        return x
-
-    def arithmetic(x, y, alpha=1):
-        total = 0
-        for i in range(500):
-            total += i
-        return x
-
     from benchmarks.overhead import paired_calls_us
 
     na, nb = torch_fl.as_native(fa), torch_fl.as_native(fb)  # persistent aliases
     route = torch_fl._C.PyRoute("add.Tensor")
     try:
-        for fn in (nothing, tensor_reads, arithmetic):
-            route.update(_kernel_target(fn))
-            if fn is nothing:
-                row("python kernel that does nothing, called directly", lambda: nothing(a, b, alpha=1))
-                row("python kernel that does nothing, routed (PyRoute)", lambda: fa + fb)
-            # Does a kernel's own work run slower inside the route? The same function routed and called
-            # directly on persistent aliases, call by call in pairs: the gap beyond the do-nothing kernel's.
-            one, two = paired_calls_us(lambda fn=fn: fn(na, nb, alpha=1), lambda: fa + fb, native, args.calls * 10)
-            name = f"python kernel ({fn.__name__}): routed vs direct, per pair"
-            rows[name] = statistics.median(t - o for o, t in zip(one, two, strict=True))
+        route.update(_kernel_target(nothing))
+        row("python kernel that does nothing, called directly", lambda: nothing(a, b, alpha=1))
+        row("python kernel that does nothing, routed (PyRoute)", lambda: fa + fb)
+        # The same function routed and called directly on persistent aliases, call by call in pairs
+        one, two = paired_calls_us(lambda: nothing(na, nb, alpha=1), lambda: fa + fb, native, args.calls * 10)
+        rows["python kernel that does nothing: routed vs direct, per pair"] = statistics.median(
+            t - o for o, t in zip(one, two, strict=True)
+        )
     finally:
         route.set_native()
     row("add on the native route", lambda: fa + fb)
@@ -183,9 +128,7 @@ def main(argv=None) -> int:
             row("flag_gems mul, routed from flagos (flaggems_python)", lambda: fa * fb)
         with torch_fl.routing.route({"mul.Tensor": "flaggems"}):
             row("flag_gems mul, routed from flagos (flaggems replay)", lambda: fa * fb)
-        gaps = flaggems_gaps(LOADER.table, a, b, fa, fb, native, args.calls * 5)
-        gaps.update(inside_and_outside(LOADER.table, a, b, fa, fb, native, args.calls * 5))
-        rows.update(gaps)
+        rows.update(flaggems_gaps(LOADER.table, a, b, fa, fb, native, args.calls * 5))
 
     m1, m2 = torch.randn(64, 64, generator=g).to(native), torch.randn(64, 64, generator=g).to(native)
     f1, f2 = m1.to("flagos"), m2.to("flagos")

@@ -18,7 +18,7 @@ from tests.helpers import REPO
 pytestmark = pytest.mark.anyplatform
 
 
-def _result(prefill: float, train: float) -> dict:
+def _result(prefill: float, train: float, small_gpt2: float = 0.98) -> dict:
     meta = {
         "benchmark": "compile",
         "machine": "h200",
@@ -39,6 +39,10 @@ def _result(prefill: float, train: float) -> dict:
             "compile_s": {"native": 90.0, "flagos": 95.0},
             "steps_per_sample": 10,
         },
+        "small": {
+            kind: {"pairs": 16, "ratio_median": r, "noise": 0.01, "compile_s": {"native": 5.0, "flagos": 5.5}}
+            for kind, r in (("bert", 0.99), ("gpt2", small_gpt2))
+        },
     }
 
 
@@ -52,6 +56,11 @@ def test_compile_results_give_a_table_and_two_targets():
     rows = {t: (m, ok) for t, m, ok, _ in targets_page.targets(results)}
     assert rows["compiled Qwen3-0.6B prefill >= 0.97x compiled native"][1] is True
     assert rows["compiled Qwen3-0.6B training step >= 0.97x compiled native"] == ("0.950x ± 0.020 (4 pairs)", False)
+    assert "| gpt2 inference (16 pairs) | 0.980x ± 0.010 | 5.0 | 5.5 |" in page
+    small = "compiled small Hugging Face models >= 0.97x compiled native, each"
+    assert rows[small] == ("bert 0.990x, gpt2 0.980x", True)
+    rows = {t: (m, ok) for t, m, ok, _ in targets_page.targets({"compile-h200": _result(0.99, 0.99, 0.96)})}
+    assert rows[small] == ("bert 0.990x, gpt2 0.960x", False)  # one model below misses the target
 
 
 def test_compile_benchmark_quick(tmp_path):
@@ -77,6 +86,8 @@ def test_compile_benchmark_quick(tmp_path):
     assert pre["pairs"] == 2 and len(pre["native_ms"]) == len(pre["flagos_ms"]) == 2 and pre["ratio_median"] > 0
     assert set(pre["compile_s"]) == {"native", "flagos"}
     assert report["args"]["calls"] == 2
+    assert set(report["small"]) == {"bert", "llama"}  # the quick run's small models, each paired
+    assert all(e["pairs"] == 2 and e["ratio_median"] > 0 for e in report["small"].values())
     assert "alternating pairs (2 calls per sample)" in "\n".join(report_page.TABLES["compile"](report))
     # training: each variant's worker compiled once, then alternating samples of 3 steps (--quick)
     assert train["pairs"] == 2 and train["steps_per_sample"] == 3 and train["noise"] is not None
