@@ -9,8 +9,10 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
-from benchmarks import common
+import torch_fl  # noqa: F401 - the flagos device
+from benchmarks import common, compile_bench
 from benchmarks import report as report_page
 from benchmarks import targets as targets_page
 from tests.helpers import REPO
@@ -117,3 +119,14 @@ def test_a_worker_answers_one_sample_per_request(tmp_path):
     finally:
         w.close()
     assert w.proc.returncode == 0  # stdin closed: the worker ended by itself
+
+
+@pytest.mark.parametrize("kind", sorted(compile_bench.SMALL))
+def test_each_small_model_of_the_benchmark_builds_and_runs_on_flagos(kind):
+    # The quick run compiles two of the six: every configuration is checked here, before a GPU run compiles it.
+    ids = torch.randint(0, 1024, (1, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = compile_bench._small_model(kind, "cpu", quick=True)(input_ids=ids).last_hidden_state
+        got = compile_bench._small_model(kind, "flagos", quick=True)(input_ids=ids.to("flagos")).last_hidden_state
+    assert got.device.type == "flagos"
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
