@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The benchmarks on the H200 (device tool), from the repo root, alone on the machine:
 #   bash scripts/gpu_bench.sh                      # overhead, route breakdown, alias pool, then e2e
-#   STEP=overhead|e2e|demo|compile|trainer bash scripts/gpu_bench.sh
+#   STEP=overhead|e2e|demo|compile|trainer|ddp bash scripts/gpu_bench.sh   (or a comma list of them)
+# Every canonical result at one commit, in three calls of under 10 minutes each, back to back (the machine
+# stays warm between them): STEP=overhead,trainer,ddp; STEP=compile;
+# STEP=e2e ROUNDS=1 PAIRS=3 STEP_PAIRS=1 E2E_DEADLINE=450.
 # Carry .whl/ (wheels of triton, flag_gems and expecttest matching the GPU
 # machine's torch) for the FlagGems rows. Installs the wheels, builds the core,
 # then runs benchmarks/overhead.py, route_breakdown.py and alias_pool.py, and
@@ -17,29 +20,34 @@
 # Correctness checks: scripts/gpu_check.sh.
 set -uo pipefail
 STEP=${STEP:-all}
+want() { [[ ,$STEP, == *",$1,"* ]]; }  # is $1 one of STEP's comma list
 source scripts/gpu_setup.sh
-if [[ $STEP == all || $STEP == overhead ]]; then
+if want all || want overhead; then
   python3 -m benchmarks.overhead --out "$OUT" 2>&1 | tee "$OUT/overhead.log" | tail -16
   python3 -m benchmarks.route_breakdown --out "$OUT" 2>&1 | tee -a "$OUT/overhead.log"
   python3 -m benchmarks.alias_pool --out "$OUT" 2>&1 | tee -a "$OUT/overhead.log"
 fi
-if [[ $STEP == demo ]]; then
+if want demo; then
   python3 -m torch_fl demo 2> "$OUT/demo.stderr" | tee "$OUT/demo.txt"
   FLAGOS_USE_FLAGGEMS=1 python3 -m torch_fl demo 2> "$OUT/demo_flaggems.stderr" | tee "$OUT/demo_flaggems.txt"
 fi
-if [[ $STEP == compile ]]; then
+if want compile; then
   # torch.compile on flagos against native (benchmarks/compile_bench.py: compile-h200.json): four cold
   # compiles (prefill and training step, each variant) and the pairs, about five minutes on the H200.
   python3 -m benchmarks.compile_bench ${PAIRS:+--pairs "$PAIRS"} ${TRAIN_PAIRS:+--train-pairs "$TRAIN_PAIRS"} \
     --out "$OUT" 2>&1 | tail -12
 fi
-if [[ $STEP == trainer ]]; then
+if want trainer; then
   # A Hugging Face Trainer fine-tune of Qwen3-0.6B in bf16, flagos against native CUDA (benchmarks/trainer_bench.py:
   # trainer-h200.json): one worker process per side, 200 steps of batch 8 x 512 each, 16 ABBA pairs of 10-step
   # samples inside those runs; losses, peak memory and steps/s. A few minutes on the H200.
   python3 -m benchmarks.trainer_bench ${PAIRS:+--pairs "$PAIRS"} --out "$OUT" 2>&1 | tail -12
 fi
-if [[ $STEP == all || $STEP == e2e ]]; then
+if want ddp; then
+  # A DDP training step at world size 1, flagos against native (benchmarks/ddp_step.py: ddp-step-h200.json).
+  python3 -m benchmarks.ddp_step --rounds "${DDP_ROUNDS:-4}" --out "$OUT" 2>&1 | tail -4
+fi
+if want all || want e2e; then
   # Every flagos routing is paired with native in a process of its own: the FlagGems profile, and the
   # committed calibrated file where there is one for this machine (--calibrated).
   calibrated=(); pair_with=flagos,flagos_flaggems
