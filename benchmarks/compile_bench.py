@@ -53,8 +53,8 @@ SMALL = {
     "gpt2": lambda h: {"bos_token_id": 0, "eos_token_id": 0},
     "llama": lambda h: {"num_key_value_heads": 2},
     "mistral": lambda h: {"num_key_value_heads": 2},
-    "qwen2_moe": lambda h: {"num_key_value_heads": 2, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": h,
-                            "shared_expert_intermediate_size": h},
+    "qwen2_moe": lambda h: {"num_key_value_heads": 2, "num_experts": 4, "num_experts_per_tok": 2,
+                            "moe_intermediate_size": h, "shared_expert_intermediate_size": h},
     "gemma": lambda h: {"num_key_value_heads": 2, "head_dim": h // 4},
 }  # fmt: skip
 
