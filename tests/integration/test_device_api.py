@@ -138,3 +138,9 @@ def test_a_negative_index_changes_no_device_as_on_cuda():
     with torch.flagos.device(-1):
         assert torch.flagos.current_device() == 0
     assert torch.flagos.current_device() == 0
+    # A context left without being entered, and torch.accelerator's exchange with "no device", change nothing
+    # (torch.cuda.device(i).__exit__ restores its previous index, -1: no device)
+    torch.flagos.device(expected_count() - 1).__exit__(None, None, None)
+    assert torch.flagos.current_device() == 0
+    assert torch._C._accelerator_maybeExchangeDevice(-1) == 0
+    assert torch.flagos.current_device() == 0

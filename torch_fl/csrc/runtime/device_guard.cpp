@@ -64,7 +64,13 @@ struct FlagosGuardImpl final : c10::impl::DeviceGuardImplInterface {
       g_backing.guard->setDevice(native_device(d));
     }
   }
+  // A negative index (no device: an un-entered torch.flagos.device(i)'s
+  // exit, torch.accelerator's maybeExchangeDevice(-1)) sets nothing, as
+  // torch.cuda's _maybe_exchange_device(-1) does.
   void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.index() < 0) {
+      return;
+    }
     if (g_backing.host) {
       tls_host_device = d.index();
     } else if (g_backing.guard) {
