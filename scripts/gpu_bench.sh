@@ -32,8 +32,8 @@ if want demo; then
   FLAGOS_USE_FLAGGEMS=1 python3 -m torch_fl demo 2> "$OUT/demo_flaggems.stderr" | tee "$OUT/demo_flaggems.txt"
 fi
 if want compile; then
-  # torch.compile on flagos against native (benchmarks/compile_bench.py: compile-h200.json): four cold
-  # compiles (prefill and training step, each variant) and the pairs, about five minutes on the H200.
+  # torch.compile on flagos against native (benchmarks/compile_bench.py: compile-h200.json): cold compiles (Qwen3
+  # prefill and training step, six small models; each variant) and the pairs, about eight minutes.
   python3 -m benchmarks.compile_bench ${PAIRS:+--pairs "$PAIRS"} ${TRAIN_PAIRS:+--train-pairs "$TRAIN_PAIRS"} \
     --out "$OUT" 2>&1 | tail -12
 fi

@@ -130,3 +130,17 @@ def test_each_small_model_of_the_benchmark_builds_and_runs_on_flagos(kind):
         got = compile_bench._small_model(kind, "flagos", quick=True)(input_ids=ids.to("flagos")).last_hidden_state
     assert got.device.type == "flagos"
     torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_each_small_model_is_timed_compiled_never_eagerly(monkeypatch):
+    # BERT and GPT-2 share transformers' wrapper code: without dynamo's reset before each model, those past the
+    # recompile limit ran eagerly and were timed as compiled. The limit is lowered to one model's two variants.
+    import argparse
+
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    args = argparse.Namespace(warmup=0, pairs=1, quick=True)
+    for kind in ("bert", "gpt2"):
+        assert compile_bench.small_pairs(kind, args, calls=1)["pairs"] == 1
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: None)  # as before: the next model is past the limit
+    with pytest.raises(torch._dynamo.exc.FailOnRecompileLimitHit, match="fullgraph=True"):  # an error, not eager
+        compile_bench.small_pairs("bert", args, calls=1)

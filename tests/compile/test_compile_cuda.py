@@ -4,6 +4,7 @@ flagos stream; SDPA as CUDA's fused kernel; Qwen3-0.6B compiled like native CUDA
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 import torch
@@ -101,6 +102,30 @@ def test_a_bmm_of_one_batch_compiles_as_native_cudas_does():
     assert "extern_kernels.bmm(" not in code
     call = call_body(code)
     assert "empty_strided_flagos(" in call and "device='flagos" not in call
+
+
+def test_a_graph_compiles_to_the_kernels_and_bits_of_the_same_graph_on_cuda():
+    # Qwen3's RMSNorm and rotary embedding (a bmm of a batch of one, rewritten for flagos by torch_fl's pass).
+    # Inductor names a fused kernel after its nodes' origins and caches its tuned configuration by its source:
+    # a kernel named otherwise was tuned apart, and a reduction tuned otherwise sums in another order (Hugging
+    # Face's compiled generate then picked other tokens than CUDA's).
+    def fn(x, w, inv_freq, pos):
+        freqs = (inv_freq[None, :, None].expand(1, -1, 1) @ pos[:, None, :].float()).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        h = x.float()
+        h = (w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)).float()
+        return (h * emb.cos() + h * emb.sin()).to(x.dtype)
+
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(1, 1, 128, generator=gen).bfloat16(), torch.randn(128, generator=gen).bfloat16()
+    args = (x, w, torch.rand(64, generator=gen), torch.tensor([[5]]))
+    names, outs = {}, {}
+    for device in ("cuda", "flagos"):
+        torch._dynamo.reset()
+        outs[device], (code,) = run_and_get_code(torch.compile(fn, fullgraph=True), *(a.to(device) for a in args))
+        names[device] = re.findall(r"def (triton_\w+)\(", code)
+    assert names["cuda"] and names["flagos"] == names["cuda"]
+    assert torch.equal(outs["flagos"].cpu(), outs["cuda"].cpu())
 
 
 def test_qwen3_0_6b_compiled_prefill_and_training_step():

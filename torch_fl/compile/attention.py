@@ -70,9 +70,11 @@ def _choice(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa) -> int:
 
 
 def _additive(mask, dtype, masked_value):
+    """A boolean mask as an additive one, in the operators and order of PyTorch's own SDPA (its
+    convert_boolean_attn_mask): inductor then fuses and names the kernels as in the same graph on cuda."""
     if mask is None or mask.dtype != torch.bool:
         return mask
-    return torch.where(mask.logical_not(), masked_value, torch.zeros((), dtype=dtype, device=mask.device))
+    return torch.where(mask, 0.0, torch.scalar_tensor(masked_value, dtype=dtype, device=mask.device))
 
 
 @torch.library.custom_op("torch_fl::aligned_attention_mask", mutates_args=())

@@ -23,6 +23,18 @@ def _batch_of_one(val) -> bool:
     return isinstance(val, torch.Tensor) and val.device.type == DEVICE_NAME and statically_known_true(val.shape[0] == 1)
 
 
+def _carry_origin(new: torch.fx.Node, old: torch.fx.Node) -> None:
+    """What inductor's own rewrites carry from a replaced node to its replacement (pattern_matcher's
+    _transfer_meta): its origin (original_aten, source_fn_stack, ...) and stack trace. Inductor names a fused
+    kernel after its nodes' origins, and the name is part of the kernel's source: with the origin carried, the
+    kernels of a flagos graph are those of the same graph on cuda, so they share inductor's caches and
+    autotuning choices (a reduction tuned otherwise sums in another order: other bits than CUDA's)."""
+    fields = getattr(torch.fx.proxy, "_COPY_META_FIELDS", ())
+    new.meta.update((k, v) for k, v in old.meta.items() if k in fields)
+    if "stack_trace" in old.meta:  # where the code comments of the generated kernels point
+        new.meta["stack_trace"] = old.meta["stack_trace"]
+
+
 def bmm_batch_of_one_to_mm(gm: torch.fx.GraphModule) -> int:
     """Rewrites `bmm(a, b)` of flagos tensors with batch 1 as `mm(a[0], b[0]).unsqueeze(0)` in `gm`'s graph
     (the new nodes' fake values set, as later passes and the lowering read them); how many it rewrote."""
@@ -45,9 +57,8 @@ def bmm_batch_of_one_to_mm(gm: torch.fx.GraphModule) -> int:
             sa.meta["val"], sb.meta["val"] = va.squeeze(0), vb.squeeze(0)
             mm.meta["val"] = torch.mm(sa.meta["val"], sb.meta["val"])
             out.meta["val"] = mm.meta["val"].unsqueeze(0)
-        if "stack_trace" in node.meta:  # where the code comments of the generated kernels point
-            for new in (sa, sb, mm, out):
-                new.meta["stack_trace"] = node.meta["stack_trace"]
+        for new in (sa, sb, mm, out):
+            _carry_origin(new, node)
         node.replace_all_uses_with(out)
         graph.erase_node(node)
         count += 1
