@@ -17,6 +17,26 @@ def test_unknown_adapter_is_refused_with_the_known_ones():
         torch_fl.integrations.enable("tranformers")
 
 
+@pytest.mark.parametrize(
+    "raw, chosen",
+    [
+        ("", None),  # unset: no adapter, the notices stay
+        *((v, ()) for v in ("0", "false", "No", " off ")),  # off: no adapter, no notice
+        *((v, ("accelerate", "safetensors", "transformers")) for v in ("1", "true", "YES", "on", "All")),
+        ("Transformers, accelerate,", ("transformers", "accelerate")),
+    ],
+)
+def test_the_environment_variable_reads_as_launchers_and_shells_write_it(raw, chosen):
+    got = torch_fl.integrations._environment_choice(raw)
+    assert got == chosen if chosen is None or chosen == () else sorted(got) == sorted(chosen)
+
+
+def test_an_unknown_adapter_in_the_environment_is_an_error_naming_the_variable():
+    done = run_python("import torch_fl", env={"FLAGOS_INTEGRATIONS": "transformer"}, timeout=120)
+    assert done.returncode != 0
+    assert "FLAGOS_INTEGRATIONS='transformer': unknown adapter(s) ['transformer']" in done.stderr, done.stderr[-2000:]
+
+
 NOTICE = """
 import warnings
 warnings.simplefilter("always")

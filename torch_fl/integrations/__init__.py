@@ -119,9 +119,9 @@ def _startup() -> None:
 
     for module in lightning.HOOK_MODULES:
         when_imported(module, lightning.register)
-    choice = os.environ.get("FLAGOS_INTEGRATIONS", "").strip()
-    if choice and choice != "0":
-        enable() if choice == "1" or choice.lower() == "all" else enable(*[n.strip() for n in choice.split(",")])
+    choice = _environment_choice(os.environ.get("FLAGOS_INTEGRATIONS", ""))
+    if choice:
+        enable(*choice)
     # The notices name the opt-in where a library would otherwise fail or pick another device; safetensors
     # refuses 'flagos' with an error of its own, and torch_fl.integrations.load_file is the documented path.
     # A library imported before torch_fl gets no notice: the enable() that usually follows `import torch_fl`
@@ -129,8 +129,25 @@ def _startup() -> None:
     # transformers' notice comes with the first of its training arguments and its pipelines.
     for name, modules in (("transformers", (0, 2)), ("accelerate", (0,))):
         for module in (ADAPTERS[name][1][i][0] for i in modules):
-            if name not in _enabled and choice != "0" and module not in sys.modules:
+            if name not in _enabled and choice != () and module not in sys.modules:
                 when_imported(module, _notice(name))
+
+
+def _environment_choice(raw: str) -> tuple[str, ...] | None:
+    """FLAGOS_INTEGRATIONS's adapters: None where unset (the notices stay), () for off (0, false, no, off), all of
+    them for on (1, true, yes, on, all), else a comma list of names, in any case."""
+    value = raw.strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return None if not value else ()
+    if value in ("1", "true", "yes", "on", "all"):
+        return tuple(ADAPTERS)
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    if unknown := [n for n in names if n not in ADAPTERS]:
+        raise ValueError(
+            f"FLAGOS_INTEGRATIONS={raw.strip()[:80]!r}: unknown adapter(s) {unknown}; use 1 (all), 0 (none) or a "
+            f"comma list of {sorted(ADAPTERS)}"
+        )
+    return names
 
 
 def load_file(filename, device="flagos"):
