@@ -145,6 +145,15 @@ def test_accelerator_alone_refuses_lightnings_cpu_choice(tmp_path):
         trainer.fit(Regression("flagos"))
 
 
+@pytest.mark.parametrize("package", ["lightning.pytorch", "lightning.fabric"])
+@pytest.mark.parametrize("strategy", ["single_flagos", "ddp_spawn_flagos"])
+def test_a_flagos_strategy_without_the_flagos_accelerator_is_refused(package, strategy):
+    # accelerator="auto" picks the CPU here: the model would train there, silently, mixed precision off.
+    make = L.Trainer if package == "lightning.pytorch" else __import__(package, fromlist=["Fabric"]).Fabric
+    with pytest.raises(ValueError, match="runs on flagos devices, .* pass accelerator='flagos' as well"):
+        make(strategy=strategy, devices=1, precision="bf16-mixed")
+
+
 @pytest.mark.parametrize(
     "precision, strategy",
     [("bf16-mixed", "single_flagos"), ("bf16-mixed", "lightning_single_device"), ("16-mixed", "single_flagos")],

@@ -16,7 +16,9 @@ Why the strategy has to be named:
 - One device: Lightning 2.x gives `SingleDeviceStrategy(device="cpu")` to every accelerator but cuda and mps
   (`_AcceleratorConnector._choose_strategy`), and the strategy, not the accelerator, places the model. So
   `accelerator="flagos"` alone would train on the CPU; FlagosAccelerator refuses that CPU device with an
-  error that names "single_flagos" instead. `strategy=SingleDeviceStrategy("flagos:0")` works as well.
+  error that names "single_flagos" instead. The Trainer also takes `strategy=SingleDeviceStrategy("flagos:0")`
+  (FlagosAccelerator.setup points its precision at flagos); Fabric has no such hook, so there mixed precision
+  needs "single_flagos".
 - Several devices: Lightning's DDP strategies pick the "flagos" backend by themselves (from
   `torch.distributed.Backend.default_device_backend_map`), but build DistributedDataParallel under a new
   `torch.cuda.Stream` for every device but the CPU, which fails where CUDA is absent (host backing).
@@ -142,8 +144,9 @@ def _retarget_precision(precision: Any, package: str) -> Any:
     # torch: disable itself for) the flagos gradients, so a flagos scaler takes over its settings.
     if isinstance(scaler, torch.amp.GradScaler) and getattr(scaler, "_device", DEVICE_NAME) != DEVICE_NAME:
         flagos_scaler = torch.amp.GradScaler(DEVICE_NAME)
-        state = scaler.state_dict()  # empty when the old scaler disabled itself
-        if state:
+        # Its settings and running scale; empty where it disabled itself (a CUDA scaler made without CUDA keeps
+        # none of them: torch warns it is disabled), and the flagos scaler then starts from the defaults.
+        if state := scaler.state_dict():
             flagos_scaler.load_state_dict(state)
         precision.scaler = flagos_scaler
     return precision
@@ -153,8 +156,8 @@ def _not_flagos_error(device: torch.device) -> ValueError:
     return ValueError(
         f"FlagosAccelerator was given the device {device}: for one device Lightning picks "
         "SingleDeviceStrategy(device='cpu') for every accelerator but cuda and mps, which would train on the CPU. "
-        f"Name the strategy: strategy={SINGLE_DEVICE_STRATEGY!r} (or SingleDeviceStrategy('flagos:0')); "
-        f"for several devices {' or '.join(map(repr, DDP_STRATEGIES))}."
+        f"Name the strategy: strategy={SINGLE_DEVICE_STRATEGY!r}; for several devices "
+        f"{' or '.join(map(repr, DDP_STRATEGIES))}."
     )
 
 
@@ -236,6 +239,24 @@ def _precision_property(base: type, package: str, attribute: str) -> property:
     return property(inherited.fget, setter)
 
 
+def _accelerator_property(base: type, package: str) -> property:
+    """The strategy's accelerator property, refusing one that is not flagos's: Lightning gives a strategy named
+    without `accelerator="flagos"` the accelerator it picks itself (cuda or the CPU), and the model would train
+    there, with mixed precision pointed at flagos and so off."""
+    inherited = base.accelerator
+
+    def setter(self, accelerator):
+        if accelerator is not None and not isinstance(accelerator, accelerator_class(package)):
+            raise ValueError(
+                f"{type(self).__name__} (strategy={SINGLE_DEVICE_STRATEGY!r}, {' or '.join(map(repr, DDP_STRATEGIES))})"
+                f" runs on flagos devices, and Lightning chose the accelerator {type(accelerator).__name__} for it: "
+                f"pass accelerator={ACCELERATOR_NAME!r} as well"
+            )
+        inherited.fset(self, accelerator)
+
+    return property(inherited.fget, setter)
+
+
 @functools.cache
 def single_device_strategy_class(package: str = "lightning.pytorch") -> type:
     """SingleDeviceStrategy on a flagos device, registered as "single_flagos"."""
@@ -281,6 +302,7 @@ def single_device_strategy_class(package: str = "lightning.pytorch") -> type:
             _register(strategy_registry, cls.strategy_name, cls, description="one flagos device")
 
     setattr(Single, precision_attribute, _precision_property(base, package, precision_attribute))
+    Single.accelerator = _accelerator_property(base, package)
     return _publish(Single, package, "single")
 
 
@@ -321,6 +343,7 @@ def ddp_strategy_class(package: str = "lightning.pytorch") -> type:
     # The Trainer's DDPStrategy wraps the model in _setup_model, Fabric's in setup_module.
     setattr(DDP, "_setup_model" if _is_trainer(package) else "setup_module", wrap)
     setattr(DDP, precision_attribute, _precision_property(base, package, precision_attribute))
+    DDP.accelerator = _accelerator_property(base, package)
     return _publish(DDP, package, "ddp")
 
 
