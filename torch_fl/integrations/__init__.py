@@ -41,8 +41,12 @@ ADAPTERS = {
     ),
     "accelerate": (
         "accelerate launch / torchrun with several processes: DDP over the flagos backend, or FSDP2 with an "
-        "FSDP plugin (accelerate otherwise runs each process alone)",
-        [("accelerate.state", "torch_fl.integrations.accelerate:install")],
+        "FSDP plugin (accelerate otherwise runs each process alone); save_state/load_state with every flagos "
+        "device's generator",
+        [
+            ("accelerate.state", "torch_fl.integrations.accelerate:install"),
+            ("accelerate.checkpointing", "torch_fl.integrations.accelerate:install_checkpointing"),
+        ],
     ),
     "safetensors": (
         "safetensors.torch.load_file(path, device='flagos') and safe_open(path, 'pt', device='flagos'), which "

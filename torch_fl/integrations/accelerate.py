@@ -14,6 +14,9 @@ Two gaps, where accelerate names its devices in code:
   memory), each process on flagos:LOCAL_RANK. accelerate turns such a run into FSDP (a plugin, or
   `accelerate launch --use_fsdp`) only for its GPU-like types and would drop the plugin silently: the
   adapter turns it into FSDP as accelerate does for those (FSDP2's fully_shard runs on flagos).
+- Checkpoints: `save_state`/`load_state` keep every CUDA device's generator, but for a device outside accelerate's
+  list only the current device's; a process training on another flagos device (ACCELERATE_TORCH_DEVICE=flagos:1)
+  resumed with other random numbers. With the adapter they keep every flagos device's (install_checkpointing).
 """
 
 from __future__ import annotations
@@ -89,3 +92,37 @@ def install(state_module) -> None:
     cls.set_device = _set_device
     if isinstance(default_device, property):
         cls.default_device = property(_default_device, doc=default_device.__doc__)
+
+
+class _EveryFlagosGenerator:
+    """What accelerate's checkpointing calls on a named backend's module (torch.cuda's get/set_rng_state_all), for
+    flagos. A checkpoint saved without the adapter holds the current device's state alone: restored there."""
+
+    @staticmethod
+    def get_rng_state_all() -> list[torch.Tensor]:
+        return torch.flagos.get_rng_state_all()
+
+    @staticmethod
+    def set_rng_state_all(states) -> None:
+        if isinstance(states, torch.Tensor):
+            torch.flagos.set_rng_state(states)
+        else:
+            torch.flagos.set_rng_state_all(states)
+
+
+def install_checkpointing(checkpointing_module) -> None:
+    """Installs the checkpoint part; `checkpointing_module` is the imported accelerate.checkpointing module (its own
+    name for the backend lookup: nothing else in accelerate changes)."""
+    backend = getattr(checkpointing_module, "get_torch_accelerator_backend", None)
+    if backend is None or getattr(backend, "_torch_fl", False):
+        return  # an accelerate before 1.16 keeps generators by its own device list
+
+    @functools.wraps(backend)
+    def get_torch_accelerator_backend(*args, **kwargs):
+        device_type, module = backend(*args, **kwargs)
+        if device_type == DEVICE_NAME and module is torch.accelerator:
+            return device_type, _EveryFlagosGenerator
+        return device_type, module
+
+    get_torch_accelerator_backend._torch_fl = True
+    checkpointing_module.get_torch_accelerator_backend = get_torch_accelerator_backend
