@@ -1,6 +1,6 @@
 """The accelerate adapter (opt-in: torch_fl.integrations.enable()).
 
-Two gaps, where accelerate names its devices in code:
+Three gaps, where accelerate names its devices in code:
 
 - The device: accelerate 1.16 asks torch.accelerator (flagos), earlier versions check a fixed list with
   cuda before any other, so on a GPU machine they train natively on CUDA, which PyTorch's autograd refuses
