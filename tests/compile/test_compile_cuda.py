@@ -197,6 +197,32 @@ def test_reduce_overhead_captures_again_when_a_static_input_moves():
                 assert torch.equal(out.cpu(), want) and torch.equal(cache.cpu(), want)
 
 
+def test_reduce_overhead_warms_a_graph_up_once_and_only_records_for_a_moved_static_input():
+    # generate() with Hugging Face's static cache makes a new cache each call: each capture for it runs no warm-up
+    # of its own (the graph's matrix product is routed once per capture, not twice).
+    torch._dynamo.reset()
+    w = torch.randn(16, 16, device="flagos")
+
+    def step(cache, x):
+        cache.add_(x @ w)
+        return cache * 1
+
+    compiled = torch.compile(step, mode="reduce-overhead")
+    routed = []
+    with torch.no_grad():
+        for _ in range(3):
+            cache = torch.zeros(4, 16, device="flagos")
+            torch._dynamo.mark_static_address(cache)
+            x = torch.randn(4, 16, device="flagos")
+            before = _mm_calls()
+            out = compiled(cache, x)
+            routed.append(_mm_calls() - before)
+            torch.testing.assert_close(cache, x @ w)  # written once
+            torch.testing.assert_close(out, x @ w)
+            torch.testing.assert_close(compiled(cache, x), 2 * (x @ w))  # a replay over this cache
+    assert routed[0] == 2 and routed[1:] == [1, 1], routed  # warm-up and capture, then captures alone
+
+
 def test_reduce_overhead_first_call_writes_a_static_input_once():
     # A static cache's length counter, advanced in the graph: the capture's warm-up must not advance it too.
     torch._dynamo.reset()

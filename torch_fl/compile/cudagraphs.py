@@ -9,8 +9,9 @@ current flagos stream), so torch_fl makes two changes when inductor is first imp
 - such a graph is captured by inductor's other CUDA-graph implementation (compile_fx.cudagraphify_impl, what
   `torch._inductor.config.triton.cudagraph_trees = False` selects): warmed up and captured on its first call, then
   each call copies its new inputs into the captured ones and replays. Its static inputs (parameters, buffers,
-  a static cache) are read where they were at capture: a call whose static inputs moved is captured anew. The
-  warm-up's writes to static inputs are undone, so that a graph's first call writes them once, as every call does.
+  a static cache) are read where they were at capture: a call whose static inputs moved is captured anew, without
+  a second warm-up (as the cudagraph trees re-record; Hugging Face's generate() makes a new static cache each call).
+  The warm-up's writes to static inputs are undone, so that a graph's first call writes them once, as every call does.
 
 That implementation hands back the same output tensors on every call, which the next call overwrites (the trees
 detect this). Here each call's outputs are fresh tensors copied from the graph's memory (fresh_copies), so they stay
@@ -120,6 +121,7 @@ def _cudagraphify(cudagraphify, compile_fx_module):
         local = threading.local()
 
         mutated = [i for i in kwargs.get("mutated_input_idxs") or () if i in set(static_input_idxs)]
+        warmed_up = [False]
 
         def capture(new_inputs):
             # Outputs over a static input's memory (a buffer the graph returns) stay as they are.
@@ -130,10 +132,15 @@ def _cudagraphify(cudagraphify, compile_fx_module):
             }
             # cudagraphify_impl runs the graph once to warm up, then the caller's call replays it: a static input
             # the graph writes (a static cache's length counter) would take that call's writes twice. Each is put
-            # back as it was before the warm-up.
-            before = [(t, t.clone()) for i in mutated if isinstance(t := new_inputs[i], torch.Tensor)]
+            # back as it was before the warm-up. Later captures (static inputs that moved) only record, as the
+            # cudagraph trees re-record a function they warmed up once: no second run, nothing to put back.
+            warm_up = not warmed_up[0]
+            before = [(t, t.clone()) for i in mutated if warm_up and isinstance(t := new_inputs[i], torch.Tensor)]
             with torch._dynamo.utils.preserve_rng_state(), torch.cuda.device(device_index):
-                replay = compile_fx_module.cudagraphify_impl(model, new_inputs, static_input_idxs)
+                replay = compile_fx_module.cudagraphify_impl(
+                    model if warm_up else _recording_only(model), new_inputs, static_input_idxs
+                )
+            warmed_up[0] = True
             for t, saved in before:
                 t.copy_(saved)
             return _fresh_outputs(replay, static)
@@ -148,6 +155,19 @@ def _cudagraphify(cudagraphify, compile_fx_module):
         return run
 
     return flagos_cudagraphify
+
+
+def _recording_only(model):
+    """`model` for cudagraphify_impl to capture without its warm-up run: the call outside a capture (the warm-up,
+    whose outputs it drops) does nothing."""
+
+    def run(inputs):
+        if torch.cuda.is_current_stream_capturing():
+            return model(inputs)
+        inputs.clear()  # as the model would (inductor's calling convention)
+        return None
+
+    return run
 
 
 #: captures one compiled graph keeps, one per set of static input addresses (the oldest goes first)
