@@ -72,15 +72,20 @@ def install() -> None:
         )
         compile_fx_module.cudagraphify = _cudagraphify(compile_fx_module.cudagraphify, compile_fx_module)
 
+    nested = threading.local()  # compile_fx calls itself (through this name) with the config patches applied
+
     @functools.wraps(compile_fx)
     def flagos_compile_fx(model_, example_inputs_, *args, **kwargs):
-        if not on_cuda():
-            patches = kwargs.get("config_patches") or {}
-            if patches.get("triton.cudagraphs", inductor_config.triton.cudagraphs) and _has_flagos_tensor(
-                example_inputs_
-            ):
-                warnings.warn(CUDAGRAPHS_UNSUPPORTED, UserWarning, stacklevel=2)
-        return compile_fx(model_, example_inputs_, *args, **kwargs)
+        if on_cuda() or getattr(nested, "inside", False):
+            return compile_fx(model_, example_inputs_, *args, **kwargs)
+        patches = kwargs.get("config_patches") or {}
+        if patches.get("triton.cudagraphs", inductor_config.triton.cudagraphs) and _has_flagos_tensor(example_inputs_):
+            warnings.warn(CUDAGRAPHS_UNSUPPORTED, UserWarning, stacklevel=2)
+        nested.inside = True
+        try:
+            return compile_fx(model_, example_inputs_, *args, **kwargs)
+        finally:
+            nested.inside = False
 
     flagos_compile_fx._flagos = True
     compile_fx_module.compile_fx = flagos_compile_fx
