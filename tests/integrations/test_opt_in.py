@@ -97,3 +97,20 @@ def test_adapters_leave_other_devices_alone():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "RESULT cpu cpu cpu" in done.stdout, done.stdout
+
+
+def test_the_notice_points_at_the_line_that_imported_the_library():
+    # not at torch_fl's import hook or transformers' lazy-import machinery: the user's own line
+    done = run_python(
+        """
+        import warnings
+        warnings.simplefilter("always")
+        import torch_fl
+        with warnings.catch_warnings(record=True) as seen:
+            from transformers import TrainingArguments
+        print("AT", [(w.filename, w.lineno) for w in seen if w.category.__name__ == "IntegrationWarning"])
+        """,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "AT [('<string>', 6)]" in done.stdout, done.stdout

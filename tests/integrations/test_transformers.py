@@ -77,7 +77,9 @@ def test_loading_onto_flagos(program, tmp_path):
         assert got[name] == {"devices": ["flagos:0"], "equal": True}, name
     assert got["safe_open"] == {"devices": [last], "equal": True}
     assert got["dispatched"]["devices"] == sorted({"flagos:0", last}), got["dispatched"]
-    assert got["dispatched"]["tokens"] == got["cpu_tokens"]
+    assert got["dispatched_one"]["devices"] == [last], got["dispatched_one"]
+    for name in ("dispatched", "dispatched_one"):
+        assert got[name]["tokens"] == got["cpu_tokens"], name
 
 
 def test_generate_compiles_a_static_cache_on_flagos_over_a_gpu(program):
@@ -129,3 +131,12 @@ def test_diffusers_pipeline(program):
     for run in (got["pipeline"]["flagos"], got["pipeline_offload"]):
         assert run["execution_device"].startswith("flagos"), run
         assert abs(run["image_sum"] - want) <= (0 if EXACT else 1e-3) * abs(want), (run, want)
+
+
+def test_diffusers_pipeline_loads_with_a_device_map(program):
+    # its text encoder loads through transformers' from_pretrained, which takes flagos with the adapter
+    pytest.importorskip("diffusers")
+    got = program("adapters_and_pipelines.py", "mapped_pipeline").result()["mapped_pipeline"]
+    assert got["flagos"]["devices"] == ["flagos:0"], got
+    want = got["cpu"]["image_sum"]
+    assert abs(got["flagos"]["image_sum"] - want) <= (0 if EXACT else 1e-3) * abs(want), got

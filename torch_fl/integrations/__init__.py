@@ -50,7 +50,7 @@ ADAPTERS = {
     ),
     "safetensors": (
         "safetensors.torch.load_file(path, device='flagos') and safe_open(path, 'pt', device='flagos'), which "
-        "accelerate's device maps over several devices and PEFT's torch_device load through",
+        "accelerate's load_checkpoint_and_dispatch and PEFT's torch_device load through",
         [("safetensors", "torch_fl.integrations.safetensors:install")],
     ),
 }
@@ -111,10 +111,28 @@ def _notice(name: str):
                 "Call torch_fl.integrations.enable() (or set FLAGOS_INTEGRATIONS=1) to install torch_fl's "
                 "adapter; see torch_fl's docs/integrations.md",
                 IntegrationWarning,
-                stacklevel=2,
+                stacklevel=_importer_stacklevel(module),
             )
 
     return notice
+
+
+def _importer_stacklevel(module) -> int:
+    """warnings.warn's stacklevel, from its caller, of the line that imported `module`: the first frame outside
+    importlib, torch_fl and `module`'s own package (transformers imports its parts lazily, from its own code)."""
+    own = tuple(
+        os.path.dirname(m.__file__) + os.sep
+        for m in (sys.modules[__name__.partition(".")[0]], sys.modules.get(module.__name__.partition(".")[0]))
+        if getattr(m, "__file__", None)
+    )
+    frame, level = sys._getframe(2), 2  # the caller of warnings.warn's caller (notice), which is level 1
+    while frame is not None:
+        name = frame.f_code.co_filename
+        bootstrap = "importlib" in name and "_bootstrap" in name  # frames warnings.warn does not count
+        if not (bootstrap or f"{os.sep}importlib{os.sep}" in name or name.startswith(own)):
+            return level
+        frame, level = frame.f_back, level + (not bootstrap)
+    return 1
 
 
 def _startup() -> None:

@@ -2,7 +2,7 @@
 LoRA training then merging, a tiny UNet's output, a small diffusers pipeline moved with .to() and with
 enable_model_cpu_offload, one TRL SFTTrainer step. Prints the numbers the test compares.
 
-    python adapters_and_pipelines.py PART... [--no-opt-in]     (PART: lora unet sft pipeline)
+    python adapters_and_pipelines.py PART... [--no-opt-in]     (PART: lora unet sft pipeline mapped_pipeline)
 """
 
 from __future__ import annotations
@@ -74,6 +74,85 @@ def pipeline(device: str, offload: bool) -> dict:
     return {"image_sum": float(images.images.sum()), "execution_device": str(pipe._execution_device)}
 
 
+def saved_stable_diffusion() -> str:
+    """A tiny Stable Diffusion pipeline saved to a folder, its CLIP tokenizer's files written here: a pipeline with
+    a transformers part (the text encoder), which from_pretrained(device_map=...) loads as transformers does."""
+    import json
+    import os
+    import tempfile
+
+    from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
+
+    folder = tempfile.mkdtemp()
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    for c in "abcdefghijklmnopqrstuvwxyz":
+        vocab[c], vocab[c + "</w>"] = len(vocab), len(vocab) + 1
+    with open(os.path.join(folder, "vocab.json"), "w") as f:
+        json.dump(vocab, f)
+    with open(os.path.join(folder, "merges.txt"), "w") as f:
+        f.write("#version: 0.2\n")
+    torch.manual_seed(0)
+    text = CLIPTextConfig(
+        vocab_size=len(vocab),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=16,
+        projection_dim=16,
+    )
+    blocks = dict(layers_per_block=1, block_out_channels=(8, 16), norm_num_groups=4)
+    unet = UNet2DConditionModel(
+        sample_size=8,
+        in_channels=4,
+        out_channels=4,
+        cross_attention_dim=16,
+        attention_head_dim=2,
+        **blocks,
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+    )
+    vae = AutoencoderKL(
+        latent_channels=4,
+        **{**blocks, "block_out_channels": (8, 8)},
+        sample_size=16,
+        down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2,
+    )
+    files = [os.path.join(folder, name) for name in ("vocab.json", "merges.txt")]
+    StableDiffusionPipeline(
+        vae=vae,
+        text_encoder=CLIPTextModel(text),
+        unet=unet,
+        scheduler=DDIMScheduler(steps_offset=1, clip_sample=False),
+        tokenizer=CLIPTokenizer(*files, model_max_length=16),
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
+    ).save_pretrained(folder)
+    return folder
+
+
+def mapped_pipeline(folder: str, device: str) -> dict:
+    from diffusers import StableDiffusionPipeline
+
+    pipe = StableDiffusionPipeline.from_pretrained(folder, device_map=device)
+    images = pipe(
+        "a cat",
+        height=16,
+        width=16,
+        num_inference_steps=2,
+        guidance_scale=2.0,
+        output_type="np",
+        generator=torch.Generator().manual_seed(0),
+    ).images
+    return {
+        "image_sum": float(images.sum()),
+        "devices": sorted({str(p.device) for p in pipe.text_encoder.parameters()}),
+    }
+
+
 def word_tokenizer():
     """A tokenizer made here (nothing downloaded): one word per token id of the tiny model."""
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -116,4 +195,7 @@ for name, fn in [("lora", lora), ("unet", unet), ("sft", sft)]:
 if "pipeline" in parts:
     out["pipeline"] = {d: pipeline(d, offload=False) for d in DEVICES}
     out["pipeline_offload"] = pipeline("flagos", offload=True)
+if "mapped_pipeline" in parts:
+    folder = saved_stable_diffusion()
+    out["mapped_pipeline"] = {d: mapped_pipeline(folder, d) for d in DEVICES}
 result(out)

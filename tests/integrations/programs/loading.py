@@ -90,4 +90,9 @@ with init_empty_weights():
     empty = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
 dispatched = load_checkpoint_and_dispatch(empty, file, device_map={"model": 0, "lm_head": last})
 out["dispatched"] = {"devices": sorted({str(p.device) for p in dispatched.parameters()}), "tokens": greedy(dispatched)}
+# onto one device it reads the whole file with safetensors' load_file(device=...)
+with init_empty_weights():
+    empty = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+one = load_checkpoint_and_dispatch(empty, file, device_map={"": f"flagos:{last}"})
+out["dispatched_one"] = {"devices": sorted({str(p.device) for p in one.parameters()}), "tokens": greedy(one)}
 result(out)
