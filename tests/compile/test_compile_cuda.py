@@ -223,6 +223,24 @@ def test_reduce_overhead_warms_a_graph_up_once_and_only_records_for_a_moved_stat
     assert routed[0] == 2 and routed[1:] == [1, 1], routed  # warm-up and capture, then captures alone
 
 
+@pytest.mark.parametrize("dynamic", [True, None], ids=["dynamic", "automatic-dynamic"])
+def test_reduce_overhead_captures_a_dynamic_shape_graph_per_size(dynamic):
+    # Its sizes are int inputs (after a size changes, Dynamo's automatic dynamic makes the graph so by itself).
+    torch._dynamo.reset()
+    model = _mlp()
+    compiled = torch.compile(model, mode="reduce-overhead", dynamic=dynamic)
+    with torch.no_grad():
+        for n in (4, 8, 4, 16, 8, 8):
+            x = torch.randn(n, 64, device="flagos")
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+        routed = _mm_calls()
+        for n in (16, 8):
+            x = torch.randn(n, 64, device="flagos")
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+            routed += 2  # the eager model's own two matmuls: the compiled call replays its size's capture
+        assert _mm_calls() == routed
+
+
 def test_reduce_overhead_first_call_writes_a_static_input_once():
     # A static cache's length counter, advanced in the graph: the capture's warm-up must not advance it too.
     torch._dynamo.reset()

@@ -1,5 +1,5 @@
 """torch.compile (inductor) on flagos: registration, an MLP training step, dynamic shapes, a tiny Qwen3,
-generated code free of host copies, operators kept as routed calls, the reduce-overhead message.
+generated code free of host copies, operators kept as routed calls (reduce-overhead: test_cudagraphs_host.py).
 
 Every test runs on both backings: host memory in CI (inductor's C++ kernels), CUDA on a GPU (Triton kernels);
 GPU-only expectations are in test_compile_cuda.py. Inductor's C++ compile is slow on a small machine, so
@@ -224,15 +224,6 @@ def test_keep_as_calls_rejects_unknown_operators():
         torch_fl.compile.keep_as_calls(["silly"])
 
 
-def test_reduce_overhead_says_flagos_runs_without_cuda_graphs():
-    torch._dynamo.reset()
-    x = torch.randn(4, device="flagos")
-    with pytest.warns(UserWarning, match="flagos graphs run without CUDA graphs") as seen:
-        out = torch.compile(lambda t: t * 3 - 1, mode="reduce-overhead")(x)
-    torch.testing.assert_close(out, x * 3 - 1)
-    assert sum("without CUDA graphs" in str(w.message) for w in seen) == 1  # once per graph
-
-
 def test_tiny_qwen3_forward_matches_eager():
     pytest.importorskip("transformers")
     from torch_fl.models import qwen3
@@ -323,47 +314,6 @@ def test_argreductions_of_non_contiguous_inputs_compile(name):
     fn = ARGREDUCES[name]
     x = torch.randn(4, 6, 5, device="flagos")
     torch.testing.assert_close(torch.compile(fn, fullgraph=True)(x).cpu(), fn(x).cpu())
-
-
-def test_reduce_overhead_captures_per_set_of_static_input_addresses():
-    from torch_fl.compile import cudagraphs
-
-    captured = []
-
-    def capture(inputs):  # a capture replays over the static input it saw
-        seen = inputs[0]
-        captured.append(seen)
-        return lambda new_inputs: seen + new_inputs[1]
-
-    run = cudagraphs._by_static_inputs(capture, [0])
-    x = torch.ones(2, device="flagos")
-    caches = [torch.full((2,), float(i), device="flagos") for i in range(cudagraphs.CAPTURES_KEPT + 1)]
-    assert run([caches[0], x]).tolist() == [1.0, 1.0] and run([caches[0], x]).tolist() == [1.0, 1.0]
-    assert run([caches[1], x]).tolist() == [2.0, 2.0]  # moved: captured anew, not replayed over caches[0]
-    assert run([caches[0], x]).tolist() == [1.0, 1.0] and len(captured) == 2  # kept
-    for c in caches[2:]:
-        run([c, x])
-    run([caches[0], x])  # used last but one: still kept
-    run([caches[1], x])  # the least recently used went when a fifth came
-    assert [c is caches[0] for c in captured].count(True) == 1
-    assert [c is caches[1] for c in captured].count(True) == 2
-
-
-def test_reduce_overhead_outputs_are_copied_keeping_shared_storage_and_strides():
-    from torch_fl.compile.cudagraphs import fresh_copies
-
-    base = torch.arange(24.0, device="flagos").reshape(4, 6)
-    param = torch.ones(2, device="flagos")
-    outputs = [base, base.t(), base[1:, ::2], torch.ones(3, device="flagos"), 7, param]
-    fresh = fresh_copies(outputs, keep={param.untyped_storage().data_ptr()})
-    assert fresh[4] == 7 and fresh[5] is param  # a static input's memory is handed out as it is
-    for old, new in zip(outputs[:4], fresh[:4], strict=True):
-        assert new.device == old.device and new.stride() == old.stride() and torch.equal(new, old)
-        assert new.untyped_storage().data_ptr() != old.untyped_storage().data_ptr()
-    # the three views of one storage share one copy, as they shared the original
-    assert len({t.untyped_storage().data_ptr() for t in fresh[:3]}) == 1
-    base.zero_()
-    assert fresh[0].sum().item() == sum(range(24))
 
 
 def test_aligned_attention_mask_pads_rows_to_eight_and_passes_gradients():

@@ -12,6 +12,7 @@ current flagos stream), so torch_fl makes two changes when inductor is first imp
   a static cache) are read where they were at capture: a call whose static inputs moved is captured anew, without
   a second warm-up (as the cudagraph trees re-record; Hugging Face's generate() makes a new static cache each call).
   The warm-up's writes to static inputs are undone, so that a graph's first call writes them once, as every call does.
+  A dynamic-shape graph (its sizes are int inputs, which only the trees take) is captured per size, as the trees do.
 
 That implementation hands back the same output tensors on every call, which the next call overwrites (the trees
 detect this). Here each call's outputs are fresh tensors copied from the graph's memory (fresh_copies), so they stay
@@ -70,7 +71,7 @@ def install() -> None:
         cudagraph_utils_module.check_multiple_devices_or_any_cpu_nodes = _device_check(
             cudagraph_utils_module.check_multiple_devices_or_any_cpu_nodes
         )
-        compile_fx_module.cudagraphify = _cudagraphify(compile_fx_module.cudagraphify, compile_fx_module)
+        compile_fx_module.cudagraphify = _cudagraphify(compile_fx_module.cudagraphify)
 
     nested = threading.local()  # compile_fx calls itself (through this name) with the config patches applied
 
@@ -115,7 +116,7 @@ def _device_check(check):
     return check_devices
 
 
-def _cudagraphify(cudagraphify, compile_fx_module):
+def _cudagraphify(cudagraphify):
     """compile_fx.cudagraphify, choosing the implementation by the first call's inputs: flagos tensors (an inference
     graph: _device_check refuses the others) take cudagraphify_impl with fresh outputs, anything else inductor's
     choice."""
@@ -124,42 +125,94 @@ def _cudagraphify(cudagraphify, compile_fx_module):
     def flagos_cudagraphify(model, static_input_idxs=(), *, device_index, **kwargs):
         inductors = cudagraphify(model, static_input_idxs, device_index=device_index, **kwargs)
         local = threading.local()
-
         mutated = [i for i in kwargs.get("mutated_input_idxs") or () if i in set(static_input_idxs)]
-        warmed_up = [False]
 
-        def capture(new_inputs):
-            # Outputs over a static input's memory (a buffer the graph returns) stay as they are.
-            static = {
-                new_inputs[i].untyped_storage().data_ptr()
-                for i in static_input_idxs
-                if isinstance(new_inputs[i], torch.Tensor)
-            }
-            # cudagraphify_impl runs the graph once to warm up, then the caller's call replays it: a static input
-            # the graph writes (a static cache's length counter) would take that call's writes twice. Each is put
-            # back as it was before the warm-up. Later captures (static inputs that moved) only record, as the
-            # cudagraph trees re-record a function they warmed up once: no second run, nothing to put back.
-            warm_up = not warmed_up[0]
-            before = [(t, t.clone()) for i in mutated if warm_up and isinstance(t := new_inputs[i], torch.Tensor)]
-            with torch._dynamo.utils.preserve_rng_state(), torch.cuda.device(device_index):
-                replay = compile_fx_module.cudagraphify_impl(
-                    model if warm_up else _recording_only(model), new_inputs, static_input_idxs
-                )
-            warmed_up[0] = True
-            for t, saved in before:
-                t.copy_(saved)
-            return _fresh_outputs(replay, static)
+        def captures(ints: dict, count: int):
+            """The captures of this graph for the values `ints` (position: value) of its int inputs, of `count`."""
+            if not ints:
+                return _by_static_inputs(_capturing(model, static_input_idxs, mutated, device_index), static_input_idxs)
+            kept = {old: new for new, old in enumerate(i for i in range(count) if i not in ints)}
+            static = [kept[i] for i in static_input_idxs if i in kept]
+            bound = _capturing(_with_ints(model, ints), static, [kept[i] for i in mutated if i in kept], device_index)
+            return _by_static_inputs(bound, static)
 
         def run(new_inputs):
             fn = getattr(local, "fn", None)
             if fn is None:
                 flagos = _has_flagos_tensor(new_inputs)
-                fn = local.fn = _by_static_inputs(capture, static_input_idxs) if flagos else inductors
+                fn = local.fn = _by_int_inputs(new_inputs, captures) if flagos else inductors
             return fn(new_inputs)
 
         return run
 
     return flagos_cudagraphify
+
+
+def _capturing(model, static_input_idxs, mutated, device_index):
+    """capture(new_inputs): `model` captured over `new_inputs` by inductor's cudagraphify_impl, its outputs fresh."""
+    compile_fx_module = importlib.import_module("torch._inductor.compile_fx")
+    warmed_up = [False]
+
+    def capture(new_inputs):
+        # Outputs over a static input's memory (a buffer the graph returns) stay as they are.
+        static = {
+            new_inputs[i].untyped_storage().data_ptr()
+            for i in static_input_idxs
+            if isinstance(new_inputs[i], torch.Tensor)
+        }
+        # cudagraphify_impl runs the graph once to warm up, then the caller's call replays it: a static input
+        # the graph writes (a static cache's length counter) would take that call's writes twice. Each is put
+        # back as it was before the warm-up. Later captures (static inputs that moved) only record, as the
+        # cudagraph trees re-record a function they warmed up once: no second run, nothing to put back.
+        warm_up = not warmed_up[0]
+        before = [(t, t.clone()) for i in mutated if warm_up and isinstance(t := new_inputs[i], torch.Tensor)]
+        with torch._dynamo.utils.preserve_rng_state(), torch.cuda.device(device_index):
+            replay = compile_fx_module.cudagraphify_impl(
+                model if warm_up else _recording_only(model), new_inputs, static_input_idxs
+            )
+        warmed_up[0] = True
+        for t, saved in before:
+            t.copy_(saved)
+        return _fresh_outputs(replay, static)
+
+    return capture
+
+
+def _by_int_inputs(first_inputs, captures):
+    """A graph's captures per set of values of its int inputs (the sizes of a dynamic-shape graph), as inductor's
+    cudagraph trees record one per size. Only the trees take int inputs (inductor makes them constants before
+    choosing the other implementation, which copies every input that is not static as a tensor), so each size's
+    captures see the ints bound into the graph and left out of its inputs. A graph without them is unchanged."""
+    ints, count = [i for i, x in enumerate(first_inputs) if isinstance(x, int)], len(first_inputs)
+    if not ints:
+        return captures({}, count)
+    positions = frozenset(ints)
+    per_size: dict = {}
+
+    def run(new_inputs):
+        values = tuple(new_inputs[i] for i in ints)
+        fn = per_size.get(values)
+        if fn is None:
+            fn = per_size[values] = captures(dict(zip(ints, values, strict=True)), count)
+        others = [x for i, x in enumerate(new_inputs) if i not in positions]
+        new_inputs.clear()  # inductor's calling convention: the callee empties the list
+        return fn(others)
+
+    return run
+
+
+def _with_ints(model, ints: dict):
+    """`model` (inductor's callable, taking its inputs as a list it empties) taking its inputs without the int
+    inputs `ints` (position: value), which it puts back."""
+
+    def run(inputs):
+        full = list(inputs)
+        inputs.clear()
+        for i in sorted(ints):
+            full.insert(i, ints[i])
+        return model(full)
+
+    return run
 
 
 def _recording_only(model):
