@@ -249,7 +249,9 @@ def timed_calls(fn: Callable[[], object], sync: Callable[[], None], calls: int) 
 
 
 def serve(step: Callable[[], object], sync: Callable[[], None], steps: int, ready: dict | None = None) -> None:
-    """The worker's side, once warm: say so, then time `steps` steps (each to `sync()`) per line on stdin."""
+    """The worker's side, once warm: drain the device, say so, then time `steps` steps (each to `sync()`) per line
+    on stdin."""
+    sync()
     reply(ready or {})
     for _ in sys.stdin:
         reply({"step_s": timed_calls(step, sync, steps)[0]})
@@ -298,10 +300,22 @@ class Worker:
         self.log.close()
 
 
-def take_turns(native: Worker, flagos: Worker, pairs: int) -> dict:
-    """`pairs` ABBA pairs of one sample from each worker: their seconds and the ratios native / flagos."""
-    secs = alternating(pairs, {"native": native.sample, "flagos": flagos.sample})
-    ratios = [n / f for n, f in zip(secs["native"], secs["flagos"], strict=True)]
-    return {"native_s": secs["native"], "flagos_s": secs["flagos"], "ratios": [round(r, 4) for r in ratios]} | (
-        ratio_stats(ratios)
-    )
+def worker_pairs(cmds: dict, pairs: int, timeout: float, logs: str, final: bool = False) -> dict:
+    """Native's and flagos's workers (cmds: side -> (cmd, env)) taking turns, `pairs` ABBA pairs of one sample from
+    each: their ms, the ratios native / flagos, each one's ready reply and (final) its last one, answered once its
+    stdin is closed. A failed worker raises."""
+    workers: dict = {}
+    try:
+        for side, (cmd, env) in cmds.items():
+            workers[side] = Worker(f"{side} worker", cmd, env, REPO, os.path.join(logs, f"{side}.log"), timeout)
+        secs = alternating(pairs, {side: w.sample for side, w in workers.items()})
+        ratios = [n / f for n, f in zip(secs["native"], secs["flagos"], strict=True)]
+        res = {f"{side}_ms": [round(t * 1e3, 3) for t in secs[side]] for side in workers}
+        res |= {"ratios": [round(r, 4) for r in ratios], **ratio_stats(ratios)}
+        res["ready"] = {side: w.ready for side, w in workers.items()}
+        for w in workers.values() if final else ():
+            w.proc.stdin.close()  # it steps aside, finishes and answers
+        return res | ({"final": {side: w.read() for side, w in workers.items()}} if final else {})
+    finally:
+        for w in workers.values():
+            w.close()

@@ -160,31 +160,19 @@ def train_worker(args) -> None:
     first, steady = common.timed_calls(step, lambda: _sync(device), 2)[0]  # the first compiles
     for _ in range(args.warmup):
         step()
-    _sync(device)
     common.serve(step, lambda: _sync(device), args.steps, {"compile_s": round(first - steady, 3)})
 
 
 def train_pairs(args, argv: list[str], tmp: str) -> dict:
     """Both variants' training workers, compiled one after the other, then --train-pairs ABBA pairs."""
-    workers: dict = {}
-    try:
-        for variant in ("native", "flagos"):
-            cache = os.path.join(tmp, f"train-{variant}")
-            cmd = common.child_cmd("compile_bench", *argv, "--child", "train", "--variant", variant)
-            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
-            log = cache + "-stderr.log"
-            workers[variant] = common.Worker(f"train ({variant})", cmd, env, common.REPO, log, args.timeout)
-        res = common.take_turns(workers["native"], workers["flagos"], args.train_pairs)
-    finally:
-        for w in workers.values():
-            w.close()
-    return {
-        "native_ms": [round(t * 1e3, 3) for t in res["native_s"]],
-        "flagos_ms": [round(t * 1e3, 3) for t in res["flagos_s"]],
-        "steps_per_sample": args.steps,
-        **{k: res[k] for k in ("pairs", "ratio_median", "ratio_quartiles", "noise", "median_ci95")},
-        "compile_s": {v: w.ready["compile_s"] for v, w in workers.items()},
-    }
+    cmds = {
+        v: (common.child_cmd("compile_bench", *argv, "--child", "train", "--variant", v),
+            dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, f"train-{v}")))
+        for v in ("native", "flagos")
+    }  # fmt: skip
+    res = common.worker_pairs(cmds, args.train_pairs, args.timeout, tmp)
+    res["compile_s"] = {v: ready["compile_s"] for v, ready in res.pop("ready").items()}
+    return {"steps_per_sample": args.steps, **{k: v for k, v in res.items() if k != "ratios"}}
 
 
 def main(argv=None) -> int:

@@ -9,8 +9,9 @@ generate() with a static cache, which transformers compiles with CUDA graphs on 
 (never imports torch_fl), flagos (default routes), flagos_flaggems (FLAGOS_USE_FLAGGEMS=1), flagos_calibrated
 (routed by --calibrated FILE). Every (round, variant) runs in a child process of its own (e2e_worker.py); the
 parent never touches a device, compares each decode's prompt logits with native's, and writes the report after
-every child. --paired N: native and each of --paired-variants alternating in one process (training: worker
-processes taking turns); --step-pairs N: decode token by token. docs/benchmarks.md explains the figures.
+every child. --paired N: native and each of --paired-variants alternating in one process (a routing variant's
+training against flagos's native routes); --step-pairs N: decode token by token; --train-pairs N: native's and
+flagos's training steps in worker processes of their own, taking turns. docs/benchmarks.md explains the figures.
 """
 
 from __future__ import annotations
@@ -84,6 +85,22 @@ def _run_child(variant, args, ckpt, sizes, routes: str | None = None) -> dict:
     return out
 
 
+def _train_workers(args, ckpt, sizes) -> dict:
+    """Native's and flagos's training steps, each in a worker process of its own (native never imports torch_fl),
+    taking turns: --train-pairs ABBA pairs of one sample (the median of --train-steps steps) from each."""
+    job, t = json.dumps({"ckpt": ckpt, "sizes": sizes, "seed": args.seed, "serve_train": args.train_steps}), time.time()
+    cmds = {v: (common.child_cmd("e2e_worker", v, job), _variant_env(v)) for v in ("native", "flagos")}
+    with tempfile.TemporaryDirectory(prefix="torch_fl_e2e_train_") as tmp:
+        try:
+            res = common.worker_pairs(cmds, args.train_pairs, args.child_timeout, tmp)
+            del res["ready"]
+        except RuntimeError as e:
+            return {"error": str(e)[-3000:]}
+    tokens_ms = 1e3 * sizes["train"]["batch"] * sizes["train"]["length"]
+    res |= {f"{v}_tokens_per_s": tokens_ms / statistics.median(res[f"{v}_ms"]) for v in ("native", "flagos")}
+    return {"steps_per_sample": args.train_steps, **res, "wall_s": round(time.time() - t, 2)}
+
+
 def _parse(argv=None):
     p = common.parser(__doc__.split("\n\n")[0], "e2e")
     p.add_argument("--model", default="auto", help="tiny, 0.6b or a local HF checkpoint (default: 0.6b on a GPU)")
@@ -97,6 +114,8 @@ def _parse(argv=None):
     p.add_argument("--paired", type=int, default=0, help="native/flagos pairs in one process, before the rounds")
     p.add_argument("--paired-variants", default="flagos", help=f"paired with native: comma list of {PAIRABLE}")
     p.add_argument("--step-pairs", type=int, default=0, metavar="N", help="N sequences paired token by token")
+    p.add_argument("--train-pairs", type=int, default=0, metavar="N", help="N training pairs in worker processes")
+    p.add_argument("--train-steps", type=int, default=5, help="training steps per sample of --train-pairs")
     p.add_argument("--calibrated", metavar="FILE", help="also run flagos_calibrated: flagos routed by this file")
     return p.parse_args(argv)
 
@@ -148,6 +167,7 @@ def main(argv=None) -> int:
     json_path = common.out_path("e2e", args.out, smoke=args.quick)
     paired: dict | None = None  # native against flagos's native routes
     paired_routed: dict = {}  # native against each other flagos routing in --paired-variants
+    train_workers: dict | None = None  # native's and flagos's training steps, worker processes taking turns
 
     def write_json(raw: list, rounds: int) -> dict:
         """The report so far (written after every child: a run cut short keeps what it measured)."""
@@ -163,6 +183,7 @@ def main(argv=None) -> int:
             "summary": summarise(raw, variants, args.tasks),
             "paired": paired,
             "paired_routed": paired_routed,
+            "train_workers": train_workers,
             # which file the calibrated variant measured: report.py notes when the committed one has changed
             "calibrated_sha256": hashlib.sha256(Path(args.calibrated).read_bytes()).hexdigest()
             if args.calibrated
@@ -186,14 +207,14 @@ def main(argv=None) -> int:
         # The deadline is judged before each child (each runs for minutes), the report written after each one.
         deadline = common.Deadline(args.deadline, started)
 
-        def child(kind: str, step: str, say: str, v: str, routes: str | None = None) -> dict | None:
-            """`v`'s child, or None where the deadline does not let it start (then nothing more starts)."""
+        def child(kind: str, step: str, say: str, v: str, routes: str | None = None, run=None) -> dict | None:
+            """`v`'s child (or `run()`), or None where the deadline does not let it start (then nothing more does)."""
             if not deadline.allows(kind):
                 print(f"deadline ({args.deadline:g} s): not starting {step} or anything after them", flush=True)
                 return None
             print(say, end=" ", flush=True)
             t = time.perf_counter()
-            res = _run_child(v, args, ckpt, sizes, routes)
+            res = run() if run else _run_child(v, args, ckpt, sizes, routes)
             deadline.took(kind, t)
             print(_brief(res), flush=True)
             return res
@@ -211,6 +232,11 @@ def main(argv=None) -> int:
                 else:
                     paired_routed[v] = res
                 write_json(raw, 0)
+        if not stopped and args.train_pairs > 0 and "train" in args.tasks and "flagos" in variants:
+            say = f"training: native and flagos in worker processes taking turns, {args.train_pairs} pairs ..."
+            run = lambda: _train_workers(args, ckpt, sizes)  # noqa: E731
+            stopped = (train_workers := child("train", "the training workers", say, "flagos", run=run)) is None
+            write_json(raw, 0)
         for r in range(0 if stopped else args.rounds):
             for v in variants[r % len(variants) :] + variants[: r % len(variants)]:
                 res = child(v, f"{v} in round {r + 1}", f"round {r + 1}/{args.rounds}: {v} ...", v)
@@ -225,14 +251,13 @@ def main(argv=None) -> int:
         args.rounds = len({x["round"] for x in raw})  # rounds begun (a deadline may stop them early)
 
     out = write_json(raw, args.rounds)
-    print(f"wrote {json_path}")
-    print(f"total {out['wall_s']} s")
+    print(f"wrote {json_path}\ntotal {out['wall_s']} s")
     return 0
 
 
 def _brief(res: dict) -> str:
     """A child's errors, if any, and its wall time: its figures are in the report."""
-    errors = [f"{t}: {exception_line(x['error'])}" for t, x in res["tasks"].items() if "error" in x]
+    errors = [f"{t}: {exception_line(x['error'])}" for t, x in res.get("tasks", {}).items() if "error" in x]
     errors += [exception_line(res["error"])] if "error" in res else []
     return " ".join([*(e[:200] + ";" for e in errors), f"[{res.get('wall_s', '?')} s]"])
 
@@ -310,18 +335,11 @@ def summarise(raw: list[dict], variants: list[str], tasks: list[str]) -> dict:
         for t in DECODING:
             if r["variant"] == "native" and t not in native_tokens and "tokens" in r["tasks"].get(t, {}):
                 native_tokens[t] = r["tasks"][t]["tokens"]
-    summary = {
-        v: {
-            t: _round_entry(
-                v,
-                t,
-                [r["tasks"].get(t, {"error": r.get("error", "no result")}) for r in raw if r["variant"] == v],
-                native_tokens,
-            )
-            for t in tasks
-        }
-        for v in variants
-    }
+
+    def runs(v: str, t: str) -> list[dict]:
+        return [r["tasks"].get(t, {"error": r.get("error", "no result")}) for r in raw if r["variant"] == v]
+
+    summary = {v: {t: _round_entry(v, t, runs(v, t), native_tokens) for t in tasks} for v in variants}
     native = summary.get("native", {})
     for per_task in summary.values():
         for t, e in per_task.items():
@@ -338,9 +356,7 @@ def summarise(raw: list[dict], variants: list[str], tasks: list[str]) -> dict:
             e = per_task.get(t, {})
             if e.get("tokens_match_native") is False:
                 other = sorted(b for b in e.get("backends", {}) if b != "native")
-                e["tokens_explained"] = (
-                    bool(other) and per_task.get("decode", {}).get("logits_within_tolerance") is True
-                )
+                e["tokens_explained"] = bool(other) and per_task["decode"].get("logits_within_tolerance") is True
                 e["other_kernels"] = other
     return summary
 

@@ -1,10 +1,12 @@
 """What one child process of benchmarks/e2e.py runs: `python -m benchmarks.e2e_worker VARIANT ...`, started by
 e2e.py alone. VARIANT native, flagos, flagos_flaggems or flagos_calibrated runs that variant's tasks; `paired`
-alternates native and flagos in one process."""
+alternates native and flagos in one process; a job with `serve_train` serves the training step to the parent,
+which has native's and flagos's take turns (e2e.py's --train-pairs)."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -360,12 +362,28 @@ def worker(args) -> dict:
     return info
 
 
+def train_server(args) -> None:
+    """The training step of --variant (native or flagos), warm, then timed `serve_train` steps per request:
+    native's and flagos's workers take turns (native CUDA backward fails in a process that imported torch_fl,
+    PyTorch issue 161129, so the two cannot pair in one process)."""
+    info, _, _ = _start(args.variant)
+    import workloads
+
+    device, sz = common.device(args.variant), args.sizes["train"]
+    step = functools.partial(workloads.train_step, *_train_setup(args, sz, device))
+    for _ in range(sz["warmup"]):
+        step()
+    common.serve(step, functools.partial(workloads.synchronize, device), args.serve_train, info)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("variant", help="native, flagos, flagos_flaggems, flagos_calibrated, or paired")
     p.add_argument("job", type=json.loads, help="JSON: ckpt, sizes, tasks, seed, paired, step_pairs, logits_dir")
     parsed = p.parse_args(argv)
     args = argparse.Namespace(variant=parsed.variant, **parsed.job)
+    if getattr(args, "serve_train", 0):
+        return train_server(args) or 0
     common.reply((paired_worker if args.variant == "paired" else worker)(args))
     return 0
 

@@ -71,13 +71,7 @@ def per_call_us(fn: Callable[[], object], device: torch.device, calls: int, wind
     return total / calls * 1e6
 
 
-def paired_calls_us(
-    first: Callable[[], object],
-    second: Callable[[], object],
-    device: torch.device,
-    pairs: int,
-    clock: Callable[[], float] = time.perf_counter,
-):
+def paired_calls_us(first: Callable, second: Callable, device: torch.device, pairs: int, clock=time.perf_counter):
     """Host microseconds of each call of `first` and of `second`, timed call by call in ABBA pairs (the median of
     per-pair differences is far steadier than the difference of two medians); the GPU queue drained untimed."""
     times: dict = {first: [], second: []}
@@ -254,9 +248,7 @@ def large_ops(device: torch.device, quick: bool) -> dict[str, tuple[str, float, 
     }
 
 
-def run(
-    native: torch.device, flagos: torch.device, rounds: int, calls: int, quick: bool, large: bool = True
-) -> list[Row]:
+def run(native: torch.device, flagos: torch.device, rounds: int, calls: int, quick: bool, large=True) -> list[Row]:
     rows: list[Row] = []
     ops = {native: small_ops(native), flagos: small_ops(flagos)}
     for name in ops[native]:

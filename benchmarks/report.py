@@ -103,19 +103,23 @@ PAIR_TASKS = {
     "graphs": "graph decode pairs",
     "static_generate": "compiled static-cache generate() pairs",
     "train": "train pairs, against flagos's native routes",
+    "train_workers": "train, worker processes taking turns",
 }
 # the in-process pairs that judge a task, steadiest first (token by token: 64 pairs of short calls)
 PAIR_LABELS = {
     "decode": ("decode token by token", "decode, generate() pairs"),
     "prefill": ("prefill pairs",),
-    "train": ("train pairs, against flagos's native routes",),
+    "train": ("train, worker processes taking turns", "train pairs, against flagos's native routes"),
 }
 
 
 def e2e_pairs(d: dict, variant: str = "flagos") -> list[tuple[str, dict]]:
-    """(label, entry) of the in-process pairs of native and `variant` that did not fail."""
+    """(label, entry) of the pairs of native and `variant` that did not fail: in one process, and (flagos's
+    training) in worker processes taking turns."""
     pair = d.get("paired") if variant == "flagos" else (d.get("paired_routed") or {}).get(variant)
-    tasks = (pair or {}).get("tasks", {})
+    tasks = dict((pair or {}).get("tasks", {}))
+    if variant == "flagos" and d.get("train_workers"):
+        tasks["train_workers"] = d["train_workers"]
     return [(PAIR_TASKS.get(t, t), e) for t, e in tasks.items() if "ratio_median" in e]
 
 
@@ -140,8 +144,9 @@ def e2e_tables(d: dict) -> list[str]:
     if pairs:
         out += [
             "Native and a flagos variant in one process, alternating (the steadier figure on a shared host; "
-            "training: a routing variant against flagos's native routes, since native CUDA backward cannot share "
-            "a process with torch_fl): the median of per-pair tokens/s ratios flagos / "
+            "training, since native CUDA backward cannot share a process with torch_fl: flagos against native in "
+            "worker processes taking turns, a routing variant against flagos's native routes in one process): "
+            "the median of per-pair tokens/s ratios flagos / "
             "native, ± half their interquartile range; routed: the flagos calls by backend.",
             "",
         ]

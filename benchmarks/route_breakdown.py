@@ -39,14 +39,9 @@ def flaggems_gaps(table: dict, a, b, fa, fb, native, pairs: int) -> dict[str, fl
     out = {}
     for op, direct, routed, kwargs in _gems_ops(table, fa, fb):
         fresh = lambda d=direct, k=kwargs: d(torch_fl.as_native(fa), torch_fl.as_native(fb), **k)  # noqa: E731
-        steps = [
-            (
-                f"flag_gems {op}: fresh alias tensors instead of persistent ones",
-                lambda d=direct, k=kwargs: d(a, b, **k),
-                fresh,
-            ),
-            (f"flag_gems {op}: routed from flagos instead of direct on fresh aliases", fresh, routed),
-        ]
+        persistent = lambda d=direct, k=kwargs: d(a, b, **k)  # noqa: E731
+        steps = [(f"flag_gems {op}: fresh alias tensors instead of persistent ones", persistent, fresh)]
+        steps.append((f"flag_gems {op}: routed from flagos instead of direct on fresh aliases", fresh, routed))
         if kwargs:
             name = f"flag_gems {op}: alpha=1 passed instead of left out"
             steps.append((name, lambda d=direct: d(a, b), lambda d=direct, k=kwargs: d(a, b, **k)))
@@ -95,14 +90,12 @@ def main(argv=None) -> int:
         row("python kernel that does nothing, routed (PyRoute)", lambda: fa + fb)
         # The same function routed and called directly on persistent aliases, call by call in pairs
         one, two = paired_calls_us(lambda: nothing(na, nb, alpha=1), lambda: fa + fb, native, args.calls * 10)
-        rows["python kernel that does nothing: routed vs direct, per pair"] = statistics.median(
-            t - o for o, t in zip(one, two, strict=True)
-        )
+        gap = statistics.median(t - o for o, t in zip(one, two, strict=True))
+        rows["python kernel that does nothing: routed vs direct, per pair"] = gap
     finally:
         route.set_native()
     row("add on the native route", lambda: fa + fb)
     row("add native", lambda: a + b)
-    na, nb = torch_fl.as_native(fa), torch_fl.as_native(fb)
     row("add native, on aliases of flagos tensors", lambda: na + nb)
     ia, ifa = a.clone(), fa.clone()
     row("add_ in place, native", lambda: ia.add_(b))

@@ -39,14 +39,17 @@ def e2e_targets(e2e: dict) -> list[tuple]:
     rows = []
     pairs = dict(report.e2e_pairs(e2e))
     flagos = e2e.get("summary", {}).get("flagos", {})
-    for task in ("decode", "prefill"):
-        if got := [(lab, pairs[lab]) for lab in report.PAIR_LABELS[task] if lab in pairs]:
-            text = ", ".join(f"{report.paired_ratio(e)} ({lab}, {e['pairs']} pairs)" for lab, e in got)
-            rows.append((f"Qwen3-0.6B {task} >= 0.97x native", text, got[0][1]["ratio_median"] >= 0.97))
-    train = flagos.get("train", {})
-    if "ratio_to_native" in train:
-        text = f"{train['ratio_to_native']:.3f}x ({report.n_rounds(train['rounds_ok'], 'child ')})"
-        rows.append(("Qwen3-0.6B training >= 0.97x native", text, train["ratio_to_native"] >= 0.97))
+    # eager native routes: decode within 1 % of native, training within 2 %, each judged by its steadiest pairs
+    # (training's: native and flagos in worker processes taking turns; a child round is shown beside them)
+    for task, floor, name in (("decode", 0.99, "decode"), ("prefill", 0.97, "prefill"), ("train", 0.98, "training")):
+        labels = report.PAIR_LABELS[task][:1] if task == "train" else report.PAIR_LABELS[task]
+        got = [(lab, pairs[lab]) for lab in labels if lab in pairs]
+        parts = [f"{report.ratio_interval(e)} ({lab}, {e['pairs']} pairs)" for lab, e in got]
+        if task == "train" and "ratio_to_native" in (train := flagos.get("train", {})):
+            parts.append(f"{train['ratio_to_native']:.3f}x ({report.n_rounds(train['rounds_ok'], 'child ')})")
+        if parts:
+            met = bool(got) and got[0][1]["ratio_median"] >= floor
+            rows.append((f"Qwen3-0.6B {name} >= {floor}x native", ", ".join(parts), met))
     rows = [(*r, "e2e-h200") for r in rows]
     rows += graph_targets(e2e.get("summary", {}), pairs.get("graph decode pairs"))
     rows += generate_targets(flagos, pairs.get(report.PAIR_TASKS["static_generate"]))

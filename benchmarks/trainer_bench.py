@@ -12,7 +12,6 @@ Reported: per-step losses and their agreement with native's, peak memory, and na
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -121,56 +120,30 @@ def agreement(native: list[float], flagos: list[float], rtol: float) -> dict:
 
 
 def run(args, argv: list[str]) -> dict:
-    cmd = common.child_cmd("trainer_bench", *argv, "--child")
-    workers, finals, errors, speed = {}, {}, {}, None
-
-    def attempt(what: str, fn, *a):
-        """fn(*a), or None with its error kept under `what`."""
-        try:
-            return fn(*a)
-        except RuntimeError as e:
-            errors[what] = str(e)[-3000:]
-
+    """Both workers taking turns (--pairs samples each), then each trains on to --steps: speed, losses, memory."""
+    cmds = {
+        v: ([*common.child_cmd("trainer_bench", *argv, "--child"), "--variant", v], None) for v in ("native", "flagos")
+    }
     with tempfile.TemporaryDirectory(prefix="trainer-bench-") as tmp:
         try:
-            for v in ("native", "flagos"):
-                log = os.path.join(tmp, f"{v}-stderr.log")
-                if w := attempt(
-                    v, common.Worker, v, [*cmd, "--variant", v], dict(os.environ), common.REPO, log, args.timeout
-                ):
-                    workers[v] = w
-            if len(workers) == 2:
-                speed = attempt("pairs", common.take_turns, workers["native"], workers["flagos"], args.pairs)
-            for v, w in workers.items():
-                w.proc.stdin.close()  # it trains on to --steps unpaused, then answers its losses
-                if final := attempt(v, w.read):
-                    finals[v] = final
-        finally:
-            for w in workers.values():
-                w.close()
-    n, f = finals.get("native"), finals.get("flagos")
-    agree = agreement(n["losses"], f["losses"], args.rtol) if n and f else None
+            res = common.worker_pairs(cmds, args.pairs, args.timeout, tmp, final=True)
+        except RuntimeError as e:
+            return dict.fromkeys(("variants", "loss_agreement", "peak_memory", "speed")) | {"errors": {"run": str(e)}}
+    n, f = res["final"]["native"], res["final"]["flagos"]
     memory = None
-    if n and f and n["peak_bytes"] and f["peak_bytes"]:
+    if n["peak_bytes"] and f["peak_bytes"]:
         memory = {"native_bytes": n["peak_bytes"], "flagos_bytes": f["peak_bytes"]}
         memory["ratio"] = round(f["peak_bytes"] / n["peak_bytes"], 4)
-    if speed:
-        speed = {
-            "steps_per_sample": args.per_sample,
-            "native_ms": [round(s * 1e3, 3) for s in speed["native_s"]],
-            "flagos_ms": [round(s * 1e3, 3) for s in speed["flagos_s"]],
-            "native_steps_per_s": round(1 / statistics.median(speed["native_s"]), 3),
-            "flagos_steps_per_s": round(1 / statistics.median(speed["flagos_s"]), 3),
-            **{k: speed[k] for k in ("pairs", "ratios", "ratio_median", "ratio_quartiles", "noise", "median_ci95")},
-        }
+    speed = {"steps_per_sample": args.per_sample} | {k: v for k, v in res.items() if k not in ("ready", "final")}
+    for v in ("native", "flagos"):
+        speed[f"{v}_steps_per_s"] = round(1e3 / statistics.median(speed[f"{v}_ms"]), 3)
     variants = {
         v: {k: d[k] for k in ("device", "args_device", "integrations", "optim", "peak_bytes", "torch_fl_imported")}
         | {"losses": [round(x, 5) for x in d["losses"]]}
-        for v, d in finals.items()
+        for v, d in res["final"].items()
     }
-    return {"variants": variants, "loss_agreement": agree, "peak_memory": memory, "speed": speed} | (
-        {"errors": errors} if errors else {}
-    )
+    agree = agreement(n["losses"], f["losses"], args.rtol)
+    return {"variants": variants, "loss_agreement": agree, "peak_memory": memory, "speed": speed}
 
 
 def main(argv: list[str] | None = None) -> int:

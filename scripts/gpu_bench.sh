@@ -11,7 +11,8 @@
 # benchmarks/e2e.py (ROUNDS child rounds, default 3; E2E_DEADLINE=seconds
 # starts no round that would end later; E2E_VARIANTS=native,flagos limits the
 # variants; PAIRS in-process native/flagos pairs first, default 6; STEP_PAIRS
-# sequences decoded token by token in pairs, default 4), or the demo (native
+# sequences decoded token by token in pairs, default 4; E2E_TRAIN_PAIRS training
+# pairs of native and flagos worker processes taking turns, default 16), or the demo (native
 # routes, then the FlagGems profile). Each benchmark writes its canonical file
 # into $OUT (overhead-h200.json, route-breakdown-h200.json, alias-pool-h200.json,
 # e2e-h200.json); copy them to benchmarks/results/ and run
@@ -56,6 +57,7 @@ if want all || want e2e; then
   fi
   python3 -m benchmarks.e2e --rounds "${ROUNDS:-3}" ${E2E_DEADLINE:+--deadline "$E2E_DEADLINE"} \
     ${E2E_VARIANTS:+--variants "$E2E_VARIANTS"} --paired "${PAIRS:-6}" --step-pairs "${STEP_PAIRS:-4}" \
-    --paired-variants "${PAIRED_VARIANTS:-$pair_with}" "${calibrated[@]}" --out "$OUT" 2>&1 | tail -30
+    --paired-variants "${PAIRED_VARIANTS:-$pair_with}" --train-pairs "${E2E_TRAIN_PAIRS:-16}" "${calibrated[@]}" \
+    --out "$OUT" 2>&1 | tail -30
 fi
 echo "total: $(( $(date +%s) - start )) s"
