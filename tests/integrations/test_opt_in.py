@@ -114,3 +114,27 @@ def test_the_notice_points_at_the_line_that_imported_the_library():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "AT [('<string>', 6)]" in done.stdout, done.stdout
+
+
+def test_a_model_alone_brings_the_notice():
+    # from_pretrained(device_map="flagos") without the opt-in fails in the kernels package, with an error that
+    # names neither the opt-in nor use_kernels=False: the notice comes with transformers' models, once
+    pytest.importorskip("transformers")
+    done = run_python(
+        """
+        import warnings
+        import torch_fl
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            from transformers import AutoConfig, AutoModelForCausalLM
+            cfg = AutoConfig.for_model("llama", hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                       intermediate_size=32, vocab_size=32)
+            AutoModelForCausalLM.from_config(cfg)
+            from transformers import pipeline, TrainingArguments
+        notes = [w for w in seen if w.category.__name__ == "IntegrationWarning"]
+        print("NOTES", len(notes), notes[0].filename, "from_pretrained(device_map" in str(notes[0].message))
+        """,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "NOTES 1 <string> True" in done.stdout, done.stdout

@@ -10,8 +10,8 @@ from typing import Any
 from torch_fl.flagos._device import cuda_function, needs_cuda_backing, on_cuda
 
 _HOST_WHY = (
-    "pinned memory on host backing is ordinary host memory marked pinned, which the core does not count; "
-    "torch.flagos.memory_stats() counts the flagos devices' memory"
+    "pinned memory on host backing is ordinary host memory marked pinned, and torch has no statistics of it but "
+    "CUDA's; torch.flagos.memory_stats() counts the flagos devices' memory"
 )
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 import warnings
 
 from torch_fl._import_hook import when_imported
@@ -104,35 +105,42 @@ def _notice(name: str):
         # accelerate's adapter covers launched runs of several processes (one process finds flagos through
         # torch.accelerator): the notice waits for a launcher's WORLD_SIZE, not every transformers import
         launched = int(os.environ.get("WORLD_SIZE", "1") or "1") > 1
-        if name not in _enabled and name not in _noticed and (name != "accelerate" or launched):
+        if name in _enabled or name in _noticed or (name == "accelerate" and not launched):
+            return
+        level = _importer_stacklevel(module)
+        if level is not None:  # a user's import, not one of torch_fl's tools'
             _noticed.add(name)
             warnings.warn(
                 f"torch_fl: {name} does not reach flagos by itself for: {ADAPTERS[name][0]}. "
                 "Call torch_fl.integrations.enable() (or set FLAGOS_INTEGRATIONS=1) to install torch_fl's "
                 "adapter; see torch_fl's docs/integrations.md",
                 IntegrationWarning,
-                stacklevel=_importer_stacklevel(module),
+                stacklevel=level,
             )
 
     return notice
 
 
-def _importer_stacklevel(module) -> int:
+def _importer_stacklevel(module) -> int | None:
     """warnings.warn's stacklevel, from its caller, of the line that imported `module`: the first frame outside
-    importlib, torch_fl and `module`'s own package (transformers imports its parts lazily, from its own code)."""
+    importlib, torch_fl, `module`'s own package (transformers imports its parts lazily, from its own code) and
+    the installed libraries (peft imports transformers' models for `from transformers import TrainingArguments`).
+    None where there is none: torch_fl's own tools (`python -m torch_fl demo`) or a library imported it."""
     own = tuple(
         os.path.dirname(m.__file__) + os.sep
         for m in (sys.modules[__name__.partition(".")[0]], sys.modules.get(module.__name__.partition(".")[0]))
         if getattr(m, "__file__", None)
     )
+    paths = sysconfig.get_paths()
+    skipped = own + tuple(os.path.join(paths[k], "") for k in ("purelib", "platlib", "stdlib"))
     frame, level = sys._getframe(2), 2  # the caller of warnings.warn's caller (notice), which is level 1
     while frame is not None:
         name = frame.f_code.co_filename
         bootstrap = "importlib" in name and "_bootstrap" in name  # frames warnings.warn does not count
-        if not (bootstrap or f"{os.sep}importlib{os.sep}" in name or name.startswith(own)):
+        if not (bootstrap or f"{os.sep}importlib{os.sep}" in name or name.startswith(skipped + ("<frozen ",))):
             return level
         frame, level = frame.f_back, level + (not bootstrap)
-    return 1
+    return None
 
 
 def _startup() -> None:
@@ -148,8 +156,9 @@ def _startup() -> None:
     # refuses 'flagos' with an error of its own, and torch_fl.integrations.load_file is the documented path.
     # A library imported before torch_fl gets no notice: the enable() that usually follows `import torch_fl`
     # has not run yet, and the notice would name an opt-in the next line makes.
-    # transformers' notice comes with the first of its training arguments and its pipelines.
-    for name, modules in (("transformers", (0, 2)), ("accelerate", (0,))):
+    # transformers' notice comes with the first of its training arguments, its models (whose hub-kernels module
+    # refuses from_pretrained(device_map="flagos") with an error of its own) and its pipelines.
+    for name, modules in (("transformers", (0, 1, 2)), ("accelerate", (0,))):
         for module in (ADAPTERS[name][1][i][0] for i in modules):
             if name not in _enabled and choice != () and module not in sys.modules:
                 when_imported(module, _notice(name))
