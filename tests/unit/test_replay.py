@@ -306,6 +306,29 @@ def test_a_call_that_cannot_be_keyed_runs_python_each_time_with_the_reason(gems)
     )
 
 
+@pytest.mark.parametrize("dtype, other", [(torch.float32, 1e-6), (torch.float32, 1), (torch.int64, 2.5), (None, "t")])
+def test_torch_fls_own_checks_are_not_recorded(gems, dtype, other):
+    """The checks run before a FlagGems function (flaggems_defects.guarded: the dtypes judged by PyTorch's meta
+    kernel, once per dtype signature) are torch_fl's, not the function's: the first call's recording holds the
+    function's operators alone, so later calls replay them without the checks' (a Python number among the
+    meta call's tensors made the recording unreplayable; a tensor made every replay run the meta call). A Python
+    number the function hands an operator replays as one (int64 + 2.5 is float32, as on the CPU)."""
+    from torch_fl.backends.flaggems_defects import guarded
+    from torch_fl.replay import record
+
+    x = torch.arange(3, dtype=dtype, device="flagos")
+    b = torch.ones(3, device="flagos") if other == "t" else other
+    _, program = record(guarded(add_via_out, "add.Tensor"), (x, b), {}, ("Tensor",))
+    assert [(step[1], step[2]) for step in program["steps"]] == [("aten::empty", "memory_format"), ("aten::add", "out")]
+    calls, before = gems(add__Tensor=add_via_out), stats("add.Tensor")
+    for _ in range(3):
+        got, want = (x + b).cpu(), x.cpu() + (b.cpu() if other == "t" else b)
+        assert got.dtype == want.dtype and torch.equal(got, want)
+    after = stats("add.Tensor")
+    assert calls["add__Tensor"] == 1 and after["python"] == before["python"]
+    assert after["hits"] - before["hits"] == 2
+
+
 @pytest.mark.parametrize(
     "op, args, kwargs",
     [

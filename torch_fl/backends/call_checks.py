@@ -37,6 +37,12 @@ def on_meta(a):
     return a
 
 
+def _unseen():
+    """A scope whose operators no TorchDispatchMode sees: the checks' meta calls are torch_fl's own work, not the
+    call's (replay's recorder, a mode of the user's, would otherwise take them for the backend function's)."""
+    return torch._C._DisableTorchDispatch()
+
+
 def rejected_by_meta(op: str, args, kwargs) -> bool:
     """True when PyTorch's own checks reject the call, run on meta tensors of the same geometry: nothing is
     read or written. False where they accept it or cannot tell (no meta kernel)."""
@@ -44,7 +50,8 @@ def rejected_by_meta(op: str, args, kwargs) -> bool:
     if fn is None:
         return False
     try:
-        fn(*on_meta(args), **{k: on_meta(v) for k, v in kwargs.items()})
+        with _unseen():
+            fn(*on_meta(args), **{k: on_meta(v) for k, v in kwargs.items()})
     except NotImplementedError:
         return False
     except Exception:  # noqa: BLE001  (any rejection counts: the native route would raise it too)
@@ -128,7 +135,7 @@ def pointwise_check(op: str) -> Callable[[tuple, dict], str | None] | None:
         key = (_signature(args), tuple((k, _signature(v)) for k, v in kwargs.items()))
         if key not in verdicts:
             try:
-                with warnings.catch_warnings():  # an out= of another rank is resized here: not the call's warning
+                with warnings.catch_warnings(), _unseen():  # an out= of another rank is resized: not the call's
                     warnings.simplefilter("ignore")
                     packet(*_one_element(args), **{k: _one_element(v) for k, v in kwargs.items()})
                 verdicts[key] = None

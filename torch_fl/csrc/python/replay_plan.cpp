@@ -8,6 +8,7 @@
 #include "route/routed_args.h"
 #include "runtime/device.h"
 
+#include <ATen/ScalarOps.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 
@@ -41,13 +42,39 @@ int32_t slot_in(const py::handle& h, int32_t slots, const char* what) {
   return static_cast<int32_t>(k);
 }
 
+// A recorded constant as the IValue `param` takes. A Python number where the schema takes a tensor is what a
+// TorchDispatchMode sees of a "wrapped number" (the 0-dim CPU tensor the dispatcher makes of `x + 1`, which type
+// promotion treats as a Python scalar): replay hands the operator one again.
+c10::IValue constant_of(const py::handle& value, const c10::Argument& param) {
+  c10::TypePtr type = param.type();
+  if (const auto optional = type->cast<c10::OptionalType>()) {
+    type = optional->getElementType();
+  }
+  if (type->kind() == c10::TypeKind::TensorType && !value.is_none()) {
+    std::optional<c10::Scalar> number;
+    if (PyBool_Check(value.ptr())) {
+      number = c10::Scalar(value.ptr() == Py_True);
+    } else if (PyLong_Check(value.ptr())) {
+      number = c10::Scalar(value.cast<int64_t>());
+    } else if (PyFloat_Check(value.ptr())) {
+      number = c10::Scalar(value.cast<double>());
+    } else if (PyComplex_Check(value.ptr())) {
+      number = c10::Scalar(value.cast<c10::complex<double>>());
+    }
+    if (number.has_value()) {
+      return at::native::wrapped_scalar_tensor(*number);
+    }
+  }
+  return torch::jit::toIValue(value, param.type());
+}
+
 replay::ArgTemplate arg_template(const py::handle& a, const c10::Argument& param, int32_t slots) {
   replay::ArgTemplate t;
   const auto kind = a[py::int_(0)].cast<std::string>();
   const py::handle value = a[py::int_(1)];
   if (kind == "c") {
     t.kind = replay::ArgTemplate::Kind::kConstant;
-    t.constant = torch::jit::toIValue(value, param.type());
+    t.constant = constant_of(value, param);
   } else if (kind == "t") {
     t.kind = replay::ArgTemplate::Kind::kSlot;
     t.slot = slot_in(value, slots, "a tensor argument");
