@@ -119,7 +119,10 @@ def test_parse_devices():
     parse = flagos_lightning.parse_devices
     assert parse(1) == parse("1") == parse([0]) == parse("0,") == [0]
     assert parse(-1) == parse("-1") == parse("auto") == list(range(n))
-    for bad in (0, n + 1, [n], [0, 0], "x", -2, True, None):
+    assert parse(f"[{n - 1}]") == parse(f" [ {n - 1} ] ") == parse([n - 1]) == [n - 1]  # a list, not a count
+    if n > 1:
+        assert parse("[0, 1]") == parse("0,1") == [0, 1]
+    for bad in (0, n + 1, [n], [0, 0], "x", -2, True, None, "[]", "[auto]", f"[{n}]"):
         with pytest.raises((ValueError, TypeError)):
             parse(bad)
 

@@ -99,13 +99,15 @@ def parse_devices(devices: Any) -> list[int]:
     """Lightning's `devices` argument as flagos device indices.
 
     An int n is the first n devices (-1: all of them), a list or tuple names the indices, a string is either
-    ("3", "-1", "0,2"), and "auto" is all devices."""
+    ("3", "-1", "0,2", "1,"; "[1]" and "[0, 2]" are lists too), and "auto" is all devices."""
     count = torch.flagos.device_count()
     if isinstance(devices, str):
-        text = devices.strip().strip("[]").strip()
-        if text in ("auto", "-1"):
+        text = devices.strip()
+        listed = text.startswith("[") and text.endswith("]")  # "[1]" names device 1, not a count of one
+        text = text[1:-1].strip() if listed else text
+        if text in ("auto", "-1") and not listed:
             return list(range(count))
-        if "," in text:
+        if "," in text or listed:
             devices = [int(part) for part in text.split(",") if part.strip()]
         else:
             try:
