@@ -104,11 +104,8 @@ def main(argv=None) -> int:
     n, f = sides["native"], sides["flagos"]
     ratio = common.ratio_stats([a / b for a, b in zip(n["round_medians_ms"], f["round_medians_ms"], strict=True)])
     print(f"flagos throughput / native: {common.format_ratio(ratio)} ({ratio['pairs']} rounds)")
-    report = {
-        "args": {k: v for k, v in vars(args).items() if k not in ("out", "child")},
-        "sides": sides,
-        "ratio": ratio,
-    }
+    report = {"args": {k: v for k, v in vars(args).items() if k not in ("out", "child")}, "sides": sides}
+    report["ratio"] = ratio
     print(f"wrote {common.write('ddp-step', report, args.out, smoke=args.smoke)}")
     return 0
 

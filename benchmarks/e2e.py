@@ -57,12 +57,10 @@ SIZES = {
 def _variant_env(variant: str, calibrated: str | None = None) -> dict:
     """The child's environment: each flagos variant routes as its name says, whatever this shell sets."""
     env = {k: v for k, v in os.environ.items() if k not in ("FLAGOS_USE_FLAGGEMS", "FLAGOS_BACKEND_CONFIG")}
-    env.update(
-        {
-            "flagos_flaggems": {"FLAGOS_USE_FLAGGEMS": "1"},
-            "flagos_calibrated": {"FLAGOS_BACKEND_CONFIG": calibrated},
-        }.get(variant, {})
-    )
+    if variant == "flagos_flaggems":
+        env["FLAGOS_USE_FLAGGEMS"] = "1"
+    elif variant == "flagos_calibrated":
+        env["FLAGOS_BACKEND_CONFIG"] = calibrated
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("TRANSFORMERS_VERBOSITY", "error")
     return env
@@ -185,9 +183,7 @@ def main(argv=None) -> int:
             "paired_routed": paired_routed,
             "train_workers": train_workers,
             # which file the calibrated variant measured: report.py notes when the committed one has changed
-            "calibrated_sha256": hashlib.sha256(Path(args.calibrated).read_bytes()).hexdigest()
-            if args.calibrated
-            else None,
+            "calibrated_sha256": args.calibrated and hashlib.sha256(Path(args.calibrated).read_bytes()).hexdigest(),
             "raw": raw,
         }
         common.write("e2e", out, json_path)

@@ -57,8 +57,7 @@ WINDOW = 256
 
 def per_call_us(fn: Callable[[], object], device: torch.device, calls: int, window: int = WINDOW) -> float:
     """Host microseconds per call: `calls` calls in windows of `window`, each window timed without its sync."""
-    total = 0.0
-    done = 0
+    total, done = 0.0, 0
     while done < calls:
         n = min(window, calls - done)
         sync(device)  # start with an empty queue; not timed

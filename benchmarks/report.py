@@ -143,11 +143,10 @@ def e2e_tables(d: dict) -> list[str]:
     pairs = [(v, *p) for v in ("flagos", *(d.get("paired_routed") or {})) for p in e2e_pairs(d, v)]
     if pairs:
         out += [
-            "Native and a flagos variant in one process, alternating (the steadier figure on a shared host; "
-            "training, since native CUDA backward cannot share a process with torch_fl: flagos against native in "
-            "worker processes taking turns, a routing variant against flagos's native routes in one process): "
-            "the median of per-pair tokens/s ratios flagos / "
-            "native, ± half their interquartile range; routed: the flagos calls by backend.",
+            "Native and a flagos variant alternating in one process, the steadier figure on a shared host (training: "
+            "flagos against native in worker processes taking turns, as native CUDA backward cannot share a process "
+            "with torch_fl; a routing variant against flagos's native routes in one process): the median of per-pair "
+            "tokens/s ratios flagos / native, ± half their interquartile range; routed: the flagos calls by backend.",
             "",
         ]
         # per-pair ratios are native seconds / flagos seconds: flagos's throughput relative to native
@@ -161,8 +160,7 @@ def e2e_tables(d: dict) -> list[str]:
                 for v, label, e in pairs
             ],
         )
-        # "fast_path": the key in results recorded before record and replay had one name
-        fast = [(v, label, e.get("replay") or e.get("fast_path")) for v, label, e in pairs]
+        fast = [(v, label, e.get("replay")) for v, label, e in pairs]
         if fast := [f"- {v}, {label}: {replay_brief(r)}" for v, label, r in fast if r]:
             out += [
                 "FlagGems replay in those pairs (calls replayed, recording a new signature, or left on "
@@ -220,8 +218,7 @@ def _compile_intro(d: dict) -> str:
         f"(inductor). Prefill {sizes.get('prefill')} (batch x length) in alternating pairs{per_sample} in one "
         f"process; training step {sizes.get('train')} (forward, backward, AdamW) {how}; small Hugging Face models' "
         "inference (4 layers, hidden 256, 1 x 32 tokens: host-bound) in alternating pairs in one process. Ratio: "
-        "native "
-        "time / flagos time, the median of the pairs' ratios, ± the noise, and the interval that holds the true "
+        "native time / flagos time, the median of the pairs' ratios, ± the noise, and the interval that holds the true "
         "median with 95% probability (order statistics, torch_fl/calibration/stats.py). Compile time: first call minus "
         "a steady call, from an empty inductor cache."
     )

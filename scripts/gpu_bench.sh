@@ -14,8 +14,7 @@
 # sequences decoded token by token in pairs, default 4; E2E_TRAIN_PAIRS training
 # pairs of native and flagos worker processes taking turns, default 16), or the demo (native
 # routes, then the FlagGems profile). Each benchmark writes its canonical file
-# into $OUT (overhead-h200.json, route-breakdown-h200.json, alias-pool-h200.json,
-# e2e-h200.json); copy them to benchmarks/results/ and run
+# into $OUT (<benchmark>-<machine>.json: overhead-h200.json on an H200); copy them to benchmarks/results/ and run
 # `python -m benchmarks.report` to regenerate docs/benchmarks.md and the README table. The copy's git
 # state may be stale: name the commit sent with TORCH_FL_COMMIT=<hash> TORCH_FL_DIRTY=0|1 (the meta block).
 # Correctness checks: scripts/gpu_check.sh.
@@ -33,19 +32,19 @@ if want demo; then
   FLAGOS_USE_FLAGGEMS=1 python3 -m torch_fl demo 2> "$OUT/demo_flaggems.stderr" | tee "$OUT/demo_flaggems.txt"
 fi
 if want compile; then
-  # torch.compile on flagos against native (benchmarks/compile_bench.py: compile-h200.json): cold compiles (Qwen3
+  # torch.compile on flagos against native (benchmarks/compile_bench.py: compile-<machine>.json): cold compiles (Qwen3
   # prefill and training step, six small models; each variant) and the pairs, about eight minutes.
   python3 -m benchmarks.compile_bench ${PAIRS:+--pairs "$PAIRS"} ${TRAIN_PAIRS:+--train-pairs "$TRAIN_PAIRS"} \
     --out "$OUT" 2>&1 | tail -12
 fi
 if want trainer; then
   # A Hugging Face Trainer fine-tune of Qwen3-0.6B in bf16, flagos against native CUDA (benchmarks/trainer_bench.py:
-  # trainer-h200.json): one worker process per side, 200 steps of batch 8 x 512 each, 16 ABBA pairs of 10-step
+  # trainer-<machine>.json): one worker process per side, 200 steps of batch 8 x 512 each, 16 ABBA pairs of 10-step
   # samples inside those runs; losses, peak memory and steps/s. A few minutes on the H200.
   python3 -m benchmarks.trainer_bench ${PAIRS:+--pairs "$PAIRS"} --out "$OUT" 2>&1 | tail -12
 fi
 if want ddp; then
-  # A DDP training step at world size 1, flagos against native (benchmarks/ddp_step.py: ddp-step-h200.json).
+  # A DDP training step at world size 1, flagos against native (benchmarks/ddp_step.py: ddp-step-<machine>.json).
   python3 -m benchmarks.ddp_step --rounds "${DDP_ROUNDS:-4}" --out "$OUT" 2>&1 | tail -4
 fi
 if want all || want e2e; then

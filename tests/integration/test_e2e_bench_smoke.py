@@ -311,7 +311,7 @@ def test_calibrated_targets_in_the_readme_table():
         }
     }
     [(target, text, met, src)] = targets_page.calibrated_targets({"summary": summary})
-    assert target.startswith("calibrated routing") and src == "e2e-h200"
+    assert target.startswith("calibrated routing") and src == "e2e"
     assert text == "decode 1.001x (2 rounds), prefill 1.050x (2 rounds), train 1.010x (2 rounds)"
     assert met is False  # training below 1.02x
     summary["flagos_calibrated"]["train"]["ratio_to_native"] = 1.02

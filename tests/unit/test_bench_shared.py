@@ -166,3 +166,35 @@ def test_the_benchmarks_shared_modules_do_not_import_torch_fl():
     code = "import sys, benchmarks.common, benchmarks.e2e, benchmarks.report; assert 'torch_fl' not in sys.modules"
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.anyplatform
+def test_the_readme_table_reads_the_newest_gpu_machines_set():
+    def result(benchmark, date):
+        return {"meta": {"benchmark": benchmark, "date": date}, "results": [row]}
+
+    row = {"name": "add 4x4", "unit": "us/call", "ratio": 1.0, "added_us": 0.1}
+    results = {
+        "overhead-h200": result("overhead", "2026-12-04T00:00:00Z"),
+        "overhead-h100-80gb-hbm3": result("overhead", "2026-12-06T00:00:00Z"),
+        "route-breakdown-host": result("route-breakdown", "2026-12-07T00:00:00Z"),  # host results never count
+        "trainer-h200": {"peak_memory": {"ratio": 1.0}},
+        "trainer-h100-80gb-hbm3": {"peak_memory": {"ratio": 1.01}},
+    }
+    assert targets_page.gpu_machine(results) == "h100-80gb-hbm3"
+    rows = targets_page.targets(results)
+    assert {src for *_, src in rows} == {"overhead-h100-80gb-hbm3", "trainer-h100-80gb-hbm3"}
+    assert ("Trainer fine-tune of Qwen3-0.6B peak memory <= 1.02x native", "1.010x") in [(t, m) for t, m, *_ in rows]
+    assert targets_page.gpu_machine({"e2e-h200": {}}) == "h200"
+
+
+@pytest.mark.anyplatform
+def test_speed_ups_over_eager_come_from_the_pairs_where_no_child_round_ran():
+    eager = {"ratio_median": 0.97, "pairs": 3, "native_tokens_per_s": 30.0, "flagos_tokens_per_s": 29.0}
+    graphs = {"ratio_median": 0.99, "pairs": 3, "native_tokens_per_s": 230.0, "flagos_tokens_per_s": 228.0}
+    generate = {"ratio_median": 0.98, "pairs": 3, "native_tokens_per_s": 210.0, "flagos_tokens_per_s": 58.0}
+    rows = {t: (m, ok) for t, m, ok, _ in targets_page.graph_targets({}, graphs, eager)}
+    assert rows["Qwen3-0.6B graph decode >= 2x native eager decode"] == ("7.60x", True)  # flagos graphs / native eager
+    rows = {t: (m, ok) for t, m, ok, _ in targets_page.generate_targets({}, generate, eager)}
+    assert rows["Qwen3-0.6B compiled static-cache generate() >= 3x flagos eager decode"] == ("2.00x", False)
+    assert len(targets_page.graph_targets({}, graphs)) == 1  # without eager pairs: no speed-up row
