@@ -18,6 +18,8 @@ collectives) reach these through the ProcessGroup trampoline by either name.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
@@ -40,10 +42,27 @@ def _first(inner_pg, *names):
     raise AttributeError(f"torch.distributed.ProcessGroup has none of {names}")
 
 
+_eager = False
+
+
+def _run_eagerly(cls) -> None:
+    """Each of `cls`'s methods run eagerly under torch.compile: DDP's C++ reducer calls the group from a compiled
+    model's forward, and Dynamo, which never enters gloo's or NCCL's C++ groups, would trace into these Python
+    methods and fail on the group, an opaque object to it (`torch.compile(DDP(model))`, Trainer's
+    `torch_compile=True` under torchrun). Done when the first group is made: importing torch_fl imports no Dynamo."""
+    global _eager
+    if not _eager:
+        _eager = True
+        for name, fn in list(vars(cls).items()):
+            if inspect.isfunction(fn) and not name.startswith("__"):
+                setattr(cls, name, torch.compiler.disable(fn, recursive=True))
+
+
 class FlagosProcessGroup(dist.ProcessGroup):
     """A process group for flagos tensors (and CPU tensors) over gloo or NCCL; see the module docstring."""
 
     def __init__(self, store, rank, size, timeout, group_name, global_ranks, options=None):
+        _run_eagerly(FlagosProcessGroup)
         super().__init__(rank, size)  # the (store, rank, size) form cannot make a Python subclass
         self._store, self._timeout, self._options = store, timeout, options
         self._global_ranks = list(global_ranks)

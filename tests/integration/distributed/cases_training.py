@@ -17,6 +17,7 @@ DDP_VARIANTS = {
     "find_unused": {"find_unused_parameters": True},
     "find_unused_bucket_view": {"find_unused_parameters": True, "gradient_as_bucket_view": True},
     "no_sync": {},
+    "compiled": {},  # torch.compile(DDP(...)): DDP's C++ reducer calls the group from the compiled forward
 }
 
 
@@ -30,6 +31,7 @@ def ddp(dev: torch.device) -> dict:
     for name, kwargs in DDP_VARIANTS.items():
         net = make_net().to(dev)
         model = DDP(net, **kwargs)
+        model = torch.compile(model, backend="aot_eager") if name == "compiled" else model
         opt = torch.optim.SGD(model.parameters(), lr=LR)
         grad_devices = set()
         for step in range(STEPS):
