@@ -113,6 +113,7 @@ UNARY = {
     "sigmoid": torch.sigmoid,
     "pow.Tensor_Scalar": lambda x: torch.pow(x, 2),
     "mul.Scalar": lambda x: torch.mul(x, 3.5),
+    "add.Tensor": lambda x: x + 1e-6,  # a Python number in a Tensor argument (RMSNorm's eps): a wrapped number
 }
 
 
