@@ -29,6 +29,7 @@ OPS = {
     "add, inference mode": ("add_Tensor", "with torch.inference_mode(): a + b"),
     "mm": ("mm", "torch.mm(a, w)"),
     "cat": ("cat", "torch.cat([a, b])"),
+    "_to_copy (dtype)": ("_to_copy", "a.to(torch.float64)"),
     "view (metadata)": ("view", "a.view(16)"),
 }
 CALLS = 1000

@@ -43,6 +43,9 @@ CALLS = {
     "cat": lambda a, w: torch.cat([a, w]),
     "softmax": lambda a, w: torch.softmax(a * w, dim=-1),
     "index": lambda a, w: a[torch.tensor([0, 2], device=a.device)] * w[1],
+    # _to_copy's kernel below autograd is BackendSelect's, which then picks flagos (or the CPU for a device argument)
+    "to dtype": lambda a, w: a.to(torch.float64) * w.to(torch.float64),
+    "to cpu": lambda a, w: a.to("cpu") * w.to("cpu"),
 }
 
 

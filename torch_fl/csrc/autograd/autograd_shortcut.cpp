@@ -88,6 +88,18 @@ inline bool records_nothing(const c10::List<std::optional<at::Tensor>>& list) {
   return true;
 }
 
+// Whether the kernel below autograd is flagos's own. BackendSelect may come
+// first: operators with tensor options (_to_copy, the *_like factories) have
+// a kernel there that picks the backend from the options and the tensors, as
+// it does when VariableType redispatches to it.
+C10_ALWAYS_INLINE bool next_is_flagos(c10::DispatchKeySet below) {
+  c10::DispatchKey next = below.highestPriorityTypeId();
+  if (next == c10::DispatchKey::BackendSelect) {
+    next = below.remove(c10::DispatchKey::BackendSelect).highestPriorityTypeId();
+  }
+  return next == c10::DispatchKey::PrivateUse1;
+}
+
 template <class Op, class Schema = typename Op::schema>
 struct Shortcut;
 
@@ -100,7 +112,7 @@ struct Shortcut<Op, Ret(Args...)> {
     // shortcut only where the next of them is flagos's own kernel (no Python
     // mode, functionalization or conjugate view in between).
     const c10::DispatchKeySet below = ks & c10::after_autograd_keyset;
-    if (C10_LIKELY(below.highestPriorityTypeId() == c10::DispatchKey::PrivateUse1 && (records_nothing(args) && ...))) {
+    if (C10_LIKELY(next_is_flagos(below) && (records_nothing(args) && ...))) {
       at::AutoDispatchBelowADInplaceOrView guard;
       return handle->redispatch(below, std::forward<Args>(args)...);
     }
