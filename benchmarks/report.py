@@ -270,10 +270,12 @@ SPECS = {
         "Instructions per call inside the operator's dispatcher entry ({calls} calls), native backing `{backing}` "
         "against flagos; model rows count the whole process, per routed call. Counts, not timings: no noise beyond "
         "the few instructions by which runs differ.",
-        "row|native:|flagos:|added:|added per routed call:|torch_fl's own functions per routed call:",
+        "row|native:|flagos:|added:|added per routed call:|torch_fl's own functions per routed call:|"
+        "L1 misses added per routed call (code, data read, data write):",
         lambda d: [
             [r["op"], f"{r['native']:,}", f"{r['flagos']:,}", f"{r['added']:+,}"]
             + ["" if r.get("added_per_routed_call") is None else f"{r['added_per_routed_call']:+,}", _own(r)]
+            + [" / ".join(f"{v:+.1f}" for v in r.get("added_misses_per_routed_call", {}).values())]
             for r in d["rows"]
         ],
     ),

@@ -1,8 +1,8 @@
 """Instructions a routed call executes, native against flagos, counted by valgrind (callgrind).
 
-Counts, unlike timings, do not swing between runs. Per operator: a small loop under callgrind on each device,
-counting inside the operator's dispatcher entry (`at::_ops::<op>::call`). A last row counts a whole greedy decode
-of the tiny Qwen3 (needs transformers), per routed call, with torch_fl's own functions in the flagos run.
+Counts do not swing between runs. Per operator: a small loop under callgrind on each device, counting inside the
+operator's dispatcher entry (`at::_ops::<op>::call`). A last row counts a tiny Qwen3's greedy decode (needs
+transformers) per routed call, torch_fl's own functions and the first-level cache misses callgrind simulates.
 
     python -m benchmarks.route_instructions         # host backing: writes route-instructions-host.json
 
@@ -33,6 +33,7 @@ OPS = {
     "view (metadata)": ("view", "a.view(16)"),
 }
 CALLS = 1000
+MISSES = ("I1mr", "D1mr", "D1mw")  # callgrind's first-level misses: code reads, data reads, data writes
 
 LOOP = """
 import sys, torch, torch_fl
@@ -76,24 +77,20 @@ DECODE = (
 )
 
 
-def callgrind(toggle: str, source: str, device: str, workdir: str) -> tuple[dict, str]:
-    """Callgrind's event totals while `toggle` runs in the script ("Ir": instructions), and its output."""
+def callgrind(toggle: str, source: str, device: str, workdir: str, cache: bool = False) -> tuple[dict, str]:
+    """Callgrind's event totals while `toggle` runs in the script ("Ir": instructions; with `cache`, first-level
+    misses as well, "I1mr" for code and "D1mr"/"D1mw" for data, in fixed 32 KiB caches), and its output."""
     script = os.path.join(workdir, "loop.py")
     with open(script, "w") as f:
         f.write(textwrap.dedent(source))
     out = os.path.join(workdir, "callgrind.out")
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--collect-atstart=no"]
+    cmd += ["--cache-sim=yes", "--I1=32768,8,64", "--D1=32768,8,64", "--LL=8388608,16,64"] if cache else []
     cmd += [f"--toggle-collect={toggle}", sys.executable, script, device]
-    run = subprocess.run(
-        cmd,
-        check=True,
-        capture_output=True,
-        text=True,
-        # Python salts its string hashes per process, which moves the dict lookups' probing and so the
-        # counts: a prefill's native forward varied by 13,000 instructions between runs (100 per routed
-        # call, as much as a change to the route is worth). One fixed seed makes runs comparable.
-        env={**os.environ, "PYTHONHASHSEED": "0"},
-    )
+    # Python salts its string hashes per process, which moves the dict lookups' probing and so the counts: a
+    # prefill's native forward varied by 13,000 instructions between runs (100 per routed call, as much as a change
+    # to the route is worth). One fixed seed makes runs comparable.
+    run = subprocess.run(cmd, check=True, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
     with open(out) as f:
         text = f.read()
     events = re.search(r"^events: (.+)$", text, re.MULTILINE)
@@ -151,7 +148,7 @@ def short_name(symbol: str) -> str:
 def model_row(native: str, workdir: str) -> dict:
     """Instructions per token of the tiny Qwen3's greedy decode, and flagos's addition per routed call."""
     source = MODEL.format(setup=DECODE[0], work=DECODE[1])
-    (n_native, _), (n_flagos, printed) = (callgrind("qsort*", source, d, workdir) for d in (native, "flagos"))
+    (n_native, _), (n_flagos, printed) = (callgrind("qsort*", source, d, workdir, True) for d in (native, "flagos"))
     routed = int(re.search(r"^routed (\d+)", printed, re.MULTILINE).group(1))
     added = n_flagos["Ir"] - n_native["Ir"]
     row = {
@@ -160,11 +157,12 @@ def model_row(native: str, workdir: str) -> dict:
         "flagos": round(n_flagos["Ir"] / DECODE_TOKENS),
         "added": round(added / DECODE_TOKENS),
         "added_per_routed_call": round(added / routed),
+        # in a model, a routed call's code has left the first-level cache by its next call: each line is a miss
+        "added_misses_per_routed_call": {e: round((n_flagos[e] - n_native[e]) / routed, 1) for e in MISSES},
     }
     # The flagos run's profile is the one left in workdir: torch_fl's own functions in it.
     cmd = ["callgrind_annotate", "--auto=no", "--threshold=100", "--show=Ir", f"{workdir}/callgrind.out"]
-    annotate = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    own = own_functions(annotate.stdout)
+    own = own_functions(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     row["torch_fl_functions_per_routed_call"] = {
         "total": {e: round(v / routed, 1) for e, v in own["total"].items()},
         "top": [{k: (round(v / routed, 1) if k != "function" else v) for k, v in f.items()} for f in own["top"]],
