@@ -157,7 +157,7 @@ def model_row(native: str, workdir: str) -> dict:
         "flagos": round(n_flagos["Ir"] / DECODE_TOKENS),
         "added": round(added / DECODE_TOKENS),
         "added_per_routed_call": round(added / routed),
-        # in a model, a routed call's code has left the first-level cache by its next call: each line is a miss
+        # in a model, a routed call's code has left the first-level cache by its next call: nearly every line misses
         "added_misses_per_routed_call": {e: round((n_flagos[e] - n_native[e]) / routed, 1) for e in MISSES},
     }
     # The flagos run's profile is the one left in workdir: torch_fl's own functions in it.
