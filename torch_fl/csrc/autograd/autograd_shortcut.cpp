@@ -92,12 +92,50 @@ inline bool records_nothing(const c10::List<std::optional<at::Tensor>>& list) {
 // first: operators with tensor options (_to_copy, the *_like factories) have
 // a kernel there that picks the backend from the options and the tensors, as
 // it does when VariableType redispatches to it.
+// The test is highestPriorityTypeId() == PrivateUse1 (after BackendSelect) in
+// a few bit operations: that function is a call of its own, per routed call.
+// Dense is the lowest functionality, so it is the highest only when it is the
+// only one; its backend is then the highest backend bit.
+constexpr c10::DispatchKeySet kDense(c10::DispatchKey::Dense);  // the functionality bit alone
+constexpr c10::DispatchKeySet kFlagosBackend(c10::BackendComponent::PrivateUse1Bit);
+constexpr uint64_t kBackendBits = c10::full_backend_mask;
 C10_ALWAYS_INLINE bool next_is_flagos(c10::DispatchKeySet below) {
-  c10::DispatchKey next = below.highestPriorityTypeId();
-  if (next == c10::DispatchKey::BackendSelect) {
-    next = below.remove(c10::DispatchKey::BackendSelect).highestPriorityTypeId();
+  const uint64_t raw = below.remove(c10::DispatchKey::BackendSelect).raw_repr();
+  const uint64_t flagos = kFlagosBackend.raw_repr();
+  const uint64_t above_flagos = kBackendBits & ~((flagos << 1) - 1);  // PrivateUse2, PrivateUse3, Meta
+  return (raw & ~kBackendBits) == kDense.raw_repr() && (raw & flagos) != 0 && (raw & above_flagos) == 0;
+}
+
+// next_is_flagos() against the dispatcher's own answer, once at registration,
+// on keysets a call below autograd can bring.
+void check_next_is_flagos() {
+  using K = c10::DispatchKey;
+  const c10::DispatchKeySet flagos(K::PrivateUse1);
+  const c10::DispatchKeySet cases[] = {
+      flagos,
+      flagos | c10::DispatchKeySet(K::CPU),
+      flagos | c10::DispatchKeySet(K::BackendSelect),
+      flagos | c10::DispatchKeySet(K::BackendSelect) | c10::DispatchKeySet(K::CPU),
+      flagos | c10::DispatchKeySet(K::Meta),
+      flagos | c10::DispatchKeySet(K::Python),
+      flagos | c10::DispatchKeySet(K::Python) | c10::DispatchKeySet(K::BackendSelect),
+      flagos | c10::DispatchKeySet(K::Functionalize),
+      flagos | c10::DispatchKeySet(K::Conjugate),
+      flagos | c10::DispatchKeySet(K::SparsePrivateUse1),
+      flagos | c10::DispatchKeySet(K::PrivateUse2),
+      c10::DispatchKeySet(K::CPU),
+      c10::DispatchKeySet(K::CUDA) | c10::DispatchKeySet(K::BackendSelect),
+      c10::DispatchKeySet(K::BackendSelect),
+      c10::DispatchKeySet(),
+  };
+  for (const auto& ks : cases) {
+    K next = ks.highestPriorityTypeId();
+    if (next == K::BackendSelect) {
+      next = ks.remove(K::BackendSelect).highestPriorityTypeId();
+    }
+    TORCH_INTERNAL_ASSERT(next_is_flagos(ks) == (next == K::PrivateUse1), "flagos: next_is_flagos() disagrees with ",
+                          "the dispatcher on ", ks);
   }
-  return next == c10::DispatchKey::PrivateUse1;
 }
 
 template <class Op, class Schema = typename Op::schema>
@@ -141,6 +179,7 @@ struct Shortcut<Op, Ret(Args...)> {
 }  // namespace
 
 void register_autograd_shortcut() {
+  check_next_is_flagos();
   auto& lib = runtime::new_library("aten", c10::DispatchKey::AutogradPrivateUse1, __FILE__, __LINE__);
 #define FLAGOS_ADD_SHORTCUT(op) Shortcut<at::_ops::op>::add_to(lib);
   FLAGOS_TYPED_OPS(FLAGOS_ADD_SHORTCUT)
