@@ -1,8 +1,8 @@
 """Instructions a routed call executes, native against flagos, counted by valgrind (callgrind).
 
-Counts do not swing between runs. Per operator: a small loop under callgrind on each device, counting inside the
-operator's dispatcher entry (`at::_ops::<op>::call`). A last row counts a tiny Qwen3's greedy decode (needs
-transformers) per routed call, torch_fl's own functions and the first-level cache misses callgrind simulates.
+Counts swing far less than timings (runs of one commit differ by up to ~70 instructions a call). Per operator:
+a loop under callgrind on each device, counting inside the operator's dispatcher entry (`at::_ops::<op>::call`).
+A last row counts a tiny Qwen3's decode (needs transformers) per routed call, own functions and L1 misses.
 
     python -m benchmarks.route_instructions         # host backing: writes route-instructions-host.json
 
