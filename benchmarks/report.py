@@ -268,8 +268,8 @@ SPECS = {
     ),
     "route-instructions": (
         "Instructions per call inside the operator's dispatcher entry ({calls} calls), native backing `{backing}` "
-        "against flagos; model rows count the whole process, per routed call. Counts, not timings: runs of one "
-        "commit differ by up to ~70 instructions a call.",
+        "against flagos; model rows count the whole process, per routed call. Counts swing less than timings: one "
+        "commit's model rows have differed by ~130 instructions a routed call (its own functions' by a few).",
         "row|native:|flagos:|added:|added per routed call:|torch_fl's own functions per routed call:|"
         "L1 misses added per routed call (code, data read, data write):",
         lambda d: [

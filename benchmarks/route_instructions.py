@@ -1,6 +1,6 @@
 """Instructions a routed call executes, native against flagos, counted by valgrind (callgrind).
 
-Counts swing far less than timings (runs of one commit differ by up to ~70 instructions a call). Per operator:
+Counts swing less than timings (one commit's model rows have differed by ~130 instructions a routed call). Per operator:
 a loop under callgrind on each device, counting inside the operator's dispatcher entry (`at::_ops::<op>::call`).
 A last row counts a tiny Qwen3's decode (needs transformers) per routed call, own functions and L1 misses.
 
