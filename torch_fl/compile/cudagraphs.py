@@ -6,11 +6,13 @@ graph is CUDA work (its memory comes from the CUDA caching allocator, its kernel
 current flagos stream), so torch_fl makes two changes when inductor is first imported:
 
 - the device check takes an inference graph on one flagos device as it takes one on one CUDA device;
-- such a graph is captured by inductor's other CUDA-graph implementation (compile_fx.cudagraphify_impl, what
-  `torch._inductor.config.triton.cudagraph_trees = False` selects): warmed up and captured on its first call, then
-  each call copies its new inputs into the captured ones and replays. Its static inputs (parameters, buffers,
-  a static cache) are read where they were at capture: a call whose static inputs moved is captured anew, without
-  a second warm-up (as the cudagraph trees re-record; Hugging Face's generate() makes a new static cache each call).
+- such a graph is captured as inductor's other CUDA-graph implementation does (compile_fx.cudagraphify_impl, what
+  `torch._inductor.config.triton.cudagraph_trees = False` selects; _capture): warmed up and captured on its first
+  call, then each call copies its new inputs into the captured ones and replays. Its static inputs (parameters,
+  buffers, a static cache) are read where they were at capture: a call whose static inputs moved is captured anew,
+  without a second warm-up (as the cudagraph trees re-record; Hugging Face's generate() makes a new static cache
+  each call). As in the trees, a capture holds no reference to its static inputs, and the captures of one graph
+  share one memory pool, so an old capture keeps neither a dropped cache nor memory of its own alive.
   The warm-up's writes to static inputs are undone, so that a graph's first call writes them once, as every call does.
   A dynamic-shape graph (its sizes are int inputs, which only the trees take) is captured per size, as the trees do.
 
@@ -34,6 +36,7 @@ import warnings
 
 import torch
 from torch._inductor import config as inductor_config
+from torch.utils._ordered_set import OrderedSet
 
 from torch_fl._core import DEVICE_NAME
 from torch_fl.flagos._device import on_cuda
@@ -149,9 +152,11 @@ def _cudagraphify(cudagraphify):
 
 
 def _capturing(model, static_input_idxs, mutated, device_index):
-    """capture(new_inputs): `model` captured over `new_inputs` by inductor's cudagraphify_impl, its outputs fresh."""
-    compile_fx_module = importlib.import_module("torch._inductor.compile_fx")
+    """capture(new_inputs): `model` captured over `new_inputs` (_capture), its outputs fresh. The captures of one
+    graph share one memory pool and one side stream, as a cudagraph tree's recordings share the tree's pool: a graph
+    captured anew for moved static inputs reuses the memory of its earlier captures instead of adding its own."""
     warmed_up = [False]
+    shared: list = []  # the graph's memory pool and capture stream, made at its first capture
 
     def capture(new_inputs):
         # Outputs over a static input's memory (a buffer the graph returns) stay as they are.
@@ -160,22 +165,65 @@ def _capturing(model, static_input_idxs, mutated, device_index):
             for i in static_input_idxs
             if isinstance(new_inputs[i], torch.Tensor)
         }
-        # cudagraphify_impl runs the graph once to warm up, then the caller's call replays it: a static input
-        # the graph writes (a static cache's length counter) would take that call's writes twice. Each is put
-        # back as it was before the warm-up. Later captures (static inputs that moved) only record, as the
-        # cudagraph trees re-record a function they warmed up once: no second run, nothing to put back.
+        # The first capture runs the graph once to warm up, then the caller's call replays it: a static input the
+        # graph writes (a static cache's length counter) would take that call's writes twice. Each is put back as
+        # it was before the warm-up. Later captures (static inputs that moved) only record, as the cudagraph trees
+        # re-record a function they warmed up once: no second run, nothing to put back.
         warm_up = not warmed_up[0]
         before = [(t, t.clone()) for i in mutated if warm_up and isinstance(t := new_inputs[i], torch.Tensor)]
         with torch._dynamo.utils.preserve_rng_state(), torch.cuda.device(device_index):
-            replay = compile_fx_module.cudagraphify_impl(
-                model if warm_up else _recording_only(model), new_inputs, static_input_idxs
-            )
+            if not shared:
+                shared[:] = [torch.cuda.graph_pool_handle(), torch.cuda.Stream()]
+            replay = _capture(model, new_inputs, static_input_idxs, warm_up, *shared)
         warmed_up[0] = True
         for t, saved in before:
             t.copy_(saved)
         return _fresh_outputs(replay, static)
 
     return capture
+
+
+def _capture(model, inputs, static_input_idxs, warm_up: bool, pool, stream):
+    """`model` (inductor's callable) captured into a CUDA graph over `inputs`, as inductor's
+    compile_fx.cudagraphify_impl does (the inputs that are not static are copied into the graph's own before each
+    replay; misaligned ones handled as there), with three differences: the capture goes into `pool` on `stream`
+    (the graph's shared ones), the warm-up run happens only when `warm_up`, and the graph keeps no reference to its
+    static inputs. It reads them where they were at the capture (_by_static_inputs keys it by those addresses), as
+    the cudagraph trees do: a static cache that generate() dropped is freed, not kept alive by an old capture."""
+    fx = importlib.import_module("torch._inductor.compile_fx")
+    check_idxs = fx.get_input_idxs_to_check(inputs, static_input_idxs)
+    static_idxs = set(fx.remove_unaligned_input_idxs(inputs, static_input_idxs))
+    fx.copy_misaligned_inputs(inputs, check_idxs)
+    copied = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and i not in static_idxs]
+    dims = {i: fx.get_expanded_dims(inputs[i]) for i in copied}
+    graph_inputs = [x.detach() if isinstance(x, torch.Tensor) else x for x in inputs]
+    for i in copied:
+        graph_inputs[i] = fx.static_input(inputs[i])
+        fx.index_expanded_dims_and_copy_(graph_inputs[i], inputs[i], dims[i])
+    torch.cuda.synchronize()
+    stream.wait_stream(torch.cuda.current_stream())
+    if warm_up:
+        with torch.cuda.stream(stream):
+            model(list(graph_inputs))  # the model empties the list it is given
+        stream.synchronize()
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
+        outputs = model(list(graph_inputs))
+    if not isinstance(outputs, (list, tuple)):
+        outputs = (outputs,)
+    targets = [(i, graph_inputs[i], dims[i]) for i in copied]
+    del graph_inputs  # the static inputs: no reference kept
+
+    def run(new_inputs):
+        for i, dst, expanded in targets:
+            fx.index_expanded_dims_and_copy_(dst, new_inputs[i], expanded)
+        new_inputs.clear()
+        graph.replay()
+        return outputs
+
+    return fx.align_inputs_from_check_idxs(run, check_idxs, OrderedSet())
 
 
 def _by_int_inputs(first_inputs, captures):
@@ -211,19 +259,6 @@ def _with_ints(model, ints: dict):
         for i in sorted(ints):
             full.insert(i, ints[i])
         return model(full)
-
-    return run
-
-
-def _recording_only(model):
-    """`model` for cudagraphify_impl to capture without its warm-up run: the call outside a capture (the warm-up,
-    whose outputs it drops) does nothing."""
-
-    def run(inputs):
-        if torch.cuda.is_current_stream_capturing():
-            return model(inputs)
-        inputs.clear()  # as the model would (inductor's calling convention)
-        return None
 
     return run
 
