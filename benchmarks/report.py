@@ -28,6 +28,7 @@ TITLES = {
     "compile": "torch.compile: Qwen3 prefill and training step, flagos against native (benchmarks/compile_bench.py)",
     "ddp-step": "A DDP training step at world size 1, flagos against native (benchmarks/ddp_step.py)",
     "trainer": "Hugging Face Trainer fine-tune of Qwen3, flagos against native (benchmarks/trainer_bench.py)",
+    "calibrate": "calibrate on the standard workloads: FlagGems against native (benchmarks/calibrate_models.py)",
 }
 
 
@@ -288,6 +289,14 @@ SPECS = {
             for name, r in d["rows"].items()
         ],
     ),
+    "calibrate": (
+        "`python -m torch_fl calibrate --model M --rounds {args[rounds]} --per-op {args[per_op]}` per model (its "
+        "default tasks and batch sizes); the routing files are beside this one. Per-operator wins: measured classes "
+        "where FlagGems was at least 1.05x native alone, the largest first; the workload row is calibrate's "
+        "confirmation, the whole workload with its routed classes against all native.",
+        "model|classes to FlagGems:|workload with them / native:|per-operator wins (of classes measured):",
+        lambda d: [_calibrate_row(m, r) for m, r in d["models"].items()],
+    ),
     "compile": (
         _compile_intro,
         "task|flagos / native:|native compile s:|flagos compile s:",
@@ -312,6 +321,16 @@ SPECS = {
         lambda d: [_trainer_row(d)],
     ),
 }
+
+
+def _calibrate_row(model: str, r: dict) -> list[str]:
+    if "error" in r:
+        return [model, "", "", f"failed: {r['error']}"[:120].replace("|", "/")]
+    wins = sorted((x for x in r["rules"] if (x["speedup"] or 0) >= 1.05), key=lambda x: -x["speedup"])
+    best = ", ".join(f"{x['rule']} {x['speedup']:.2f}x" for x in wins[:4]) + (", ..." if len(wins) > 4 else "")
+    trial = "" if r["workload_ratio"] is None else f"{r['workload_ratio']:.3f}x ± {r['workload_noise']:.3f}"
+    trial += " (confirmed)" if r["confirmed"] else (" (not confirmed: all native)" if trial else "")
+    return [model, str(len(r["routed"])), trial, f"{len(wins)} of {len(r['rules'])}" + (f": {best}" if wins else "")]
 
 
 def _tables(benchmark: str, d: dict) -> list[str]:

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The benchmarks on the H200 (device tool), from the repo root, alone on the machine:
 #   bash scripts/gpu_bench.sh                      # overhead, route breakdown, alias pool, then e2e
-#   STEP=overhead|e2e|demo|compile|trainer|ddp bash scripts/gpu_bench.sh   (or a comma list of them)
+#   STEP=overhead|e2e|demo|compile|trainer|ddp|calibrate bash scripts/gpu_bench.sh   (or a comma list of them)
 # Every canonical result at one commit, in three calls of under 10 minutes each, back to back (the machine
 # stays warm between them): STEP=overhead,trainer,ddp; STEP=compile;
-# STEP=e2e ROUNDS=1 PAIRS=3 STEP_PAIRS=1 E2E_DEADLINE=450.
+# STEP=e2e ROUNDS=1 PAIRS=3 STEP_PAIRS=1 E2E_DEADLINE=450. STEP=calibrate (not in all: minutes per model) runs
+# calibrate on CAL_MODELS (default every standard model; CAL_KEEP=1 keeps the committed file's other models).
 # Carry .whl/ (wheels of triton, flag_gems and expecttest matching the GPU
 # machine's torch) for the FlagGems rows. Installs the wheels, builds the core,
 # then runs benchmarks/overhead.py, route_breakdown.py and alias_pool.py, and
@@ -46,6 +47,12 @@ fi
 if want ddp; then
   # A DDP training step at world size 1, flagos against native (benchmarks/ddp_step.py: ddp-step-<machine>.json).
   python3 -m benchmarks.ddp_step --rounds "${DDP_ROUNDS:-4}" --out "$OUT" 2>&1 | tail -4
+fi
+if want calibrate; then
+  # calibrate on the standard workloads (benchmarks/calibrate_models.py: calibrate-<machine>.json, and each model's
+  # routing file calibrated-<model>-<machine>.conf beside it).
+  python3 -m benchmarks.calibrate_models ${CAL_MODELS:+--models "$CAL_MODELS"} ${CAL_KEEP:+--keep} \
+    ${CAL_TIMEOUT:+--timeout "$CAL_TIMEOUT"} --out "$OUT/" 2>&1 | tail -8
 fi
 if want all || want e2e; then
   # Every flagos routing is paired with native in a process of its own: the FlagGems profile, and the
