@@ -22,20 +22,26 @@ def test_reduce_overhead_says_flagos_runs_without_cuda_graphs():
     assert sum("without CUDA graphs" in str(w.message) for w in seen) == 1  # once per graph
 
 
-def test_reduce_overhead_captures_per_set_of_static_input_addresses():
+def test_reduce_overhead_warms_up_then_captures_per_set_of_static_input_addresses():
     from torch_fl.compile import cudagraphs
 
-    captured = []
+    captured, warmed = [], []
+
+    def warm_up(inputs):  # the first call runs the graph itself
+        warmed.append(inputs[0])
+        return inputs[0] + inputs[1]
 
     def capture(inputs):  # a capture replays over the static input it saw
         seen = inputs[0]
         captured.append(seen)
         return lambda new_inputs: seen + new_inputs[1]
 
-    run = cudagraphs._by_static_inputs(capture, [0])
+    run = cudagraphs._by_static_inputs(warm_up, capture, [0])
     x = torch.ones(2, device="flagos")
     caches = [torch.full((2,), float(i), device="flagos") for i in range(cudagraphs.CAPTURES_KEPT + 1)]
-    assert run([caches[0], x]).tolist() == [1.0, 1.0] and run([caches[0], x]).tolist() == [1.0, 1.0]
+    assert run([caches[0], x]).tolist() == [1.0, 1.0] and not captured  # the warm-up, no capture yet
+    assert run([caches[0], x]).tolist() == [1.0, 1.0] and len(captured) == 1  # the capture, replayed
+    assert run([caches[0], x]).tolist() == [1.0, 1.0] and len(captured) == 1 and len(warmed) == 1  # a replay
     assert run([caches[1], x]).tolist() == [2.0, 2.0]  # moved: captured anew, not replayed over caches[0]
     assert run([caches[0], x]).tolist() == [1.0, 1.0] and len(captured) == 2  # kept
     for c in caches[2:]:

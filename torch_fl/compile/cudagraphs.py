@@ -7,14 +7,15 @@ current flagos stream), so torch_fl makes two changes when inductor is first imp
 
 - the device check takes an inference graph on one flagos device as it takes one on one CUDA device;
 - such a graph is captured as inductor's other CUDA-graph implementation does (compile_fx.cudagraphify_impl, what
-  `torch._inductor.config.triton.cudagraph_trees = False` selects; _capture): warmed up and captured on its first
-  call, then each call copies its new inputs into the captured ones and replays. Its static inputs (parameters,
-  buffers, a static cache) are read where they were at capture: a call whose static inputs moved is captured anew,
-  without a second warm-up (as the cudagraph trees re-record; Hugging Face's generate() makes a new static cache
-  each call). As in the trees, a capture holds no reference to its static inputs, and the captures of one graph
-  share one memory pool, so an old capture keeps neither a dropped cache nor memory of its own alive.
-  The warm-up's writes to static inputs are undone, so that a graph's first call writes them once, as every call does.
-  A dynamic-shape graph (its sizes are int inputs, which only the trees take) is captured per size, as the trees do.
+  `torch._inductor.config.triton.cudagraph_trees = False` selects; _capture), with the trees' order of steps: its
+  first call runs it as a warm-up on the side stream it is captured on, and returns that call's outputs; its second
+  call captures it, then each call copies its new inputs into the captured ones and replays. Its static inputs
+  (parameters, buffers, a static cache) are read where they were at capture: a call whose static inputs moved is
+  captured anew, without a second warm-up (as the cudagraph trees re-record; Hugging Face's generate() makes a new
+  static cache each call). As in the trees, a capture holds no reference to its static inputs, the captures of one
+  graph share one memory pool, and the graphs of a device and thread share one side stream, so an old capture keeps
+  neither a dropped cache nor memory of its own alive. A dynamic-shape graph (its sizes are int inputs, which only
+  the trees take) is captured per size, as the trees do.
 
 That implementation hands back the same output tensors on every call, which the next call overwrites (the trees
 detect this). Here each call's outputs are fresh tensors copied from the graph's memory (fresh_copies), so they stay
@@ -40,6 +41,7 @@ from torch.utils._ordered_set import OrderedSet
 
 from torch_fl._core import DEVICE_NAME
 from torch_fl.flagos._device import on_cuda
+from torch_fl.flagos._streams import current_stream as flagos_current_stream
 
 CUDAGRAPHS_UNSUPPORTED = (
     "torch.compile(mode='reduce-overhead') asks for CUDA graphs, and flagos is backed by host memory in this "
@@ -133,11 +135,13 @@ def _cudagraphify(cudagraphify):
         def captures(ints: dict, count: int):
             """The captures of this graph for the values `ints` (position: value) of its int inputs, of `count`."""
             if not ints:
-                return _by_static_inputs(_capturing(model, static_input_idxs, mutated, device_index), static_input_idxs)
+                return _by_static_inputs(
+                    *_capturing(model, static_input_idxs, mutated, device_index), static_input_idxs
+                )
             kept = {old: new for new, old in enumerate(i for i in range(count) if i not in ints)}
             static = [kept[i] for i in static_input_idxs if i in kept]
             bound = _capturing(_with_ints(model, ints), static, [kept[i] for i in mutated if i in kept], device_index)
-            return _by_static_inputs(bound, static)
+            return _by_static_inputs(*bound, static)
 
         def run(new_inputs):
             fn = getattr(local, "fn", None)
@@ -152,11 +156,30 @@ def _cudagraphify(cudagraphify):
 
 
 def _capturing(model, static_input_idxs, mutated, device_index):
-    """capture(new_inputs): `model` captured over `new_inputs` (_capture), its outputs fresh. The captures of one
-    graph share one memory pool and one side stream, as a cudagraph tree's recordings share the tree's pool: a graph
-    captured anew for moved static inputs reuses the memory of its earlier captures instead of adding its own."""
-    warmed_up = [False]
-    shared: list = []  # the graph's memory pool and capture stream, made at its first capture
+    """(warm_up, capture) for one graph. warm_up(new_inputs) runs it on its first call, on the side stream it is
+    captured on, and returns that call's outputs, as a cudagraph tree warms a function up before it records it:
+    what the graph initialises lazily (cuBLAS's workspace for that stream, autotuning) happens outside a capture,
+    and the call writes its static inputs once, as every call does. capture(new_inputs) records the graph over
+    `new_inputs` (_capture) with its outputs fresh. The captures of one graph share one memory pool, as a cudagraph
+    tree's recordings share the tree's pool: a graph captured anew for moved static inputs reuses the memory of
+    its earlier captures instead of adding its own."""
+    pool: list = []  # the graph's memory pool, made at its first capture
+
+    def warm_up(new_inputs):
+        fx = importlib.import_module("torch._inductor.compile_fx")
+        check_idxs = fx.get_input_idxs_to_check(new_inputs, static_input_idxs)
+        run = fx.align_inputs_from_check_idxs(model, check_idxs, OrderedSet(mutated))
+        with torch.cuda.device(device_index):
+            current, stream = torch.cuda.current_stream(), _capture_stream(device_index)
+            stream.wait_stream(current)
+            with torch.cuda.stream(stream):
+                outputs = run(new_inputs)
+            current.wait_stream(stream)
+        caller = flagos_current_stream(device_index)  # the flagos stream over `current`
+        for out in outputs if isinstance(outputs, (list, tuple)) else (outputs,):
+            if isinstance(out, torch.Tensor) and out.device.type == DEVICE_NAME:
+                out.record_stream(caller)  # made on the side stream, used on the caller's
+        return outputs
 
     def capture(new_inputs):
         # Outputs over a static input's memory (a buffer the graph returns) stay as they are.
@@ -165,31 +188,37 @@ def _capturing(model, static_input_idxs, mutated, device_index):
             for i in static_input_idxs
             if isinstance(new_inputs[i], torch.Tensor)
         }
-        # The first capture runs the graph once to warm up, then the caller's call replays it: a static input the
-        # graph writes (a static cache's length counter) would take that call's writes twice. Each is put back as
-        # it was before the warm-up. Later captures (static inputs that moved) only record, as the cudagraph trees
-        # re-record a function they warmed up once: no second run, nothing to put back.
-        warm_up = not warmed_up[0]
-        before = [(t, t.clone()) for i in mutated if warm_up and isinstance(t := new_inputs[i], torch.Tensor)]
         with torch._dynamo.utils.preserve_rng_state(), torch.cuda.device(device_index):
-            if not shared:
-                shared[:] = [torch.cuda.graph_pool_handle(), torch.cuda.Stream()]
-            replay = _capture(model, new_inputs, static_input_idxs, warm_up, *shared)
-        warmed_up[0] = True
-        for t, saved in before:
-            t.copy_(saved)
+            if not pool:
+                pool.append(torch.cuda.graph_pool_handle())
+            replay = _capture(model, new_inputs, static_input_idxs, pool[0], _capture_stream(device_index))
         return _fresh_outputs(replay, static)
 
-    return capture
+    return warm_up, capture
 
 
-def _capture(model, inputs, static_input_idxs, warm_up: bool, pool, stream):
-    """`model` (inductor's callable) captured into a CUDA graph over `inputs`, as inductor's
+_streams = threading.local()
+
+
+def _capture_stream(device_index: int):
+    """The side stream flagos graphs are warmed up and captured on, one per device and thread, as each cudagraph
+    tree (one per device and thread) has one: cuBLAS keeps a workspace per stream it runs on, never freed."""
+    per_device = getattr(_streams, "per_device", None)
+    if per_device is None:
+        per_device = _streams.per_device = {}
+    stream = per_device.get(device_index)
+    if stream is None:
+        stream = per_device[device_index] = torch.cuda.Stream(device_index)
+    return stream
+
+
+def _capture(model, inputs, static_input_idxs, pool, stream):
+    """`model` (inductor's callable), warmed up (_capturing), captured into a CUDA graph over `inputs`, as inductor's
     compile_fx.cudagraphify_impl does (the inputs that are not static are copied into the graph's own before each
     replay; misaligned ones handled as there), with three differences: the capture goes into `pool` on `stream`
-    (the graph's shared ones), the warm-up run happens only when `warm_up`, and the graph keeps no reference to its
-    static inputs. It reads them where they were at the capture (_by_static_inputs keys it by those addresses), as
-    the cudagraph trees do: a static cache that generate() dropped is freed, not kept alive by an old capture."""
+    (the graph's shared ones), it runs no warm-up of its own, and the graph keeps no reference to its static inputs.
+    It reads them where they were at the capture (_by_static_inputs keys it by those addresses), as the cudagraph
+    trees do: a static cache that generate() dropped is freed, not kept alive by an old capture."""
     fx = importlib.import_module("torch._inductor.compile_fx")
     check_idxs = fx.get_input_idxs_to_check(inputs, static_input_idxs)
     static_idxs = set(fx.remove_unaligned_input_idxs(inputs, static_input_idxs))
@@ -202,12 +231,6 @@ def _capture(model, inputs, static_input_idxs, warm_up: bool, pool, stream):
         fx.index_expanded_dims_and_copy_(graph_inputs[i], inputs[i], dims[i])
     torch.cuda.synchronize()
     stream.wait_stream(torch.cuda.current_stream())
-    if warm_up:
-        with torch.cuda.stream(stream):
-            model(list(graph_inputs))  # the model empties the list it is given
-        stream.synchronize()
-        torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
         outputs = model(list(graph_inputs))
@@ -271,15 +294,17 @@ CAPTURES_KEPT = 4
 _PTRS_EQUAL = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
 
 
-def _by_static_inputs(capture, static_input_idxs):
-    """A graph captured per set of static input addresses. cudagraphify_impl replays over the memory its static
-    inputs (parameters, buffers, what torch._dynamo.mark_static_address marks: Hugging Face's static cache) had
-    when it captured; a later call whose static inputs live elsewhere (a new cache for each generate(), a model
-    moved) gets a capture of its own, as inductor's cudagraph trees re-record, instead of reading freed memory.
-    A call whose static inputs are where the last call's were costs one pointer comparison per static input."""
+def _by_static_inputs(warm_up, capture, static_input_idxs):
+    """A graph warmed up on its first call (warm_up), then captured per set of static input addresses.
+    cudagraphify_impl replays over the memory its static inputs (parameters, buffers, what
+    torch._dynamo.mark_static_address marks: Hugging Face's static cache) had when it captured; a later call whose
+    static inputs live elsewhere (a new cache for each generate(), a model moved) gets a capture of its own, as
+    inductor's cudagraph trees re-record, instead of reading freed memory. A call whose static inputs are where the
+    last call's were costs one pointer comparison per static input."""
     graphs: collections.OrderedDict = collections.OrderedDict()
     idxs = list(static_input_idxs)
     last: list = [None, None]  # the last call's graph and its static inputs' data pointers (None elsewhere)
+    warmed_up = [False]
 
     def same_as_last(new_inputs) -> bool:
         ptrs = last[1]
@@ -292,6 +317,9 @@ def _by_static_inputs(capture, static_input_idxs):
     def run(new_inputs):
         if same_as_last(new_inputs):
             return last[0](new_inputs)
+        if not warmed_up[0]:
+            warmed_up[0] = True
+            return warm_up(new_inputs)
         key = tuple(t.data_ptr() if isinstance(t := new_inputs[i], torch.Tensor) else id(t) for i in idxs)
         ptrs = None  # the fast check takes tensors only: a graph with another static input keys every call
         if all(isinstance(new_inputs[i], torch.Tensor) for i in idxs):
