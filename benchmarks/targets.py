@@ -88,7 +88,7 @@ def targets(results: dict[str, dict]) -> list[tuple[str, str, bool, str]]:
             met = all(e["ratio_median"] >= 0.97 for e in small.values())
             target = "compiled small Hugging Face models >= 0.97x compiled native, each"
             rows.append((target, text, met, "compile"))
-    rows += trainer_targets(results.get(f"trainer-{machine}"))
+    rows += trainer_targets(results.get(f"trainer-{machine}")) + calibrate_targets(results.get(f"calibrate-{machine}"))
     return [(*r, f"{src}-{machine}") for *r, src in rows]
 
 
@@ -218,6 +218,27 @@ def trainer_targets(d: dict | None) -> list[tuple]:
         text = f"failed: {exception_line(next(iter(d['errors'].values())))[:160]}"
         rows.append((f"{name} on flagos", text, False))
     return [(*r, "trainer") for r in rows]
+
+
+def calibrate_targets(d: dict | None) -> list[tuple]:
+    """calibrate's routing files on the standard workloads (calibrate_models.py), each as its whole workload ran
+    with the classes it routes against all native (calibrate's confirmation). A file with nothing confirmed routes
+    nothing to FlagGems: it runs at native's speed."""
+    if not d or not d.get("models"):
+        return []
+    parts, ratios = [], []
+    for model, r in d["models"].items():
+        if "error" in r:
+            parts.append(f"{model} failed")
+        elif r["confirmed"]:
+            ratios.append(r["workload_ratio"])
+            parts.append(f"{model} {r['workload_ratio']:.3f}x ± {r['workload_noise']:.3f}")
+        else:
+            ratios.append(1.0)
+            parts.append(f"{model} all native (no class confirmed)")
+    met = len(ratios) == len(d["models"]) and max(ratios) >= 1.05 and min(ratios) >= 0.99
+    target = "calibrated routing >= 1.05x the native routes on a standard workload, >= 0.99x on each"
+    return [(target, ", ".join(parts), met, "calibrate")]
 
 
 def readme_table(results: dict[str, dict]) -> str:

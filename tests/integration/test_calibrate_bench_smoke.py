@@ -50,6 +50,24 @@ def test_a_calibrated_file_reads_back_as_its_rules_and_confirmation():
 
 
 @pytest.mark.anyplatform
+def test_the_readme_target_takes_each_models_confirmed_workload_and_native_for_a_file_with_none():
+    from benchmarks.targets import calibrate_targets
+
+    def model(ratio, confirmed):
+        return {"workload_ratio": ratio, "workload_noise": 0.01, "confirmed": confirmed}
+
+    d = {"models": {"gpt2": model(1.056, True), "0.6b": model(0.962, False)}}
+    ((target, text, met, src),) = calibrate_targets(d)
+    assert met and src == "calibrate" and ">= 1.05x" in target
+    assert text == "gpt2 1.056x ± 0.010, 0.6b all native (no class confirmed)"
+    d["models"]["gpt2"] = model(1.03, True)  # no workload gains 5 %
+    assert not calibrate_targets(d)[0][2]
+    d["models"]["bert"] = {"error": "timed out"}
+    assert calibrate_targets(d)[0][1].endswith("bert failed") and not calibrate_targets(d)[0][2]
+    assert calibrate_targets(None) == []
+
+
+@pytest.mark.anyplatform
 def test_calibrate_benchmark_runs_each_model_and_records_its_file(tmp_path):
     pytest.importorskip("transformers")
     cmd = [sys.executable, "-m", "benchmarks.calibrate_models", "--models", "bert-tiny", "--out", f"{tmp_path}/"]
