@@ -292,3 +292,77 @@ def test_fresh_results_is_made_for_operators_with_new_results_only():
     assert fresh_results("cat") is not None and fresh_results("add.Tensor") is not None
     assert fresh_results("view") is None and fresh_results("add_.Tensor") is None
     assert fresh_results("add.out") is None and fresh_results("transpose.int") is None
+
+
+# FlagGems 5.0.2's layer_norm as far as its results go: the statistics flat, one per row, in the input's dtype.
+FLAT_STATS_LAYER_NORM = """
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    calls.append(input.dtype)
+    rows = input.numel() // math.prod(normalized_shape)
+    x = input.reshape(rows, -1).float()
+    mean, rstd = x.mean(1), torch.rsqrt(x.var(1, unbiased=False) + eps)
+    y = ((x - mean[:, None]) * rstd[:, None]).reshape(input.shape)
+    y = y if weight is None else y * weight
+    y = y if bias is None else y + bias
+    return y.to(input.dtype), mean.to(input.dtype), rstd.to(input.dtype)
+"""
+
+
+@pytest.mark.parametrize("route", ["flaggems", "flagos_python"], ids=["replay", "python_path"])
+def test_flaggems_layer_norm_gives_pytorchs_statistics_and_leaves_half_inputs_native(routing_state, route):
+    """Its mean and rstd come back viewed as PyTorch's (the input's leading dimensions, then a 1 per normalized
+    one), which autograd saves for PyTorch's backward; a bfloat16 input, whose statistics it would keep in
+    bfloat16 where PyTorch keeps float32, runs natively, counted and warned."""
+    import math
+
+    calls = []
+    fn = flag_gems_function("ops/layernorm.py", FLAT_STATS_LAYER_NORM, "layer_norm", calls=calls, math=math)
+    flaggems.LOADER.use_module(flag_gems_with({"native_layer_norm": fn}))
+    try:
+        routing.reset_stats()
+        routing.set_route("native_layer_norm", route)
+        x, w, b = torch.randn(2, 3, 8), torch.randn(8), torch.randn(8)
+        want = torch.native_layer_norm(x, [8], w, b, 1e-5)
+        for _ in range(2):  # replay: the signature recorded, then replayed
+            got = torch.native_layer_norm(x.to("flagos"), [8], w.to("flagos"), b.to("flagos"), 1e-5)
+            for g, e in zip(got, want, strict=True):
+                assert g.shape == e.shape and g.dtype == e.dtype and g.device.type == "flagos"
+                torch.testing.assert_close(g.cpu(), e)
+        calls.clear()
+        xf, xc = x.to("flagos").requires_grad_(), x.clone().requires_grad_()
+        torch.nn.functional.layer_norm(xf, (8,), w.to("flagos"), b.to("flagos")).pow(2).sum().backward()
+        torch.nn.functional.layer_norm(xc, (8,), w, b).pow(2).sum().backward()
+        torch.testing.assert_close(xf.grad.cpu(), xc.grad)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            half = torch.nn.functional.layer_norm(x.bfloat16().to("flagos"), (8,))
+        assert torch.bfloat16 not in calls  # the bfloat16 call never reached it
+        torch.testing.assert_close(half.cpu(), torch.nn.functional.layer_norm(x.bfloat16(), (8,)))
+        msgs = [str(m.message) for m in seen if issubclass(m.category, FallbackWarning)]
+        assert len(msgs) == 1 and "float32 for the backward" in msgs[0]
+    finally:
+        flaggems.LOADER.reset()
+
+
+@pytest.mark.parametrize(
+    ("shape", "normalized", "refused"),
+    [
+        ((4, 8), (8,), False),
+        ((2, 3, 8), (3, 8), False),  # every dimension after the first: its rows are right
+        ((1, 1, 8), (8,), False),
+        ((2, 3, 8), (8,), True),  # a (batch, sequence, hidden) activation: 2 rows taken for 6
+        ((1, 3, 8), (8,), True),
+    ],
+)
+def test_the_layer_norm_backward_check(shape, normalized, refused):
+    """FlagGems 5.0.2's layer_norm_backward takes the input's first dimension for its rows (GPT-2's training
+    step faulted the GPU): only inputs normalized over every other dimension reach it."""
+    source = "def layer_norm_backward(*args, **kwargs):\n    return 'ran'\n"
+    checked = flaggems_defects.guarded(flag_gems_function("ops/layernorm.py", source, "layer_norm_backward"))
+    x, stats = torch.ones(shape), torch.ones(1)
+    args = (torch.ones(shape), x, list(normalized), stats, stats, None, None, [True, True, True])
+    if refused:
+        with pytest.raises(flaggems_defects.FlagGemsDefect, match="read past the end of weight"):
+            checked(*args)
+    else:
+        assert checked(*args) == "ran"

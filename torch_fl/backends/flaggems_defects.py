@@ -20,6 +20,7 @@ route raises PyTorch's error.
 from __future__ import annotations
 
 import functools
+import math
 import os
 from collections.abc import Callable
 
@@ -110,6 +111,49 @@ def _index_put(name: str):
     return check
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _layer_norm(inp, *_, **__) -> str | None:
+    """FlagGems 5.0.2's layer_norm returns the mean and rstd it saves for the backward in the input's dtype,
+    where PyTorch keeps them in float32 for a float16 or bfloat16 input: PyTorch's backward would read them as
+    float32, FlagGems' with the precision of a half."""
+    if isinstance(inp, torch.Tensor) and inp.dtype in _HALF:
+        return (
+            f"FlagGems' layer_norm returns the mean and rstd of a {inp.dtype} input in {inp.dtype}, where "
+            "PyTorch keeps them in float32 for the backward"
+        )
+    return None
+
+
+def _layer_norm_backward(grad_out, inp, normalized_shape, *_, **__) -> str | None:
+    """FlagGems 5.0.2's layer_norm_backward takes the input's first dimension for its number of rows: an input
+    with more leading dimensions (a (batch, sequence, hidden) activation normalized over hidden) gets the wrong
+    rows, and its weight and bias gradient kernel reads past the end of weight (GPT-2's and ViT's training
+    steps faulted the GPU; BERT's got wrong gradients)."""
+    if not isinstance(inp, torch.Tensor) or inp.numel() == 0:
+        return None
+    rows = inp.numel() // max(math.prod(normalized_shape), 1)
+    if inp.dim() > 0 and inp.shape[0] == rows:
+        return None
+    return (
+        f"FlagGems' layer_norm_backward takes {inp.shape[0] if inp.dim() else 1} rows for an input of shape "
+        f"{tuple(inp.shape)} normalized over {tuple(normalized_shape)} ({rows} rows): it would read past the end "
+        "of weight"
+    )
+
+
+def _layer_norm_stats(args: tuple, kwargs: dict, result):
+    """FlagGems 5.0.2's layer_norm returns its mean and rstd flat, one per row; PyTorch's have the input's
+    leading dimensions and a 1 for each normalized one (what its backward and autograd's checks expect). The
+    same values, viewed so."""
+    inp = args[0] if args else kwargs["input"]
+    normalized = args[1] if len(args) > 1 else kwargs["normalized_shape"]
+    y, mean, rstd = result
+    shape = (*inp.shape[: inp.dim() - len(normalized)], *(1,) * len(normalized))
+    return y, mean.view(shape), rstd.view(shape)
+
+
 _HOPPER = "runtime/backend/_nvidia/hopper/ops/"
 
 #: (source file under flag_gems/, function name) -> check(*args, **kwargs): None for a call the function
@@ -127,6 +171,14 @@ _DEFECTS: dict[tuple[str, str], Callable[..., str | None]] = {
     ("ops/index_put.py", "index_put"): _index_put("index_put"),
     ("ops/index_put.py", "index_put_"): _index_put("index_put_"),
     ("ops/index_put.py", "_index_put_impl_"): _index_put("_index_put_impl_"),
+    ("ops/layernorm.py", "layer_norm"): _layer_norm,
+    ("ops/layernorm.py", "layer_norm_backward"): _layer_norm_backward,
+}
+
+#: (source file under flag_gems/, function name) -> fix(args, kwargs, result): results a function returns in
+#: another form than PyTorch's, put in PyTorch's without computing anything again (a view)
+_RESULT_FORMS: dict[tuple[str, str], Callable[[tuple, dict, object], object]] = {
+    ("ops/layernorm.py", "layer_norm"): _layer_norm_stats,
 }
 
 
@@ -156,11 +208,14 @@ def guarded(fn, op: str | None = None):
       CUDA raises (call_checks.pointwise_check). The error policy then runs the native route, which raises
       PyTorch's error, writing nothing;
     - for an operator whose results are new tensors, a result the function left over an input's memory is
-      copied (call_checks.fresh_results: FlagGems' `cat` of one tensor returns that tensor)."""
+      copied (call_checks.fresh_results: FlagGems' `cat` of one tensor returns that tensor);
+    - results a function returns in another form than PyTorch's are put in PyTorch's (_RESULT_FORMS: the flat
+      mean and rstd of FlagGems' layer_norm). Replay records these views and copies with the call."""
     check = _DEFECTS.get(location(fn))
+    form = _RESULT_FORMS.get(location(fn))
     cast = None if op is None else pointwise_check(op)
     fresh = None if op is None else fresh_results(op)
-    if check is None and cast is None and fresh is None:
+    if check is None and form is None and cast is None and fresh is None:
         return fn
 
     @functools.wraps(fn)
@@ -171,6 +226,8 @@ def guarded(fn, op: str | None = None):
         if why is not None:
             raise FlagGemsDefect(why)
         result = fn(*args, **kwargs)
+        if form is not None:
+            result = form(args, kwargs, result)
         return result if fresh is None else fresh(args, kwargs, result)
 
     return checked
