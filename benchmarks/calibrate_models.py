@@ -70,7 +70,10 @@ def calibrate(model: str, folder: Path, extra: list[str], timeout: float) -> dic
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=common.REPO)
     except subprocess.TimeoutExpired:
         return {"error": f"calibrate did not finish in {timeout:.0f} s"}
-    got = {"seconds": round(time.perf_counter() - start, 1), "returncode": proc.returncode}
+    # --keep puts models of several runs in one file: each names the commit and date it was measured at
+    commit, dirty = common.git_commit()
+    got = {"commit": commit, "dirty": dirty, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    got |= {"seconds": round(time.perf_counter() - start, 1), "returncode": proc.returncode}
     if not path.is_file():
         return {**got, "error": common.exception_line(proc.stderr or proc.stdout)}
     return {**got, "file": path.name, **parse(path.read_text())}

@@ -293,7 +293,8 @@ SPECS = {
         "`python -m torch_fl calibrate --model M --rounds {args[rounds]} --per-op {args[per_op]}` per model (its "
         "default tasks and batch sizes); the routing files are beside this one. Per-operator wins: measured classes "
         "where FlagGems was at least 1.05x native alone, the largest first; the workload row is calibrate's "
-        "confirmation, the whole workload with its routed classes against all native.",
+        "confirmation, the whole workload with its routed classes against all native. A model measured at another "
+        "commit than the file's names it.",
         "model|classes to FlagGems:|workload with them / native:|per-operator wins (of classes measured):",
         lambda d: [_calibrate_row(m, r) for m, r in d["models"].items()],
     ),
@@ -324,6 +325,7 @@ SPECS = {
 
 
 def _calibrate_row(model: str, r: dict) -> list[str]:
+    model += f" (at {r['commit']}{'+' if r.get('dirty') else ''})" if r.get("commit") else ""
     if "error" in r:
         return [model, "", "", f"failed: {r['error']}"[:120].replace("|", "/")]
     wins = sorted((x for x in r["rules"] if (x["speedup"] or 0) >= 1.05), key=lambda x: -x["speedup"])
