@@ -245,6 +245,49 @@ def test_typed_native_kernels_handle_every_argument_and_result_kind():
     assert fa.to("cpu", torch.float64).device.type == "cpu"
 
 
+def test_typed_kernels_of_mixture_of_experts_and_sampling_behave_as_on_the_backing_device():
+    """What a mixture-of-experts layer and sampling call (route/typed_ops.h) runs as on the backing device: several
+    results, an optional bool, Scalar arguments and results, optional tensors, in-place index writes that return the
+    caller's tensor and count as writes for autograd."""
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 8, generator=gen)
+    f = logits.to("flagos")
+    for got, want in [
+        (torch.topk(f, 3), torch.topk(logits, 3)),
+        (torch.sort(f, descending=True), torch.sort(logits, descending=True)),
+        (torch.sort(f, stable=True), torch.sort(logits, stable=True)),
+        (f.max(dim=-1), logits.max(dim=-1)),
+    ]:
+        assert all(g.device.type == "flagos" for g in got)
+        assert all(torch.equal(g.cpu(), w) for g, w in zip(got, want, strict=True))
+    experts = torch.topk(logits, 2).indices
+    assert torch.equal(torch.gather(f, 1, experts.to("flagos")).cpu(), torch.gather(logits, 1, experts))
+    mask = torch.zeros_like(logits).scatter(1, experts, 1.0)  # scatter.value
+    assert torch.equal(torch.zeros_like(f).scatter(1, experts.to("flagos"), 1.0).cpu(), mask)
+    src = torch.ones(6, 2)
+    assert torch.equal(torch.zeros_like(f).scatter(1, experts.to("flagos"), src.to("flagos")).cpu(), mask)
+    for cmp in (torch.lt, torch.le, torch.gt, torch.ge):
+        assert torch.equal(cmp(f, f.flip(0)).cpu(), cmp(logits, logits.flip(0)))
+    assert f[2, 3].item() == logits[2, 3].item() and f.argmax().item() == logits.argmax().item()
+    # grouped matrix products of tokens sorted by expert, as transformers' MoE layers call them
+    x, w = torch.randn(7, 16, generator=gen), torch.randn(3, 16, 8, generator=gen)
+    offs = torch.tensor([2, 5, 7], dtype=torch.int32)
+    got = torch._grouped_mm(x.to("flagos"), w.to("flagos"), offs=offs.to("flagos"))
+    assert got.device.type == "flagos" and torch.equal(got.cpu(), torch._grouped_mm(x, w, offs=offs))
+    # in place: the caller's tensor back, accumulated as on the backing device, and a write autograd sees
+    out, rows = torch.zeros(4, 3, device="flagos"), torch.tensor([0, 2, 0])
+    assert out.index_put_((rows.to("flagos"),), torch.ones(3, 3, device="flagos"), accumulate=True) is out
+    assert out.cpu().tolist() == [[2.0] * 3, [0.0] * 3, [1.0] * 3, [0.0] * 3]
+    leaf = torch.ones(3, device="flagos", requires_grad=True)
+    y = leaf.sigmoid()  # sigmoid saves its result for sigmoid_backward
+    y.index_put_((torch.tensor([1], device="flagos"),), torch.zeros(1, device="flagos"))
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    z = leaf.sigmoid()
+    z.sum().backward()
+    torch.testing.assert_close(leaf.grad.cpu(), torch.ones(3).sigmoid() * (1 - torch.ones(3).sigmoid()))
+
+
 # ------------------------------------------------- torch.use_deterministic_algorithms
 
 
