@@ -60,12 +60,13 @@ void register_native_route() {
   // kernel, route the op itself natively: one kernel call, and the dispatch
   // log names the operator the user called.
   auto& direct_library = runtime::new_library("aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
-  // The hottest operators get typed kernels first: the direct kernels below
-  // skip operators that already have a PrivateUse1 kernel.
-  impl_all(direct_library, typed_native_kernels());
   // On host backing, operator/dtype pairs CUDA has and the CPU lacks run
-  // widened (route/dtype_gaps.cpp).
+  // widened (route/dtype_gaps.cpp). First: a typed operator among them
+  // (histc) keeps this kernel on host backing, as the kernels below skip
+  // operators that already have a PrivateUse1 kernel.
   impl_all(direct_library, dtype_gap_kernels());
+  // The hottest operators get typed kernels before the direct ones.
+  impl_all(direct_library, typed_native_kernels());
   // On host backing, CUDA's fused LSTM/GRU cells and a packed sequence's CPU
   // batch_sizes (route/host_rnn.cpp), and native_dropout.
   impl_all(direct_library, host_rnn_kernels());

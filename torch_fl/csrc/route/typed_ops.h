@@ -34,7 +34,7 @@
   X(_softmax_backward_data) X(_log_softmax) X(_log_softmax_backward_data) X(nll_loss_forward) \
   X(nll_loss_backward) X(native_layer_norm) X(native_layer_norm_backward) X(equal) X(_local_scalar_dense) \
   /* mixture-of-experts routing, sampling (top-k, top-p) */ \
-  X(topk) X(sort) X(sort_stable) X(max_dim) X(gather) X(scatter_src) X(scatter_value) X(_grouped_mm) \
+  X(topk) X(sort) X(sort_stable) X(max_dim) X(gather) X(scatter_src) X(scatter_value) X(_grouped_mm) X(histc) \
   /* data movement, factories, embeddings */ \
   X(copy_) X(_to_copy) X(clone) X(cat) X(index_select) X(index_Tensor) X(embedding) \
   X(embedding_dense_backward) X(full) X(zeros) X(ones) X(arange) X(arange_start) X(ones_like) X(zeros_like) \
