@@ -296,7 +296,7 @@ SPECS = {
         "confirmation, the whole workload with its routed classes against all native. A model measured at another "
         "commit than the file's names it.",
         "model|classes to FlagGems:|workload with them / native:|per-operator wins (of classes measured):",
-        lambda d: [_calibrate_row(m, r) for m, r in d["models"].items()],
+        lambda d: [_calibrate_row(m, r, d["meta"]["commit"]) for m, r in d["models"].items()],
     ),
     "compile": (
         _compile_intro,
@@ -324,8 +324,9 @@ SPECS = {
 }
 
 
-def _calibrate_row(model: str, r: dict) -> list[str]:
-    model += f" (at {r['commit']}{'+' if r.get('dirty') else ''})" if r.get("commit") else ""
+def _calibrate_row(model: str, r: dict, file_commit: str | None = None) -> list[str]:
+    if r.get("commit") and (r["commit"], bool(r.get("dirty"))) != (file_commit, False):
+        model += f" (at {r['commit']}{'+' if r.get('dirty') else ''})"
     if "error" in r:
         return [model, "", "", f"failed: {r['error']}"[:120].replace("|", "/")]
     wins = sorted((x for x in r["rules"] if (x["speedup"] or 0) >= 1.05), key=lambda x: -x["speedup"])

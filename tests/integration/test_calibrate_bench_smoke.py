@@ -47,6 +47,10 @@ def test_a_calibrated_file_reads_back_as_its_rules_and_confirmation():
     row = report._calibrate_row("bert", {**got, "file": "f"})
     assert row[:3] == ["bert", "1", "1.061x ± 0.004 (confirmed)"]
     assert row[3] == "1 of 3: native_layer_norm[float32, numel>=65536] 1.50x"
+    # a model measured at the file's commit is not labelled; one of another run (--keep) names its commit
+    measured = {**got, "file": "f", "commit": "abc1234", "dirty": False}
+    assert report._calibrate_row("bert", measured, "abc1234")[0] == "bert"
+    assert report._calibrate_row("bert", measured, "def5678")[0] == "bert (at abc1234)"
 
 
 @pytest.mark.anyplatform
