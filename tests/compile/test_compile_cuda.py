@@ -101,7 +101,7 @@ def test_a_bmm_of_one_batch_compiles_as_native_cudas_does():
     torch.testing.assert_close(out, fn(a, b))
     assert "extern_kernels.bmm(" not in code
     call = call_body(code)
-    assert "empty_strided_flagos(" in call and "device='flagos" not in call
+    assert "graph_empty_strided(" in call and "device='flagos" not in call
 
 
 def test_a_graph_compiles_to_the_kernels_and_bits_of_the_same_graph_on_cuda():

@@ -61,6 +61,11 @@ def mlp_run():
     routing.reset_stats()
     step()  # steady state: no compilation, only the compiled graphs' calls
     steady = _calls(routing.stats())
+    with routing.route({"neg": "cpu_fallback"}):  # an operator routed away: the graphs' calls take their routes
+        routing.reset_stats()
+        step()
+        routed = _calls(routing.stats())
+    model.zero_grad(set_to_none=True)
     return {
         "loss": loss,
         "eager_loss": eager_loss,
@@ -68,6 +73,7 @@ def mlp_run():
         "eager_grads": eager_grads,
         "codes": codes,
         "steady": steady,
+        "routed": routed,
     }
 
 
@@ -136,12 +142,16 @@ def test_mlp_training_step_matches_eager(mlp_run):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_mlp_extern_matmuls_run_on_their_routes(mlp_run):
-    """Inductor keeps the matmuls as extern calls: they reach flagos routes through the dispatcher."""
-    steady = mlp_run["steady"]
-    assert steady.get("addmm.out", 0) + steady.get("mm.out", 0) + steady.get("addmm", 0) + steady.get("mm", 0) >= 3
+def test_mlp_extern_matmuls_run_natively_or_on_their_routes(mlp_run):
+    """Inductor keeps the matmuls as extern calls: the backing device's own while every route is native
+    (test_native_graph.py), through the dispatcher on their flagos routes once one is not."""
+    matmuls = ("addmm.out", "mm.out", "addmm", "mm")
+    steady, routed = mlp_run["steady"], mlp_run["routed"]
+    assert sum(steady.get(op, 0) for op in matmuls) == 0, steady
+    assert sum(routed.get(op, 0) for op in matmuls) >= 3, routed
     # The pointwise work (GELU, mse) is fused into inductor's kernels: those operators are not called.
-    assert "gelu" not in steady and "gelu_backward" not in steady
+    for calls in (steady, routed):
+        assert "gelu" not in calls and "gelu_backward" not in calls
 
 
 def test_generated_code_has_flagos_buffers_and_no_host_copies(mlp_run):
@@ -151,9 +161,9 @@ def test_generated_code_has_flagos_buffers_and_no_host_copies(mlp_run):
         call = call_body(code)
         assert not HOST_COPY.search(call), HOST_COPY.search(call)
         # buffers come from torch_fl's C++ allocation function, on the graph's device index
-        assert re.search(r"= empty_strided_flagos\(\(.*\), \(.*\), torch\.\w+, 0\)", call)
-        assert "from torch_fl._C import _empty_strided as empty_strided_flagos" in code
-        assert "empty_strided(" not in call
+        assert re.search(r"= graph_empty_strided\(\(.*\), \(.*\), torch\.\w+, 0\)", call)
+        assert "from torch_fl._C import _graph_empty_strided as graph_empty_strided" in code
+        assert not re.search(r"\bempty_strided\(", call)
         if ON_CUDA:
             assert "triton_" in code and "get_raw_stream" in code and "torch.flagos.device(" in code
         else:
@@ -181,7 +191,7 @@ def test_dynamic_shapes_on_the_last_device():
     index = torch.flagos.device_count() - 1
     torch._dynamo.reset()
     _, codes = run_and_get_code(torch.compile(fn, dynamic=True, fullgraph=True), torch.randn(5, 7, device=dev))
-    assert re.search(rf"= empty_strided_flagos\(.*\bs\w+.*, torch\.float32, {index}\)", codes[0])
+    assert re.search(rf"= graph_empty_strided\(.*\bs\w+.*, torch\.float32, {index}\)", codes[0])
 
 
 @pytest.fixture(scope="module")
@@ -237,13 +247,19 @@ def test_tiny_qwen3_forward_matches_eager():
         out, codes = run_and_get_code(lambda: compiled(input_ids=ids, use_cache=False).logits)
         routing.reset_stats()
         compiled(input_ids=ids, use_cache=False)
+        steady = _calls(routing.stats())
+        with routing.route({"neg": "cpu_fallback"}):  # an operator routed away: extern calls take their routes
+            routing.reset_stats()
+            routed_out = compiled(input_ids=ids, use_cache=False).logits
+            routed = _calls(routing.stats())
     torch.testing.assert_close(out, eager, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(routed_out, eager, rtol=1e-4, atol=1e-4)
     call = "\n".join(call_body(code) for code in codes)
     assert not HOST_COPY.search(call), HOST_COPY.search(call)
-    steady = _calls(routing.stats())
-    attention = [op for op in steady if "attention" in op]
-    assert attention, steady  # SDPA: an extern call on its flagos route
-    assert steady.get("mm.out", 0) + steady.get("mm", 0) > 0
+    # SDPA and the matmuls: the backing device's own calls inside the graph, or on their flagos routes.
+    assert not [op for op in steady if "attention" in op or op.startswith("mm")], steady
+    assert [op for op in routed if "attention" in op], routed
+    assert routed.get("mm.out", 0) + routed.get("mm", 0) > 0, routed
 
 
 INPLACE_VIEWS = {
@@ -429,17 +445,22 @@ def test_stream_context_compiles_as_a_graph_break():
 
 
 def test_inductor_allocation_function_places_buffers_and_names_bad_arguments():
-    from torch_fl._C import _empty_strided
+    from torch_fl._C import _graph_empty_strided, _graph_inputs
 
-    t = _empty_strided((4, 6), (1, 4), torch.float16, -1)
+    _graph_inputs([], False)  # this thread's graph runs on its routes: flagos buffers
+    t = _graph_empty_strided((4, 6), (1, 4), torch.float16, -1)
     assert (t.device, t.shape, t.stride(), t.dtype) == (torch.device("flagos", 0), (4, 6), (1, 4), torch.float16)
     last = torch.flagos.device_count() - 1
-    assert _empty_strided([3], [1], torch.int64, last).device == torch.device("flagos", last)
+    assert _graph_empty_strided([3], [1], torch.int64, last).device == torch.device("flagos", last)
     with pytest.raises(TypeError, match="size must be a tuple of ints, got float at position 1"):
-        _empty_strided((4, 2.0), (2, 1), torch.float32, 0)
+        _graph_empty_strided((4, 2.0), (2, 1), torch.float32, 0)
     with pytest.raises(TypeError, match="dtype must be a torch.dtype"):
-        _empty_strided((4,), (1,), "float32", 0)
+        _graph_empty_strided((4,), (1,), "float32", 0)
     with pytest.raises(RuntimeError, match="2 sizes and 1 strides"):
-        _empty_strided((4, 2), (1,), torch.float32, 0)
+        _graph_empty_strided((4, 2), (1,), torch.float32, 0)
     with pytest.raises(torch.AcceleratorError, match="out of range"):
-        _empty_strided((4,), (1,), torch.float32, last + 1)
+        _graph_empty_strided((4,), (1,), torch.float32, last + 1)
+    _graph_inputs([], True)  # one that runs natively inside: the backing device's buffers
+    native = _graph_empty_strided((4, 6), (1, 4), torch.float16, 0)
+    assert native.device.type == torch_fl.backing() and native.stride() == (1, 4)
+    _graph_inputs([], False)

@@ -128,6 +128,11 @@ def stop_keeping(ops: str | Iterable[str] | None = None) -> None:
             _KEPT.pop(_overload(name), None)
 
 
+def is_kept(op: torch._ops.OpOverload) -> bool:
+    """Whether `op` is kept as a call (its graphs then run on their routes, native_graph.py)."""
+    return op in _KEPT
+
+
 def kept_calls() -> list[str]:
     """The operators kept as calls in flagos graphs, sorted."""
     return sorted(_KEPT.values())

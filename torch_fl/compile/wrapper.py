@@ -1,9 +1,11 @@
 """Inductor's Python wrapper for flagos graphs, and the device lines it writes (DeviceOpOverrides).
 
-The wrapper is PyTorch's own Python wrapper with two flagos rules:
-- buffers are allocated on the flagos device by index (`empty_strided_flagos(size, stride, dtype, 1)`, torch_fl's
-  C++ allocation function): inductor relies on a device guard for the index only on GPU device types, and host
-  backing is not one;
+The wrapper is PyTorch's own Python wrapper with these flagos rules:
+- it runs on the backing device inside while every operator takes its native route (native_graph.py): its
+  inputs pass through `graph_inputs`, its outputs through `graph_outputs`;
+- buffers are allocated by index (`graph_empty_strided(size, stride, dtype, 1)`, torch_fl's C++ allocation
+  function: native inside, flagos otherwise): inductor relies on a device guard for the index only on GPU device
+  types, and host backing is not one;
 - on host backing the kernels are inductor's C++ kernels, called as on the CPU (they take the tensors' data
   pointers, which are host memory).
 On a CUDA backing the kernels are Triton kernels launched on the current flagos stream, which is the current
@@ -20,6 +22,7 @@ from torch._inductor.codegen.common import DeviceOpOverrides
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
 
 from torch_fl._core import DEVICE_NAME
+from torch_fl.compile import native_graph
 from torch_fl.flagos._device import on_cuda
 
 _CPU = torch.device("cpu")
@@ -82,14 +85,11 @@ def _index_of(device: torch.device) -> int:
     return device.index if device.index is not None else torch.flagos.current_device()
 
 
-#: the wrapper module's name for torch_fl._C._empty_strided (written into FlagosWrapperCodegen's header)
-ALLOCATOR = "empty_strided_flagos"
-
-
 def _allocation(wrapper, name, device, dtype, shape, stride, allocation_shape=None, is_pinned=False):
     """A buffer on flagos:N: torch_fl's C++ allocation function, as inductor calls `empty_strided_cuda` for
     CUDA (a compiled graph allocates hundreds of buffers per call; the Python argument parser and the
-    dispatcher cost microseconds each). A wrapper under another device's header gets `empty_strided`."""
+    dispatcher cost microseconds each), native when the graph runs on the backing device (native_graph.py). A
+    wrapper under another device's header gets `empty_strided`."""
     shape_text = wrapper.codegen_python_shape_tuple(shape)
     alloc_text = wrapper.codegen_python_shape_tuple(shape if allocation_shape is None else allocation_shape)
     stride_text = wrapper.codegen_python_shape_tuple(stride)
@@ -97,7 +97,7 @@ def _allocation(wrapper, name, device, dtype, shape, stride, allocation_shape=No
     while isinstance(getattr(root, "parent_wrapper", None), PythonWrapperCodegen):  # a subgraph's: its parent's
         root = root.parent_wrapper
     if isinstance(root, FlagosWrapperCodegen) and not inductor_config.test_configs.track_memory_lifecycle:
-        out = f"{name} = {ALLOCATOR}({alloc_text}, {stride_text}, {dtype}, {device.index})"
+        out = f"{name} = {native_graph.ALLOCATE}({alloc_text}, {stride_text}, {dtype}, {device.index})"
     else:
         out = f"{name} = empty_strided({alloc_text}, {stride_text}, device='{device}', dtype={dtype})"
     if shape_text != alloc_text:
@@ -110,14 +110,72 @@ class FlagosSubgraphWrapperCodegen(_FlagosRules, SubgraphPythonWrapperCodegen):
 
 
 class FlagosWrapperCodegen(_FlagosRules, PythonWrapperCodegen):
-    """The Python wrapper of a flagos graph (registered with register_backend_for_device)."""
+    """The Python wrapper of a flagos graph (registered with register_backend_for_device): it runs on the
+    backing device inside when it qualifies (native_graph.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.native = native_graph.Qualification()
 
     def write_header(self) -> None:
         super().write_header()
-        self.header.writeline(f"from torch_fl._C import _empty_strided as {ALLOCATOR}")
+        for line in native_graph.header_lines():
+            self.header.writeline(line)
+
+    def write_args(self, input_names: list[str]) -> None:
+        lhs = ", ".join(input_names) + ("," if len(input_names) == 1 else "")
+        self.prefix.writeline(f"{lhs} = {native_graph.INPUTS}(args, {native_graph.QUALIFIED})")
+
+    def val_to_arg_str(self, s, type_=None) -> str:
+        self.native.note_value(s)
+        return super().val_to_arg_str(s, type_)
+
+    def generate_extern_kernel_out(self, node) -> None:
+        self.native.note_call(node)
+        super().generate_extern_kernel_out(node)
+
+    def generate_extern_kernel_alloc(self, node) -> None:
+        self.native.note_call(node)
+        super().generate_extern_kernel_alloc(node)
+
+    def generate_fallback_kernel(self, node) -> None:
+        self.native.note_call(node)
+        super().generate_fallback_kernel(node)
+
+    def generate_return(self, output_refs: list[str]) -> None:
+        """The outputs through graph_outputs: its flagos outputs (by position) become flagos tensors again. The
+        buffers' own names are deleted first, so that a fresh buffer is retagged in place (only the list holds
+        it) instead of wrapped."""
+        outputs = self.get_graph_outputs()
+        positions = [i for i, out in enumerate(outputs) if _device_type(out) == DEVICE_NAME]
+        if not positions:
+            super().generate_return(output_refs)
+            return
+        index = _index_of(_device_of(outputs[positions[0]]))
+        buffers = sorted({ref for ref in output_refs if ref.isidentifier() and ref.startswith("buf")})
+        self.wrapper_call.writeline(f"outputs = [{', '.join(output_refs)}]")
+        if buffers:
+            self.wrapper_call.writeline(f"del {', '.join(buffers)}")
+        self.wrapper_call.writeline(f"return {native_graph.OUTPUTS}(outputs, {index}, {tuple(positions)!r})")
+
+    def generate_end(self, result) -> None:
+        super().generate_end(result)
+        result.writeline(f"{native_graph.QUALIFIED} = {self.native.qualified!r}")
+        for reason in self.native.reasons[:3]:
+            result.writeline(f"# not on the backing device inside: {reason}")
 
     @staticmethod
     def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
         if is_subgraph:
             return FlagosSubgraphWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
         return FlagosWrapperCodegen()
+
+
+def _device_of(node):
+    get = getattr(node, "get_device", None)
+    return get() if get is not None else None
+
+
+def _device_type(node) -> str | None:
+    device = _device_of(node)
+    return device.type if device is not None else None

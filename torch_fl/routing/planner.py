@@ -58,6 +58,7 @@ def replan(op: str) -> None:
     with LOCK:
         _apply_op(op, STATE.resolved.get(op) or OpRoute(op, None))
         registry.note_attention_routes()
+        registry.note_native_graphs(STATE.log_dispatch)
 
 
 def strict_problems(resolved: dict[str, OpRoute], notes: list[str]) -> list[str]:
@@ -106,6 +107,7 @@ def apply() -> None:
         for op, route in resolved.items():
             _apply_op(op, route)
         registry.note_attention_routes()
+        registry.note_native_graphs(STATE.log_dispatch)
 
 
 @contextlib.contextmanager

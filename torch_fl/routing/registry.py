@@ -50,3 +50,9 @@ def install(
 def note_attention_routes() -> None:
     """Tell the core whether an attention operator has a kernel of ours (its SDPA shortcut would skip it)."""
     _C._set_attention_routed(any(op.startswith(_ATTENTION_OPS) for op in REGISTERED))
+
+
+def note_native_graphs(log_dispatch: bool) -> None:
+    """Tell the core whether compiled graphs may run their calls on the backing device (torch_fl/compile/
+    native_graph.py): every operator on the C++ native route, and no call to log."""
+    _C._set_graphs_native(not REGISTERED and not log_dispatch)

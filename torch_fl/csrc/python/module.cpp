@@ -5,6 +5,7 @@
 #include "ops/register.h"
 #include "ops/sdpa.h"
 #include "python/alias_objects.h"
+#include "python/graph_boundary.h"
 #include "python/py_route.h"
 #include "python/python_args.h"
 #include "python/replay_plan.h"
@@ -111,6 +112,8 @@ void bind_module(py::module& m) {
   m.def("_set_log_dispatch", [](bool on) { route::g_route_flags.log_dispatch = on; });
   m.def("_set_log_fallback", [](bool on) { route::g_route_flags.log_fallback = on; });
   m.def("_set_strict", [](bool on) { route::g_route_flags.strict = on; });
+  m.def("_set_graphs_native", &set_graphs_native, py::arg("native"),
+        "Whether compiled graphs may run their calls natively: every operator on its native route, nothing logged.");
   m.def("_set_checked_ops", &route::set_checked_ops, py::arg("names"),
         "The operators whose CUDA kernels check every tensor's device, or (\"op:arg,arg\") the arguments whose "
         "device a kernel checks itself (torch_fl/vocab/device_checks.py)");
@@ -152,13 +155,15 @@ void bind_module(py::module& m) {
   m.def("_replay_input_tensors", &input_tensors_of, py::arg("op"), py::arg("args"), py::arg("kwargs"),
         "The tensors of a call of op ('add.Tensor') with these arguments, in the slot order of a recording "
         "(csrc/replay/README.md): what torch_fl.replay.input_tensors must agree with.");
-  // What torch._C._dynamo.guards._empty_strided_cuda is for CUDA: the buffers of inductor's wrappers, without
-  // the Python argument parser and the dispatcher (a compiled graph allocates hundreds per call).
+  // The boundary of inductor's flagos wrappers (python/graph_boundary.h): plain fast calls, without the Python
+  // argument parser and the dispatcher (a compiled graph allocates hundreds of buffers per call).
   static PyMethodDef fast_functions[] = {
-      {"_empty_strided", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&empty_strided_from_python)),
-       METH_FASTCALL,
-       "_empty_strided(size, stride, dtype, index): an uninitialized flagos tensor of these sizes, strides and dtype "
-       "on flagos:index (inductor's wrappers)."},
+      {"_graph_inputs", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&graph_inputs)), METH_FASTCALL,
+       "_graph_inputs(args, native_ok): a graph's inputs (clearing args), as native aliases when it runs natively."},
+      {"_graph_empty_strided", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&graph_empty_strided)),
+       METH_FASTCALL, "_graph_empty_strided(size, stride, dtype, index): a buffer of the graph running here."},
+      {"_graph_outputs", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&graph_outputs)), METH_FASTCALL,
+       "_graph_outputs(outputs, index, positions): the outputs at these positions as flagos tensors."},
       {nullptr, nullptr, 0, nullptr}};
   if (PyModule_AddFunctions(m.ptr(), fast_functions) != 0) {
     throw py::error_already_set();

@@ -220,38 +220,34 @@ py::object call_dtype(const std::string& name, const std::string& overload, cons
 namespace {
 
 // A size or stride tuple (or list) of Python ints, as inductor writes them.
-void read_ints(PyObject* seq, c10::SmallVector<int64_t, 8>& out, const char* what) {
-  TORCH_CHECK_TYPE(PyTuple_Check(seq) || PyList_Check(seq), "torch_fl._C._empty_strided: ", what,
+void read_ints(PyObject* seq, c10::SmallVector<int64_t, 8>& out, const char* fn, const char* what) {
+  TORCH_CHECK_TYPE(PyTuple_Check(seq) || PyList_Check(seq), "torch_fl._C.", fn, ": ", what,
                    " must be a tuple of ints, got ", Py_TYPE(seq)->tp_name);
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   PyObject** items = PySequence_Fast_ITEMS(seq);
   out.resize(n);
   for (Py_ssize_t i = 0; i < n; ++i) {
-    TORCH_CHECK_TYPE(THPUtils_checkLong(items[i]), "torch_fl._C._empty_strided: ", what,
-                     " must be a tuple of ints, got ", Py_TYPE(items[i])->tp_name, " at position ", i);
+    TORCH_CHECK_TYPE(THPUtils_checkLong(items[i]), "torch_fl._C.", fn, ": ", what, " must be a tuple of ints, got ",
+                     Py_TYPE(items[i])->tp_name, " at position ", i);
     out[i] = THPUtils_unpackLong(items[i]);
   }
 }
 
 }  // namespace
 
-PyObject* empty_strided_from_python(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
-  HANDLE_TH_ERRORS
-  TORCH_CHECK_TYPE(nargs == 4, "torch_fl._C._empty_strided(size, stride, dtype, index) takes 4 arguments, got ", nargs);
-  c10::SmallVector<int64_t, 8> size;
-  c10::SmallVector<int64_t, 8> stride;
-  read_ints(args[0], size, "size");
-  read_ints(args[1], stride, "stride");
-  TORCH_CHECK_TYPE(THPDtype_Check(args[2]), "torch_fl._C._empty_strided: dtype must be a torch.dtype, got ",
+EmptyStridedArgs parse_empty_strided(PyObject* const* args, Py_ssize_t nargs, const char* fn) {
+  TORCH_CHECK_TYPE(nargs == 4, "torch_fl._C.", fn, "(size, stride, dtype, index) takes 4 arguments, got ", nargs);
+  EmptyStridedArgs a;
+  read_ints(args[0], a.size, fn, "size");
+  read_ints(args[1], a.stride, fn, "stride");
+  TORCH_CHECK_TYPE(THPDtype_Check(args[2]), "torch_fl._C.", fn, ": dtype must be a torch.dtype, got ",
                    Py_TYPE(args[2])->tp_name);
-  TORCH_CHECK_TYPE(THPUtils_checkLong(args[3]), "torch_fl._C._empty_strided: index must be an int");
-  TORCH_CHECK(size.size() == stride.size(), "torch_fl._C._empty_strided: ", size.size(), " sizes and ",
-              stride.size(), " strides");
-  const auto i = static_cast<c10::DeviceIndex>(std::clamp<int64_t>(THPUtils_unpackLong(args[3]), -1,
-                                                                    runtime::kMaxDevices));
-  at::Tensor t = ops::empty_strided_on(size, stride, reinterpret_cast<THPDtype*>(args[2])->scalar_type, i);
-  return THPVariable_Wrap(std::move(t));
-  END_HANDLE_TH_ERRORS
+  TORCH_CHECK_TYPE(THPUtils_checkLong(args[3]), "torch_fl._C.", fn, ": index must be an int");
+  TORCH_CHECK(a.size.size() == a.stride.size(), "torch_fl._C.", fn, ": ", a.size.size(), " sizes and ",
+              a.stride.size(), " strides");
+  a.dtype = reinterpret_cast<THPDtype*>(args[2])->scalar_type;
+  a.index = static_cast<c10::DeviceIndex>(std::clamp<int64_t>(THPUtils_unpackLong(args[3]), -1, runtime::kMaxDevices));
+  return a;
 }
 
 }  // namespace python

@@ -78,13 +78,17 @@ py::object run_native_from_python(const std::string& name, const std::string& ov
 py::object call_dtype(const std::string& name, const std::string& overload, const py::args& args,
                       const py::kwargs& kwargs);
 
-// torch_fl._C._empty_strided(size, stride, dtype, index): an uninitialized
-// flagos tensor on flagos:index (-1: the current device) for inductor's
-// wrappers (ops::empty_strided_on), `dtype` a torch.dtype. Inductor calls it
-// for every buffer of every compiled call, so it is a CPython fast-call
-// function reading its tuples in place (as Dynamo's empty_strided_cuda is),
-// not a pybind one converting them to vectors.
-PyObject* empty_strided_from_python(PyObject* module, PyObject* const* args, Py_ssize_t nargs);
+// The arguments of torch_fl._C._graph_empty_strided(size, stride, dtype,
+// index) (python/graph_boundary.h), read in place from Python's tuples (as
+// Dynamo's empty_strided_cuda does), not converted to vectors by pybind; `fn`
+// names the function in errors.
+struct EmptyStridedArgs {
+  c10::SmallVector<int64_t, 8> size;
+  c10::SmallVector<int64_t, 8> stride;
+  at::ScalarType dtype = at::ScalarType::Undefined;
+  c10::DeviceIndex index = -1;
+};
+EmptyStridedArgs parse_empty_strided(PyObject* const* args, Py_ssize_t nargs, const char* fn);
 
 }  // namespace python
 }  // namespace torch_fl

@@ -1,0 +1,121 @@
+"""Compiled flagos graphs run on the backing device inside: no route between their calls.
+
+A compiled graph's calls outside its own kernels (matmuls, attention, fallbacks, custom operators, and what those
+run eagerly) would each take a flagos route: the native route's aliases cost a microsecond or so a call, most of a
+small model's compiled time. When every operator takes its native route, those calls gain nothing from it. So a
+flagos graph's wrapper (wrapper.py) runs its inside on the backing device:
+
+- at entry (`graph_inputs`) its flagos inputs become native aliases over the same memory;
+- its buffers are the backing device's (`graph_empty_strided`);
+- at return (`graph_outputs`) its flagos outputs become flagos tensors again (a fresh buffer is retagged in place,
+  a view of an input maps back to the input's storage).
+
+A graph runs so when it qualified at compile time (`Qualification`) and, at each call, every operator still takes
+its native route and no call is logged (routing tells the core whenever its table or flags change). Otherwise the
+same wrapper runs as before: flagos inputs and buffers, each call on its route. Changing routes needs no recompile.
+
+A graph qualifies unless:
+- it is captured as a CUDA graph (mode="reduce-overhead": replays run no calls anyway) or tracks memory lifecycles
+  (an inductor test configuration);
+- it calls an operator kept as a call (keep_as_calls: kept to run on its route and be counted);
+- it names the flagos device in an argument (a factory's device=): the call would make flagos tensors inside;
+- it calls an operator the backing device lacks a kernel for (the native route runs those on the CPU), or, on
+  host backing, histc or trace with a dtype the CPU does not take (flagos widens them).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._inductor import config as inductor_config
+
+from torch_fl._core import _C, DEVICE_NAME
+from torch_fl.compile import keep_calls
+from torch_fl.flagos._device import on_cuda
+
+#: the wrapper module's names for the boundary functions (written into the wrapper's header)
+INPUTS = "graph_inputs"
+ALLOCATE = "graph_empty_strided"
+OUTPUTS = "graph_outputs"
+#: the module constant the wrapper's entry reads: whether the graph qualified
+QUALIFIED = "graph_runs_natively"
+
+
+def header_lines() -> list[str]:
+    return [
+        f"from torch_fl._C import _graph_inputs as {INPUTS}",
+        f"from torch_fl._C import _graph_empty_strided as {ALLOCATE}",
+        f"from torch_fl._C import _graph_outputs as {OUTPUTS}",
+    ]
+
+
+#: c10's names of the integer and bool scalar types in _C._host_dtype_gaps()
+_SCALAR_TYPES = {
+    "Char": torch.int8,
+    "Short": torch.int16,
+    "Int": torch.int32,
+    "Long": torch.int64,
+    "Bool": torch.bool,
+    "Byte": torch.uint8,
+}
+
+
+def _host_gaps() -> dict[str, set[torch.dtype]]:
+    """Overload ('histc', 'histc.out') -> the dtypes flagos widens on host backing, from _C._host_dtype_gaps()
+    ('histc: Char, Short, Int, Long -> Double')."""
+    gaps = {}
+    for line in _C._host_dtype_gaps():
+        op, rest = line.split(":", 1)
+        gaps[op.strip()] = {_SCALAR_TYPES[n.strip()] for n in rest.split("->", 1)[0].split(",")}
+    return gaps
+
+
+def _has_backing_kernel(op: torch._ops.OpOverload) -> bool:
+    """Whether the backing device runs `op` itself (a kernel of its own or a composite one)."""
+    name = op.name()
+    for key in ("CUDA" if on_cuda() else "CPU", "CompositeExplicitAutograd", "CompositeImplicitAutograd"):
+        if torch._C._dispatch_has_kernel_for_dispatch_key(name, key):
+            return True
+    return False
+
+
+class Qualification:
+    """Whether one graph may run on the backing device, gathered while its wrapper is generated."""
+
+    def __init__(self):
+        self.reasons: list[str] = []
+        if inductor_config.triton.cudagraphs:
+            self.reasons.append("captured as a CUDA graph")
+        if inductor_config.test_configs.track_memory_lifecycle:
+            self.reasons.append("memory lifecycle tracking")
+
+    @property
+    def qualified(self) -> bool:
+        return not self.reasons
+
+    def note_value(self, value) -> None:
+        """An argument the wrapper writes: a flagos device makes flagos tensors inside the graph."""
+        if isinstance(value, torch.device) and value.type == DEVICE_NAME:
+            self.reasons.append("a flagos device argument")
+
+    def note_call(self, node) -> None:
+        """An extern or fallback kernel the wrapper calls (an ir.ExternKernel)."""
+        op = getattr(node, "op_overload", None)
+        if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
+            return  # inductor's extern kernels (mm, bmm, ...) and other libraries' operators run as on the device
+        if keep_calls.is_kept(op):
+            self.reasons.append(f"{op.name()} is kept as a call on its route (keep_as_calls)")
+            return
+        if not _has_backing_kernel(op):
+            self.reasons.append(f"{op.name()} has no kernel of the backing device")
+            return
+        if on_cuda():
+            return
+        overload = op.name().removeprefix("aten::") + ("" if op._overloadname == "default" else f".{op._overloadname}")
+        widened = _host_gaps().get(overload)
+        if widened and any(_dtype(x) in widened for x in getattr(node, "inputs", ())):
+            self.reasons.append(f"{overload} with a dtype flagos widens on host backing")
+
+
+def _dtype(node):
+    get = getattr(node, "get_dtype", None)
+    return get() if get is not None else None
