@@ -82,9 +82,14 @@ def test_sdpa_compiles_to_cudas_fused_kernel():
         out, (code,) = run_and_get_code(torch.compile(fn, fullgraph=True), q)
         routing.reset_stats()
         torch.compile(fn, fullgraph=True)(q)
+        native = [r.op for r in routing.stats() if r.calls and "attention" in r.op]
+        with routing.route({"neg": "cpu_fallback"}):  # an operator routed away: the call takes its flagos route
+            routing.reset_stats()
+            torch.compile(fn, fullgraph=True)(q)
+            routed = [r.op for r in routing.stats() if r.calls and "attention" in r.op]
     torch.testing.assert_close(out, fn(q), rtol=2e-2, atol=2e-2)
     assert "_scaled_dot_product_flash_attention" in code or "_scaled_dot_product_cudnn_attention" in code
-    assert any("attention" in r.op for r in routing.stats() if r.calls)
+    assert not native and routed  # CUDA's own call inside the graph while every route is native
 
 
 def test_a_bmm_of_one_batch_compiles_as_native_cudas_does():
