@@ -170,3 +170,21 @@ def test_a_graph_buffers_count_as_flagos_memory():
     assert torch.flagos.max_memory_allocated() - before >= 256 * 512 * 4
     torch.testing.assert_close(out.cpu(), (x.cpu() @ w.cpu()).relu().sum(), rtol=1e-4, atol=1e-2)
     torch._dynamo.reset()
+
+
+def test_random_graphs_draw_from_flagos_generator():
+    torch._dynamo.reset()
+
+    def fn(x):
+        return torch.nn.functional.dropout(x, 0.5, training=True) * 2
+
+    x = torch.randn(256, device="flagos")
+    compiled = torch.compile(fn, fullgraph=True)
+    drawn = []
+    for cpu_seed in (1, 2):  # only flagos's generator may decide the mask
+        torch.flagos.manual_seed(0)
+        torch.random.default_generator.manual_seed(cpu_seed)
+        drawn.append(compiled(x).cpu())
+    assert torch.equal(drawn[0], drawn[1])
+    assert 0.3 < (drawn[0] == 0).float().mean().item() < 0.7
+    torch._dynamo.reset()

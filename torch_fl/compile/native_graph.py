@@ -19,6 +19,8 @@ A graph qualifies unless:
   (an inductor test configuration);
 - it calls an operator kept as a call (keep_as_calls: kept to run on its route and be counted);
 - it names the flagos device in an argument (a factory's device=): the call would make flagos tensors inside;
+- it calls a random operator (randint for a graph's seeds on host backing): natively it would draw from the
+  backing device's generator, not flagos's;
 - it calls an operator the backing device lacks a kernel for (the native route runs those on the CPU), or, on
   host backing, histc or trace with a dtype the CPU does not take (flagos widens them).
 """
@@ -102,6 +104,9 @@ class Qualification:
         op = getattr(node, "op_overload", None)
         if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
             return  # inductor's extern kernels (mm, bmm, ...) and other libraries' operators run as on the device
+        if torch.Tag.nondeterministic_seeded in op.tags:
+            self.reasons.append(f"{op.name()} draws from flagos's generator")
+            return
         if keep_calls.is_kept(op):
             self.reasons.append(f"{op.name()} is kept as a call on its route (keep_as_calls)")
             return
