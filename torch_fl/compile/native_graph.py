@@ -19,13 +19,17 @@ A graph qualifies unless:
   (an inductor test configuration);
 - it calls an operator kept as a call (keep_as_calls: kept to run on its route and be counted);
 - it names the flagos device in an argument (a factory's device=): the call would make flagos tensors inside;
-- it calls a random operator (randint for a graph's seeds on host backing): natively it would draw from the
-  backing device's generator, not flagos's;
+- it resizes or re-points a storage, accumulates a gradient, or calls a collective (on an alias these would miss
+  the flagos tensor, or find no process group for the backing device);
+- on host backing, it calls a random operator (randint for a graph's seeds, attention with dropout): natively it
+  would draw from the CPU's generator, not flagos's (on a CUDA backing flagos:i's generator is cuda:i's);
 - it calls an operator the backing device lacks a kernel for (the native route runs those on the CPU), or, on
   host backing, histc or trace with a dtype the CPU does not take (flagos widens them).
 """
 
 from __future__ import annotations
+
+import re
 
 import torch
 from torch._inductor import config as inductor_config
@@ -80,6 +84,14 @@ def _has_backing_kernel(op: torch._ops.OpOverload) -> bool:
     return False
 
 
+#: Calls that would act on a native alias instead of the flagos tensor itself (a resized or re-pointed storage,
+#: an accumulated .grad), or reach a process group through the backing device's type, which flagos's groups do not
+#: serve: the graph stays on its routes.
+_IDENTITY_CALLS = re.compile(
+    r"resize_storage_bytes_|\.resize_\(|resize_as_|\bset_\.|\.set_\(|accumulate_grad_|_c10d_functional|\bc10d\."
+)
+
+
 class Qualification:
     """Whether one graph may run on the backing device, gathered while its wrapper is generated."""
 
@@ -94,6 +106,13 @@ class Qualification:
     def qualified(self) -> bool:
         return not self.reasons
 
+    def note_code(self, code: str) -> None:
+        """The wrapper's Python code (not its kernels'): calls that act on a tensor's identity or storage rather than
+        its memory, or on flagos's process groups."""
+        found = _IDENTITY_CALLS.search(code)
+        if found:
+            self.reasons.append(f"{found.group(0).strip('.(')} acts on a tensor's storage, gradient or process group")
+
     def note_value(self, value) -> None:
         """An argument the wrapper writes: a flagos device makes flagos tensors inside the graph."""
         if isinstance(value, torch.device) and value.type == DEVICE_NAME:
@@ -104,9 +123,6 @@ class Qualification:
         op = getattr(node, "op_overload", None)
         if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
             return  # inductor's extern kernels (mm, bmm, ...) and other libraries' operators run as on the device
-        if torch.Tag.nondeterministic_seeded in op.tags:
-            self.reasons.append(f"{op.name()} draws from flagos's generator")
-            return
         if keep_calls.is_kept(op):
             self.reasons.append(f"{op.name()} is kept as a call on its route (keep_as_calls)")
             return
@@ -114,11 +130,32 @@ class Qualification:
             self.reasons.append(f"{op.name()} has no kernel of the backing device")
             return
         if on_cuda():
+            return  # flagos:i's generator is cuda:i's own: a native draw is the same draw
+        if torch.Tag.nondeterministic_seeded in op.tags and _argument(node, op, "dropout_p", 1.0) != 0:
+            self.reasons.append(f"{op.name()} draws from flagos's generator")
             return
         overload = op.name().removeprefix("aten::") + ("" if op._overloadname == "default" else f".{op._overloadname}")
         widened = _host_gaps().get(overload)
         if widened and any(_dtype(x) in widened for x in getattr(node, "inputs", ())):
             self.reasons.append(f"{overload} with a dtype flagos widens on host backing")
+
+
+def _argument(node, op: torch._ops.OpOverload, name: str, absent):
+    """The value of `op`'s argument `name` in the call an inductor fallback kernel `node` makes (its own default
+    where the call leaves it out), `absent` where the schema has no such argument or the value is not known."""
+    unflatten = getattr(node, "unflatten_args", None)
+    if unflatten is None:
+        return absent
+    args, kwargs = unflatten(node.inputs, node.constant_args)
+    kwargs = {**(kwargs or {}), **(getattr(node, "kwargs", None) or {})}
+    for i, arg in enumerate(op._schema.arguments):
+        if arg.name == name:
+            if i < len(args):
+                return args[i]
+            if name in kwargs:
+                return kwargs[name]
+            return arg.default_value if arg.has_default_value() else absent
+    return absent
 
 
 def _dtype(node):

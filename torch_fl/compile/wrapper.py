@@ -160,6 +160,8 @@ class FlagosWrapperCodegen(_FlagosRules, PythonWrapperCodegen):
 
     def generate_end(self, result) -> None:
         super().generate_end(result)
+        for part in (self.subgraph_definitions, self.prefix, self.wrapper_call):
+            self.native.note_code(part.getvalue())
         result.writeline(f"{native_graph.QUALIFIED} = {self.native.qualified!r}")
         for reason in self.native.reasons[:3]:
             result.writeline(f"# not on the backing device inside: {reason}")
