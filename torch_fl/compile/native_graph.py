@@ -29,6 +29,7 @@ A graph qualifies unless:
 
 from __future__ import annotations
 
+import functools
 import re
 
 import torch
@@ -65,6 +66,7 @@ _SCALAR_TYPES = {
 }
 
 
+@functools.cache
 def _host_gaps() -> dict[str, set[torch.dtype]]:
     """Overload ('histc', 'histc.out') -> the dtypes flagos widens on host backing, from _C._host_dtype_gaps()
     ('histc: Char, Short, Int, Long -> Double')."""

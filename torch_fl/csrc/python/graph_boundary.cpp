@@ -18,11 +18,9 @@
 
 #include <ATen/EmptyTensor.h>
 #include <c10/core/DeviceGuard.h>
-#include <c10/util/SmallVector.h>
 
 #include <algorithm>
 #include <atomic>
-#include <vector>
 
 namespace torch_fl {
 namespace python {
@@ -112,23 +110,13 @@ PyObject* graph_outputs(PyObject* /*module*/, PyObject* const* args, Py_ssize_t 
     return PyList_AsTuple(list);
   }
   const auto index = static_cast<c10::DeviceIndex>(THPUtils_unpackLong(args[1]));
-  std::vector<bool> flagos(n, false);
   PyObject* positions = args[2];
   for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(positions); ++k) {
     const Py_ssize_t i = THPUtils_unpackLong(PyTuple_GET_ITEM(positions, k));
     TORCH_CHECK(i >= 0 && i < n, "torch_fl._C._graph_outputs: position ", i, " of ", n, " outputs");
-    flagos[i] = true;
-  }
-  THPObjectPtr out(PyTuple_New(n));
-  if (!out) {
-    return nullptr;
-  }
-  for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* item = PyList_GET_ITEM(list, i);
-    if (!flagos[i] || !THPVariable_Check(item) || THPVariable_Unpack(item).device().type() != g_backing.type) {
-      Py_INCREF(item);  // not a flagos output, or not a tensor of the backing device (None, already flagos)
-      PyTuple_SET_ITEM(out.get(), i, item);
-      continue;
+    if (!THPVariable_Check(item) || THPVariable_Unpack(item).device().type() != g_backing.type) {
+      continue;  // not a tensor of the backing device (None, or already flagos)
     }
     // The list's reference moves here: a fresh buffer that only the list held (the wrapper deleted its name) is
     // then held by `held` alone, so it is retagged in place and keeps its Python object.
@@ -140,9 +128,10 @@ PyObject* graph_outputs(PyObject* /*module*/, PyObject* const* args, Py_ssize_t 
     if (result == nullptr) {
       return nullptr;
     }
-    PyTuple_SET_ITEM(out.get(), i, result);
+    PyList_SET_ITEM(list, i, result);  // in place of the None put there
+    Py_DECREF(Py_None);
   }
-  return out.release();
+  return PyList_AsTuple(list);
   END_HANDLE_TH_ERRORS
 }
 
