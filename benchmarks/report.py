@@ -342,6 +342,15 @@ def _tables(benchmark: str, d: dict) -> list[str]:
     intro, head, rows = SPECS[benchmark]
     fields = {**d, "ratio_text": format_ratio(d["ratio"]) if "ratio" in d else ""}
     out = [intro(d) if callable(intro) else intro.format_map(fields), "", *md(head, rows(d))]
+    for r in d.get("rows", []) if benchmark == "route-instructions" else []:
+        if r.get("added_by_function_per_routed_call"):
+            out += [f"Where the {r['op'].split(',')[0]} adds its first-level code misses, per routed call: the "
+                    "functions whose misses flagos adds most to native's (torch_fl's own, and those it runs more of "
+                    "than native does).", ""]  # fmt: skip
+            out += md("function|code misses added:|instructions added:", [
+                [f"`{f['function']}`", f"{f['I1mr']:+.1f}", f"{f['Ir']:+,.1f}"]
+                for f in r["added_by_function_per_routed_call"]
+            ])  # fmt: skip
     if benchmark == "trainer" and d.get("errors"):
         out += ["Failed: " + "; ".join(f"{k}: {exception_line(e)}" for k, e in d["errors"].items()) + ".", ""]
     return out

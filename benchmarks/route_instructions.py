@@ -106,9 +106,9 @@ def instructions(entry: str, stmt: str, device: str, workdir: str) -> int:
     return callgrind(f"at::_ops::{entry}::call(*", LOOP.format(stmt=stmt, calls=CALLS), device, workdir)[0]["Ir"]
 
 
-def own_functions(annotate_text: str, top: int = 8) -> dict:
-    """torch_fl's own functions in `callgrind_annotate --auto=no --threshold=100` output: each one's exclusive
-    events and their sum, the `top` by instructions."""
+def function_events(annotate_text: str) -> tuple[list[str], dict[str, dict[str, int]]]:
+    """The events shown and each function's exclusive counts in `callgrind_annotate --auto=no` output, by
+    short_name (a function's clones and files summed)."""
     events_line = re.search(r"^Events shown:\s+(.+)$", annotate_text, re.MULTILINE)
     if events_line is None or "file:function" not in annotate_text:
         raise ValueError("not callgrind_annotate output")
@@ -118,22 +118,49 @@ def own_functions(annotate_text: str, top: int = 8) -> dict:
     found: dict[str, dict[str, int]] = {}
     for line in annotate_text.split("file:function", 1)[1].splitlines():
         m = row.match(line)
-        if m is None or "torch_fl::" not in m.group(len(events) + 1):
+        if m is None:
             continue
-        name = short_name(m.group(len(events) + 1))
-        values = found.setdefault(name, dict.fromkeys(events, 0))
+        values = found.setdefault(short_name(m.group(len(events) + 1)), dict.fromkeys(events, 0))
         for i, event in enumerate(events):
             values[event] += int(m.group(i + 1).replace(",", "").replace(".", "0"))
+    return events, found
+
+
+def own_functions(annotate_text: str, top: int = 8) -> dict:
+    """torch_fl's own functions in `callgrind_annotate --auto=no --threshold=100` output: each one's exclusive
+    events and their sum, the `top` by instructions."""
+    events, every = function_events(annotate_text)
+    found = {name: v for name, v in every.items() if name.startswith("torch_fl::")}
     total = {e: sum(v[e] for v in found.values()) for e in events}
     ranked = sorted(found.items(), key=lambda kv: -kv[1][events[0]])[:top]
     return {"total": total, "top": [{"function": n, **v} for n, v in ranked]}
 
 
+def added_by_function(native_text: str, flagos_text: str, per: int, top: int = 12) -> list[dict]:
+    """Where flagos's added first-level code misses are: the `top` functions by I1mr added to native's (both
+    `callgrind_annotate --show=Ir,I1mr` outputs), each with its instructions added, per `per` routed calls. A function
+    only flagos runs counts whole; native's functions that flagos runs less count below zero and are left out."""
+    _, native = function_events(native_text)
+    _, flagos = function_events(flagos_text)
+    zero = {"Ir": 0, "I1mr": 0}
+    added = {
+        name: {e: (flagos.get(name, zero)[e] - native.get(name, zero)[e]) / per for e in zero}
+        for name in native.keys() | flagos.keys()
+    }
+    ranked = sorted(added.items(), key=lambda kv: -kv[1]["I1mr"])[:top]
+    return [{"function": n, "I1mr": round(v["I1mr"], 1), "Ir": round(v["Ir"], 1)} for n, v in ranked if v["I1mr"] > 0]
+
+
 def short_name(symbol: str) -> str:
     """`torch_fl::RoutedArgs::borrow_held` for a callgrind symbol with its file, library, template
-    arguments and parameters; a typed kernel keeps its operator: `torch_fl::Typed<mul_Tensor>::call`."""
-    symbol = re.sub(r"\s*\[[^\]]*\]$", "", symbol)  # the library
-    symbol = symbol[symbol.index("torch_fl::") :].replace("(anonymous namespace)::", "")  # the file
+    arguments and parameters; a typed kernel keeps its operator: `torch_fl::Typed<mul_Tensor>::call`.
+    Other functions lose their file the same way (`_int_malloc`, `c10::TensorImpl::TensorImpl`)."""
+    symbol = re.sub(r"(?:\s*\[[^\]]*\])+$", "", symbol)  # the library and clone markers
+    symbol = re.sub(r"^(?:\?\?\?|\S*\.\w+):(?!:)", "", symbol)  # the file: ???: or a path with an extension
+    head = re.split(r"[<(]", symbol, maxsplit=1)[0]
+    if "torch_fl::" in head:  # one of torch_fl's own functions (not one with torch_fl in its template arguments)
+        symbol = symbol[head.index("torch_fl::") :]  # a function template's return type dropped
+    symbol = re.sub(r"'\d+$", "", symbol.replace("(anonymous namespace)::", ""))  # callgrind's recursion depth
     typed = re.search(r"Typed<at::_ops::(\w+)", symbol)
     depth, out = 0, []
     for ch in symbol:  # template arguments dropped; the parameter list ends the name
@@ -149,7 +176,12 @@ def short_name(symbol: str) -> str:
 def model_row(native: str, workdir: str) -> dict:
     """Instructions per token of the tiny Qwen3's greedy decode, and flagos's addition per routed call."""
     source = MODEL.format(setup=DECODE[0], work=DECODE[1])
-    (n_native, _), (n_flagos, printed) = (callgrind("qsort*", source, d, workdir, True) for d in (native, "flagos"))
+    profiles, counts = {}, {}
+    for device in (native, "flagos"):
+        counts[device], printed = callgrind("qsort*", source, device, workdir, True)
+        profiles[device] = os.path.join(workdir, f"{device}.callgrind.out")
+        os.replace(os.path.join(workdir, "callgrind.out"), profiles[device])
+    n_native, n_flagos = counts[native], counts["flagos"]
     routed = int(re.search(r"^routed (\d+)", printed, re.MULTILINE).group(1))
     added = n_flagos["Ir"] - n_native["Ir"]
     row = {
@@ -161,13 +193,20 @@ def model_row(native: str, workdir: str) -> dict:
         # in a model, a routed call's code has left the first-level cache by its next call: nearly every line misses
         "added_misses_per_routed_call": {e: round((n_flagos[e] - n_native[e]) / routed, 1) for e in MISSES},
     }
-    # The flagos run's profile is the one left in workdir: torch_fl's own functions in it.
-    cmd = ["callgrind_annotate", "--auto=no", "--threshold=100", "--show=Ir", f"{workdir}/callgrind.out"]
-    own = own_functions(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    annotated = {
+        device: subprocess.run(
+            ["callgrind_annotate", "--auto=no", "--threshold=100", "--show=Ir,I1mr", path],
+            check=True, capture_output=True, text=True,
+        ).stdout
+        for device, path in profiles.items()
+    }  # fmt: skip
+    own = own_functions(annotated["flagos"])
     row["torch_fl_functions_per_routed_call"] = {
         "total": {e: round(v / routed, 1) for e, v in own["total"].items()},
         "top": [{k: (round(v / routed, 1) if k != "function" else v) for k, v in f.items()} for f in own["top"]],
     }
+    # where the added code misses are: torch_fl's functions, and libtorch's or libc's that flagos runs more of
+    row["added_by_function_per_routed_call"] = added_by_function(annotated[native], annotated["flagos"], routed)
     return row
 
 
