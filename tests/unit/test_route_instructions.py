@@ -37,28 +37,31 @@ def test_own_functions_rejects_other_text():
         route_instructions.own_functions("no profile here")
 
 
-NATIVE = """\
+HEADER = """\
 --------------------------------------------------------------------------------
 Events shown:     Ir I1mr
 --------------------------------------------------------------------------------
 Ir                 I1mr           file:function
 --------------------------------------------------------------------------------
+"""
+NATIVE = (
+    HEADER
+    + """\
 1,000,000 (50.0%)  10 ( 1.0%)  ???:mkl_blas_sgemm [/lib/libtorch_cpu.so]
     4,000 ( 0.2%) 400 ( 4.0%)  ???:torch::autograd::VariableType::mul_Tensor(A) [/lib/libtorch_cpu.so]
       800 ( 0.0%)  20 ( 0.2%)  ./malloc/./malloc/malloc.c:_int_malloc [/lib/libc.so.6]
 """
-FLAGOS = """\
---------------------------------------------------------------------------------
-Events shown:     Ir I1mr
---------------------------------------------------------------------------------
-Ir                 I1mr           file:function
---------------------------------------------------------------------------------
+)
+FLAGOS = (
+    HEADER
+    + """\
 1,000,000 (50.0%)  10 ( 1.0%)  ???:mkl_blas_sgemm [/lib/libtorch_cpu.so]
     6,192 ( 0.3%) 300 ( 3.0%)  r.cpp:torch_fl::RoutedArgs::borrow_held(at::Tensor const&, bool) [/x/_C.so]
        10 ( 0.0%)  10 ( 0.1%)  r.cpp:torch_fl::RoutedArgs::borrow_held(Tensor const&, bool) [clone .cold] [/x/_C.so]
     1,800 ( 0.1%) 120 ( 1.2%)  ./malloc/./malloc/malloc.c:_int_malloc [/lib/libc.so.6]
       100 ( 0.0%)   5 ( 0.0%)  ???:c10::impl::wrap_kernel_functor_unboxed_<F<torch_fl::route::kernel>>::call(A)
 """
+)
 
 
 @pytest.mark.anyplatform
