@@ -40,7 +40,7 @@ def mlp():
 def test_a_graph_on_native_routes_runs_its_calls_natively(mlp):
     assert "graph_runs_natively = True" in mlp["code"]
     call = call_body(mlp["code"])
-    assert "= graph_inputs(args, graph_runs_natively)" in call and "return graph_outputs(" in call
+    assert "= graph_inputs(args, graph_runs_natively, graph_entry_aliases)" in call and "return graph_outputs(" in call
     routing.reset_stats()
     out = mlp["fn"](*mlp["args"])
     # The matmuls ran as the backing device's own calls: no flagos route counted them.
@@ -209,4 +209,75 @@ def test_a_graph_with_a_collective_stays_on_its_routes():
     assert "graph_runs_natively = False" in code and "process group" in code
     assert out.device == x.device
     torch.testing.assert_close(out.cpu(), (x.cpu() @ w.cpu()) * 2)
+    torch._dynamo.reset()
+
+
+def test_a_parameter_keeps_its_entry_alias_while_it_fits():
+    import weakref
+
+    from torch_fl._C import _graph_entry_aliases, _graph_inputs
+
+    store = _graph_entry_aliases()
+    weight = torch.nn.Parameter(torch.randn(4, 4, device="flagos"))
+    x = torch.randn(4, 4, device="flagos")  # not a parameter: an owning alias of its own on each call
+    try:
+        w1, x1 = _graph_inputs([weight, x], True, store)
+        assert w1.device.type != "flagos" and w1.data_ptr() == weight.data_ptr()
+        first = weakref.ref(w1)  # alive while the store keeps it
+        del w1
+        w2, x2 = _graph_inputs([weight, x], True, store)
+        assert first() is w2 and x1 is not x2
+        del w2
+        with torch.no_grad():
+            weight.mul_(2)  # in place: the same bytes, the same alias
+        (w3,) = _graph_inputs([weight], True, store)
+        assert torch.equal(w3.cpu(), weight.detach().cpu())
+        # w3 still held from the last call: the next call gets an alias of its own
+        (w4,) = _graph_inputs([weight], True, store)
+        assert w4 is not w3 and w4.data_ptr() == weight.data_ptr()
+        del w3, w4
+        weight.data = torch.randn(2, 8, device="flagos")  # other bytes and geometry: a new alias
+        (w5,) = _graph_inputs([weight], True, store)
+        assert w5.shape == (2, 8) and torch.equal(w5.cpu(), weight.detach().cpu())
+    finally:
+        _graph_inputs([], False)
+
+
+def test_a_kept_entry_alias_holds_no_memory():
+    import gc
+
+    from torch_fl._C import _graph_entry_aliases, _graph_inputs
+
+    store = _graph_entry_aliases()
+    gc.collect()
+    before = torch.flagos.memory_allocated()
+    weight = torch.nn.Parameter(torch.randn(1 << 16, device="flagos"))
+    try:
+        (alias,) = _graph_inputs([weight], True, store)
+        del alias, weight
+        gc.collect()
+        # The store still has the alias, yet the parameter's memory is freed, as it is on CUDA.
+        assert torch.flagos.memory_allocated() == before
+        other = torch.nn.Parameter(torch.randn(1 << 16, device="flagos"))  # may take the freed memory's place
+        (alias,) = _graph_inputs([other], True, store)
+        assert torch.equal(alias.cpu(), other.detach().cpu())
+    finally:
+        _graph_inputs([], False)
+
+
+def test_a_compiled_module_follows_its_parameters_between_calls():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).to("flagos")
+    compiled = torch.compile(model, fullgraph=True)
+    x = torch.randn(3, 8, device="flagos")
+    for change in (None, "in place", "data"):
+        if change == "in place":
+            with torch.no_grad():
+                model[0].weight.mul_(-1)
+        elif change == "data":
+            model[2].weight.data = torch.randn(4, 16, device="flagos")
+        with torch.no_grad():
+            out = compiled(x)
+            torch.testing.assert_close(out.cpu(), model(x).cpu())
     torch._dynamo.reset()

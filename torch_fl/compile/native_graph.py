@@ -5,7 +5,8 @@ run eagerly) would each take a flagos route: the native route's aliases cost a m
 small model's compiled time. When every operator takes its native route, those calls gain nothing from it. So a
 flagos graph's wrapper (wrapper.py) runs its inside on the backing device:
 
-- at entry (`graph_inputs`) its flagos inputs become native aliases over the same memory;
+- at entry (`graph_inputs`) its flagos inputs become native aliases over the same memory (a parameter's alias is
+  kept for the next call, while it still fits: making one per input and call was most of a small model's entry);
 - its buffers are the backing device's (`graph_empty_strided`);
 - at return (`graph_outputs`) its flagos outputs become flagos tensors again (a fresh buffer is retagged in place,
   a view of an input maps back to the input's storage).
@@ -45,6 +46,8 @@ ALLOCATE = "graph_empty_strided"
 OUTPUTS = "graph_outputs"
 #: the module constant the wrapper's entry reads: whether the graph qualified
 QUALIFIED = "graph_runs_natively"
+#: the module's store of its parameters' entry aliases, kept between calls (`graph_inputs`)
+ENTRY_ALIASES = "graph_entry_aliases"
 
 
 def header_lines() -> list[str]:
@@ -52,6 +55,8 @@ def header_lines() -> list[str]:
         f"from torch_fl._C import _graph_inputs as {INPUTS}",
         f"from torch_fl._C import _graph_empty_strided as {ALLOCATE}",
         f"from torch_fl._C import _graph_outputs as {OUTPUTS}",
+        "from torch_fl._C import _graph_entry_aliases",
+        f"{ENTRY_ALIASES} = _graph_entry_aliases()",
     ]
 
 

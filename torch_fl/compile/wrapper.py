@@ -124,7 +124,9 @@ class FlagosWrapperCodegen(_FlagosRules, PythonWrapperCodegen):
 
     def write_args(self, input_names: list[str]) -> None:
         lhs = ", ".join(input_names) + ("," if len(input_names) == 1 else "")
-        self.prefix.writeline(f"{lhs} = {native_graph.INPUTS}(args, {native_graph.QUALIFIED})")
+        self.prefix.writeline(
+            f"{lhs} = {native_graph.INPUTS}(args, {native_graph.QUALIFIED}, {native_graph.ENTRY_ALIASES})"
+        )
 
     def val_to_arg_str(self, s, type_=None) -> str:
         self.native.note_value(s)

@@ -9,6 +9,7 @@
 #include "runtime/allocator.h"
 #include "runtime/device.h"
 #include "tensor/alias.h"
+#include "tensor/impl_fields.h"
 
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
@@ -21,6 +22,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
+#include <vector>
 
 namespace torch_fl {
 namespace python {
@@ -44,12 +47,105 @@ void set_graphs_native(bool native) {
   g_graphs_native.store(native, std::memory_order_relaxed);
 }
 
+namespace {
+
+// A graph's entry aliases of its parameters, one slot per input position, kept from one call to the next (see
+// graph_boundary.h). `impl` pins the address of the flagos TensorImpl the alias was made for (a weak reference
+// keeps the allocation, so no other tensor can take that address while the slot names it); `alias` is the
+// Python alias object, the slot's own reference.
+struct EntrySlot {
+  std::optional<c10::weak_intrusive_ptr<c10::TensorImpl>> impl;
+  PyObject* alias = nullptr;
+};
+using EntrySlots = std::vector<EntrySlot>;
+constexpr const char* kEntrySlots = "torch_fl.graph_entry_aliases";
+
+void free_entry_slots(PyObject* capsule) {
+  auto* slots = static_cast<EntrySlots*>(PyCapsule_GetPointer(capsule, kEntrySlots));
+  for (EntrySlot& s : *slots) {
+    Py_XDECREF(s.alias);
+  }
+  delete slots;
+}
+
+// A parameter: a leaf that requires grad, which its module holds for the whole call (inductor's wrapper drops
+// its own references to inputs as it goes, so only such an input may be aliased without owning its storage).
+// Plain, over memory of its own (not a native tensor's storage).
+bool keeps_entry_alias(const at::Tensor& t) {
+  const c10::TensorImpl& impl = *t.unsafeGetTensorImpl();
+  if (!t.requires_grad() || !t.is_leaf() || !tensor::ImplFields::plain(impl) || t.is_conj() || t.is_neg() ||
+      !impl.has_storage()) {
+    return false;
+  }
+  const c10::StorageImpl* st = impl.unsafe_storage().unsafeGetStorageImpl();
+  return st != nullptr && st->data_ptr().get_deleter() != &tensor::owning_native_deleter;
+}
+
+// The slot's alias still stands for `t`: made for this TensorImpl, held by nothing but the slot, over the same
+// bytes with the same dtype and geometry (a parameter's .data, resize_ or set_ since then make a new one).
+bool entry_alias_fits(const EntrySlot& s, const at::Tensor& t) {
+  if (s.alias == nullptr || s.impl->_unsafe_get_target() != t.unsafeGetTensorImpl() || Py_REFCNT(s.alias) != 1) {
+    return false;
+  }
+  const at::Tensor& alias = THPVariable_Unpack(s.alias);
+  const c10::TensorImpl& a = *alias.unsafeGetTensorImpl();
+  const c10::TensorImpl& f = *t.unsafeGetTensorImpl();
+  const c10::StorageImpl* as = a.unsafe_storage().unsafeGetStorageImpl();
+  const c10::StorageImpl* fs = f.unsafe_storage().unsafeGetStorageImpl();
+  return alias.use_count() == 1 && as->data_ptr().get_deleter() == &tensor::borrowed_deleter &&
+         as->data_ptr().get_context() == fs && as->data() == fs->data() && as->nbytes() == fs->nbytes() &&
+         a.dtype() == f.dtype() && tensor::same_plain_geometry(a, f) && !alias.is_conj() && !alias.is_neg() &&
+         (g_backing.host || a.device().index() == f.device().index());
+}
+
+// The entry alias of parameter `t` at slot `s`: the slot's own where it still fits, else a new one kept there.
+PyObject* entry_alias(EntrySlot& s, const at::Tensor& t) {
+  if (!entry_alias_fits(s, t)) {
+    PyObject* made = THPVariable_Wrap(tensor::native_alias(t, /*owning=*/false));
+    if (made == nullptr) {
+      return nullptr;
+    }
+    // Off the garbage collector's lists: the slot may outlive the parameter, and nothing in Python should find
+    // an alias over memory that was freed (the slot never hands it out again: `impl` no longer matches).
+    PyObject_GC_UnTrack(made);
+    Py_XDECREF(s.alias);
+    s.alias = made;
+    s.impl.emplace(t.getIntrusivePtr());
+  }
+  Py_INCREF(s.alias);
+  return s.alias;
+}
+
+}  // namespace
+
+PyObject* graph_entry_aliases(PyObject* /*module*/, PyObject* /*unused*/) {
+  HANDLE_TH_ERRORS
+  auto* slots = new EntrySlots();
+  PyObject* capsule = PyCapsule_New(slots, kEntrySlots, &free_entry_slots);
+  if (capsule == nullptr) {
+    delete slots;
+  }
+  return capsule;
+  END_HANDLE_TH_ERRORS
+}
+
 PyObject* graph_inputs(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
-  TORCH_CHECK_TYPE(nargs == 2 && PyList_Check(args[0]), "torch_fl._C._graph_inputs(args: list, native_ok: bool)");
+  TORCH_CHECK_TYPE((nargs == 2 || nargs == 3) && PyList_Check(args[0]),
+                   "torch_fl._C._graph_inputs(args: list, native_ok: bool[, aliases: _graph_entry_aliases()])");
   PyObject* list = args[0];
   t_native = PyObject_IsTrue(args[1]) == 1 && g_graphs_native.load(std::memory_order_relaxed);
   const Py_ssize_t n = PyList_GET_SIZE(list);
+  EntrySlots* slots = nullptr;
+  if (nargs == 3 && t_native) {
+    slots = static_cast<EntrySlots*>(PyCapsule_GetPointer(args[2], kEntrySlots));
+    if (slots == nullptr) {
+      return nullptr;
+    }
+    if (slots->size() < static_cast<size_t>(n)) {
+      slots->resize(n);
+    }
+  }
   THPObjectPtr out(PyTuple_New(n));
   if (!out) {
     return nullptr;
@@ -57,9 +153,14 @@ PyObject* graph_inputs(PyObject* /*module*/, PyObject* const* args, Py_ssize_t n
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* item = PyList_GET_ITEM(list, i);
     if (t_native && is_flagos(item)) {
-      // Owning: inductor's wrapper drops each input at its last use, and the caller's list is cleared, so the
-      // alias keeps the flagos storage alive as the input did.
-      PyObject* alias = THPVariable_Wrap(tensor::native_alias(THPVariable_Unpack(item), /*owning=*/true));
+      const at::Tensor& t = THPVariable_Unpack(item);
+      // A parameter: its alias of the last call where it still fits (making and dropping an alias and its
+      // Python object per input was most of a small model's entry). Others: owning, since inductor's wrapper
+      // drops each input at its last use and the caller's list is cleared, so the alias keeps the flagos
+      // storage alive as the input did.
+      PyObject* alias = slots != nullptr && keeps_entry_alias(t)
+                            ? entry_alias((*slots)[i], t)
+                            : THPVariable_Wrap(tensor::native_alias(t, /*owning=*/true));
       if (alias == nullptr) {
         return nullptr;
       }

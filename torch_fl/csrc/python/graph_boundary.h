@@ -10,13 +10,19 @@
 namespace torch_fl {
 namespace python {
 
-// _graph_inputs(args, native_ok): the graph's inputs as a tuple (clearing the
-// list `args`, as inductor's wrappers do). Native aliases of the flagos ones
-// when `native_ok` (the graph qualified when it compiled) and every operator
-// still takes its native route (_set_graphs_native); the inputs unchanged
-// otherwise. Either way it sets this thread's mode for _graph_empty_strided
-// and _graph_outputs until the next graph's entry.
+// _graph_inputs(args, native_ok[, aliases]): the graph's inputs as a tuple
+// (clearing the list `args`, as inductor's wrappers do). Native aliases of the
+// flagos ones when `native_ok` (the graph qualified when it compiled) and every
+// operator still takes its native route (_set_graphs_native); the inputs
+// unchanged otherwise. Either way it sets this thread's mode for
+// _graph_empty_strided and _graph_outputs until the next graph's entry.
+// `aliases` (the graph's _graph_entry_aliases()) keeps its parameters' aliases
+// from one call to the next, by input position: a parameter's alias is reused
+// while it is the same tensor over the same bytes and geometry, and holds no
+// reference to the parameter's memory (a model freed frees its memory).
 PyObject* graph_inputs(PyObject* module, PyObject* const* args, Py_ssize_t nargs);
+// _graph_entry_aliases(): a graph's store of entry aliases for _graph_inputs.
+PyObject* graph_entry_aliases(PyObject* module, PyObject* unused);
 // _graph_empty_strided(size, stride, dtype, index): a buffer of the graph
 // running on this thread: native in native mode, flagos otherwise.
 PyObject* graph_empty_strided(PyObject* module, PyObject* const* args, Py_ssize_t nargs);

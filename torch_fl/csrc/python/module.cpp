@@ -159,7 +159,10 @@ void bind_module(py::module& m) {
   // argument parser and the dispatcher (a compiled graph allocates hundreds of buffers per call).
   static PyMethodDef fast_functions[] = {
       {"_graph_inputs", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&graph_inputs)), METH_FASTCALL,
-       "_graph_inputs(args, native_ok): a graph's inputs (clearing args), as native aliases when it runs natively."},
+       "_graph_inputs(args, native_ok[, aliases]): a graph's inputs (clearing args), as native aliases when it runs "
+       "natively."},
+      {"_graph_entry_aliases", &graph_entry_aliases, METH_NOARGS,
+       "_graph_entry_aliases(): a graph's store of its parameters' entry aliases, for _graph_inputs."},
       {"_graph_empty_strided", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&graph_empty_strided)),
        METH_FASTCALL, "_graph_empty_strided(size, stride, dtype, index): a buffer of the graph running here."},
       {"_graph_outputs", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&graph_outputs)), METH_FASTCALL,
