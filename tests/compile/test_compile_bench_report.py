@@ -132,15 +132,29 @@ def test_each_small_model_of_the_benchmark_builds_and_runs_on_flagos(kind):
     torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
 
 
-def test_each_small_model_is_timed_compiled_never_eagerly(monkeypatch):
-    # BERT and GPT-2 share transformers' wrapper code: without dynamo's reset before each model, those past the
-    # recompile limit ran eagerly and were timed as compiled. The limit is lowered to one model's two variants.
+def test_each_variant_compiles_on_a_code_object_of_its_own(monkeypatch):
+    # Dynamo keeps graphs per code object. Through torch.compile(model) the variants of one model class (and BERT
+    # and GPT-2, through transformers' wrappers) shared one: a call could first run, and fail, the other variant's
+    # guards, and a model past the recompile limit ran eagerly, timed as compiled. Through entry functions of their
+    # own: one graph per code object, with the limit at one and no reset between models.
     import argparse
 
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: None)
     args = argparse.Namespace(warmup=0, pairs=1, quick=True)
-    for kind in ("bert", "gpt2"):
+    graphs = counters["stats"]["unique_graphs"]
+    for kind in ("bert", "gpt2", "bert"):
         assert compile_bench.small_pairs(kind, args, calls=1)["pairs"] == 1
-    monkeypatch.setattr(torch._dynamo, "reset", lambda: None)  # as before: the next model is past the limit
-    with pytest.raises(torch._dynamo.exc.FailOnRecompileLimitHit, match="fullgraph=True"):  # an error, not eager
-        compile_bench.small_pairs("bert", args, calls=1)
+    assert counters["stats"]["unique_graphs"] - graphs == 6  # both variants of each model, compiled
+
+    model = compile_bench._small_model("bert", "flagos", True)
+    entries = [compile_bench._entry_of_its_own(model, variant) for variant in ("native", "flagos")]
+    ids = torch.randint(0, 1024, (1, 8), device="flagos")
+    for entry in entries:
+        with torch.no_grad():
+            torch.compile(entry, fullgraph=True)(input_ids=ids)
+    assert entries[0].__code__ is not entries[1].__code__
+    assert [len(_debug_get_cache_entry_list(entry.__code__)) for entry in entries] == [1, 1]
