@@ -67,7 +67,7 @@ def test_ddp_trainer(how, cpu_reference, tmp_path):
     for t in threads:
         t.join()
     for finished in results:
-        assert finished.proc.returncode == 0, finished.tail()
+        assert finished.proc.returncode == 0, (_ranks_said(finished), finished.tail())
     got = ranks(tmp_path)
     # Two nodes of one process each: each node's process is local rank 0, so both use flagos:0.
     devices = ["flagos:0", "flagos:0"] if how == "two-nodes" else ["flagos:0", "flagos:1"]
@@ -75,6 +75,11 @@ def test_ddp_trainer(how, cpu_reference, tmp_path):
     for r in got:
         assert r["processes"] == 2 and r["backend"] == "flagos", r
         assert abs(r["checksum"] - cpu_reference) <= 1e-4 * abs(cpu_reference), (r, cpu_reference)
+
+
+def _ranks_said(finished) -> list[str]:
+    """The ranks' own last lines (the launcher's tail names only the rank that failed, not why)."""
+    return [line for line in finished.output.splitlines() if line.startswith("[rank") or "terminate" in line][-40:]
 
 
 def test_accelerate_fsdp_and_collectives(tmp_path):
@@ -90,8 +95,7 @@ def test_accelerate_fsdp_and_collectives(tmp_path):
         launcher += ["--main_process_port", str(free_port())]
         flags = ["--cpu"] if side == "cpu" else []
         finished = run_program("launched_accelerate.py", str(folder), *flags, launcher=launcher)
-        ranks_said = [line for line in finished.output.splitlines() if line.startswith("[rank") or "terminate" in line]
-        assert finished.proc.returncode == 0, (side, ranks_said[-40:], finished.tail())
+        assert finished.proc.returncode == 0, (side, _ranks_said(finished), finished.tail())
         got[side] = ranks(folder)
     for r, (cpu, flagos) in enumerate(zip(got["cpu"], got["flagos"], strict=True)):
         # the plugin is honoured (it was dropped for DDP), and FSDP trains to DDP's weights

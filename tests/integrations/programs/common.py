@@ -1,10 +1,13 @@
 """What the programs share: a tiny Qwen3 built from a config (nothing downloaded), a seeded token
-dataset, and the one line of JSON each program prints for its test (`result`)."""
+dataset, the one line of JSON each program prints for its test (`result`), and the end of a launched rank
+(`exit_after_everyone`)."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Callable
 
 import torch
 
@@ -50,3 +53,14 @@ def checksum(module: torch.nn.Module) -> float:
 
 def result(payload: dict) -> None:
     print(RESULT_TAG + json.dumps(payload), flush=True)
+
+
+def exit_after_everyone(wait_for_everyone: Callable[[], None]) -> None:
+    """Ends a launched rank once every rank has written its results (`wait_for_everyone`: a barrier), without the
+    interpreter's teardown: torch 2.13's gloo sometimes aborts in it ("terminate called without an active
+    exception"; plain torch without torch_fl too, even after destroy_process_group), which would fail the launch
+    after the work is done."""
+    wait_for_everyone()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

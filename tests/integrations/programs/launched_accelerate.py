@@ -12,7 +12,7 @@ import os
 import sys
 
 import torch
-from common import opt_in
+from common import exit_after_everyone, opt_in
 
 import torch_fl  # noqa: F401
 
@@ -46,10 +46,4 @@ out = {
 }
 with open(os.path.join(sys.argv[1], f"rank{r}.json"), "w") as f:
     json.dump(out, f)
-acc.wait_for_everyone()
-# Every rank has written its results. The process ends here, without the interpreter's teardown: torch
-# 2.13's gloo sometimes aborts in it ("terminate called without an active exception"; plain torch without
-# torch_fl too), which would fail the launch after the work is done.
-sys.stdout.flush()
-sys.stderr.flush()
-os._exit(0)
+exit_after_everyone(acc.wait_for_everyone)

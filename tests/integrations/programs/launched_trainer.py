@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-from common import checksum, opt_in, tiny_qwen3, token_rows
+from common import checksum, exit_after_everyone, opt_in, tiny_qwen3, token_rows
 
 import torch_fl  # noqa: F401
 
@@ -45,4 +45,4 @@ with open(os.path.join(outdir, f"rank{state.process_index}.json"), "w") as f:
         },
         f,
     )
-state.destroy_process_group()  # before the exit: torch's gloo can abort at an exit that leaves the group up
+exit_after_everyone(state.wait_for_everyone)
